@@ -1,0 +1,30 @@
+# One-command setup: the first `make test` / `make demo` creates .venv and installs tapeml into it.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo lint pytest lit clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+test: lint pytest lit
+
+lint: $(STAMP)
+	$(BIN)/ruff check tapeml tests examples bench
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+lit: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/lit -sv lit
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,16 @@
+"""The exceptions tapeml raises for mistakes that are the user's."""
+
+from xdsl.utils.exceptions import VerifyException
+
+
+class ShapeError(VerifyException, ValueError):
+    """An op was given operands or parameters its shape rule rejects.
+
+    The message names the op, the shapes involved and the rule that was broken. It is a
+    `VerifyException` so that xDSL's verifier reports it like any other verification failure,
+    and a `ValueError` so that Python callers can catch it as bad input.
+    """
+
+
+class InterpretError(ValueError):
+    """`tapeml.interpret` was called with arguments that do not fit the function's signature."""

@@ -1,0 +1,98 @@
+"""Running programs on xDSL's interpreter: tape ops in numpy, plus every dialect our lowerings
+emit (xDSL's own implementations, and ours where xDSL 0.75 has none)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    ModuleOp,
+    TensorType,
+)
+from xdsl.interpreter import Interpreter
+from xdsl.interpreters import register_implementations
+from xdsl.ir import Attribute
+
+from tapeml.dialects.tape import dtype_of
+from tapeml.errors import InterpretError
+from tapeml.interpreters.scalars import ScalarFunctions
+from tapeml.interpreters.scf import ParallelFunctions
+from tapeml.interpreters.tape import TapeFunctions
+
+
+def make_interpreter(module: ModuleOp, ctx: Context | None = None) -> Interpreter:
+    """An xDSL interpreter for `module` that knows every op tapeml emits."""
+    interpreter = Interpreter(module)
+    register_implementations(interpreter, ctx or Context())
+    for functions in (TapeFunctions(), ScalarFunctions(), ParallelFunctions()):
+        interpreter.register_implementations(functions)
+    return interpreter
+
+
+def _find_function(module: ModuleOp, name: str) -> func.FuncOp:
+    functions = [op for op in module.walk() if isinstance(op, func.FuncOp)]
+    for f in functions:
+        if f.sym_name.data == name:
+            return f
+    known = ", ".join(f"@{f.sym_name.data}" for f in functions) or "none"
+    raise InterpretError(f"no function @{name} in the module (functions: {known})")
+
+
+def _to_runtime(value: Any, t: Attribute, where: str) -> Any:
+    """A Python argument as the interpreter's value for type `t`, checked against it."""
+    if isinstance(t, TensorType):
+        dtype = dtype_of(t)
+        array = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=dtype)
+        if array.dtype != dtype:
+            raise InterpretError(f"{where} must have dtype {dtype} for {t}, got {array.dtype}")
+        if array.shape != t.get_shape():
+            raise InterpretError(f"{where} must have shape {t.get_shape()} for {t}, "
+                                 f"got {array.shape}")
+        return array
+    if isinstance(t, AnyFloat):
+        return FloatAttr(float(value), t)
+    if isinstance(t, IntegerType | IndexType):
+        if not isinstance(value, int | np.integer):
+            raise InterpretError(f"{where} must be an integer for {t}, got {value!r}")
+        return IntegerAttr(int(value), IntegerType(64) if isinstance(t, IndexType) else t)
+    raise InterpretError(f"{where} has type {t}, which tapeml.interpret cannot pass")
+
+
+def _from_runtime(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        # a fresh array the caller owns: never a view of an argument or a read-only broadcast
+        return np.array(value, copy=True, order="C")
+    if isinstance(value, FloatAttr):
+        return np.dtype(f"float{value.type.bitwidth}").type(value.value.data)
+    if isinstance(value, IntegerAttr):
+        return value.value.data
+    return value
+
+
+def interpret(module: ModuleOp, name: str, *args: Any) -> tuple[Any, ...]:
+    """Run function `@name` of `module` on xDSL's interpreter.
+
+    Tensor arguments are numpy arrays (or array-likes) whose shape and dtype must match the
+    function's argument types; scalar arguments are Python numbers. Returns the results as a
+    tuple of fresh numpy arrays / scalars.
+    """
+    f = _find_function(module, name)
+    inputs: Sequence[Attribute] = f.function_type.inputs.data
+    if len(args) != len(inputs):
+        raise InterpretError(f"@{name} takes {len(inputs)} arguments, got {len(args)}")
+    values = tuple(
+        _to_runtime(a, t, f"argument {i} of @{name}")
+        for i, (a, t) in enumerate(zip(args, inputs, strict=True))
+    )
+    with np.errstate(all="ignore"):
+        results = make_interpreter(module).call_op(f, values)
+    return tuple(_from_runtime(r) for r in results)

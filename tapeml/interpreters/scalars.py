@@ -1,0 +1,129 @@
+"""xDSL interpreter implementations for the arith and math ops that xDSL 0.75 lacks and our
+lowerings emit, so every lowered stage still runs on the interpreter.
+
+Scalars are xDSL's runtime values (`FloatAttr` / `IntegerAttr`). Float math is done on numpy
+scalars of the op's own width, so an f32 op rounds exactly as the numpy f32 kernels the tape
+interpreter uses: a lowered program interprets to the same bits as the tape it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from xdsl.dialects import arith, math
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType
+from xdsl.interpreter import Interpreter, InterpreterFunctions, impl, register_impls
+from xdsl.interpreters.builtin import scalar_attr
+from xdsl.ir import Attribute, Operation
+
+_NP_FLOAT = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+
+
+def _np(value: FloatAttr) -> np.floating:
+    return _NP_FLOAT[str(value.type)](value.value.data)
+
+
+def _float(value: np.floating | float, t: Attribute) -> FloatAttr:
+    return FloatAttr(float(_NP_FLOAT[str(t)](value)), t)
+
+
+def _float_op(fn: Callable[..., np.floating]) -> Callable:
+    def run(self: InterpreterFunctions, interpreter: Interpreter, op: Operation, args: tuple):
+        with np.errstate(all="ignore"):
+            return (_float(fn(*(_np(a) for a in args)), op.results[0].type),)
+
+    return run
+
+
+def _signed(value: IntegerAttr) -> int:
+    width = value.type.width.data if isinstance(value.type, IntegerType) else 64
+    v = value.value.data
+    return v - (1 << width) if v >= 1 << (width - 1) else v
+
+
+def _unsigned(value: IntegerAttr) -> int:
+    width = value.type.width.data if isinstance(value.type, IntegerType) else 64
+    return value.value.data % (1 << width)
+
+
+def _int_op(fn: Callable[..., int]) -> Callable:
+    def run(self: InterpreterFunctions, interpreter: Interpreter, op: Operation, args: tuple):
+        value = fn(*args)
+        return (scalar_attr(value, op.results[0].type, interpreter.index_bitwidth),)
+
+    return run
+
+
+def _fp_to_int(signed: bool) -> Callable:
+    def run(self: InterpreterFunctions, interpreter: Interpreter, op: Operation, args: tuple):
+        x = args[0].value.data
+        if not np.isfinite(x):
+            raise ValueError(f"{op.name}: cannot convert {x} to an integer")
+        value = int(np.trunc(x))
+        return (scalar_attr(value, op.results[0].type, interpreter.index_bitwidth),)
+
+    return run
+
+
+_FLOAT_OPS: dict[type[Operation], Callable[..., np.floating]] = {
+    arith.DivfOp: lambda a, b: a / b,
+    arith.NegfOp: lambda a: -a,
+    arith.MaxnumfOp: np.fmax,  # the non-NaN operand wins
+    arith.MinnumfOp: np.fmin,
+    arith.ExtFOp: lambda a: a,  # widened by _float at the result's width
+    arith.TruncFOp: lambda a: a,  # rounded by _float at the result's width
+    math.ExpOp: np.exp,
+    math.LogOp: np.log,
+    math.SqrtOp: np.sqrt,
+    math.TanhOp: np.tanh,
+    math.AbsFOp: np.abs,
+    math.PowFOp: np.power,
+    math.Exp2Op: np.exp2,
+    math.ExpM1Op: np.expm1,
+    math.Log2Op: np.log2,
+    math.Log10Op: np.log10,
+    math.Log1pOp: np.log1p,
+    math.RsqrtOp: lambda a: 1 / np.sqrt(a),
+    math.FloorOp: np.floor,
+    math.CeilOp: np.ceil,
+    math.TruncOp: np.trunc,
+    math.RoundEvenOp: np.rint,
+    math.SinOp: np.sin,
+    math.CosOp: np.cos,
+    math.FmaOp: lambda a, b, c: a * b + c,
+}
+
+_INT_OPS: dict[type[Operation], Callable[..., int]] = {
+    arith.MaxSIOp: lambda a, b: max(_signed(a), _signed(b)),
+    arith.MinSIOp: lambda a, b: min(_signed(a), _signed(b)),
+    arith.MaxUIOp: lambda a, b: max(_unsigned(a), _unsigned(b)),
+    arith.MinUIOp: lambda a, b: min(_unsigned(a), _unsigned(b)),
+    arith.DivUIOp: lambda a, b: _unsigned(a) // _unsigned(b),
+    arith.RemUIOp: lambda a, b: _unsigned(a) % _unsigned(b),
+    arith.ShRUIOp: lambda a, b: _unsigned(a) >> _unsigned(b),
+    arith.ExtSIOp: _signed,
+    arith.ExtUIOp: _unsigned,
+    arith.TruncIOp: _signed,
+}
+
+
+def _int_to_fp(signed: bool) -> Callable:
+    def run(self: InterpreterFunctions, interpreter: Interpreter, op: Operation, args: tuple):
+        value = _signed(args[0]) if signed else _unsigned(args[0])
+        return (_float(value, op.results[0].type),)
+
+    return run
+
+
+_table = {f"run_float_{op.__name__}": impl(op)(_float_op(fn)) for op, fn in _FLOAT_OPS.items()}
+_table |= {f"run_int_{op.__name__}": impl(op)(_int_op(fn)) for op, fn in _INT_OPS.items()}
+_table |= {
+    "run_sitofp": impl(arith.SIToFPOp)(_int_to_fp(signed=True)),
+    "run_uitofp": impl(arith.UIToFPOp)(_int_to_fp(signed=False)),
+    "run_fptosi": impl(arith.FPToSIOp)(_fp_to_int(signed=True)),
+    "run_fptoui": impl(arith.FPToUIOp)(_fp_to_int(signed=False)),
+}
+
+ScalarFunctions = register_impls(type("ScalarFunctions", (InterpreterFunctions,), _table))
+ScalarFunctions.__doc__ = "arith/math ops missing from xDSL 0.75's interpreter (see module doc)."

@@ -1,0 +1,212 @@
+"""The reference semantics of every tape op, in numpy.
+
+`SEMANTICS[Op](*arrays, **op.params)` computes an op's result. These functions are the single
+source of each op's meaning: xDSL's interpreter runs them (`TapeFunctions`) and eager mode calls
+them directly. They keep the element type (f32 in, f32 out) and never mutate their inputs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.interpreter import Interpreter, InterpreterFunctions, impl, register_impls
+
+from tapeml.dialects import tape
+from tapeml.dialects.base import TapeOp
+
+Semantics = Callable[..., np.ndarray]
+SEMANTICS: dict[type[TapeOp], Semantics] = {}
+
+
+def semantics(*ops: type[TapeOp]) -> Callable[[Semantics], Semantics]:
+    def register(fn: Semantics) -> Semantics:
+        for op in ops:
+            SEMANTICS[op] = fn
+        return fn
+
+    return register
+
+
+def _elementwise(op: type[TapeOp], fn: Callable[..., Any]) -> None:
+    SEMANTICS[op] = lambda *xs: np.asarray(fn(*xs))
+
+
+for _op, _fn in {
+    tape.AddOp: np.add,
+    tape.SubOp: np.subtract,
+    tape.MulOp: np.multiply,
+    tape.DivOp: np.divide,
+    tape.MaximumOp: np.maximum,
+    tape.MinimumOp: np.minimum,
+    tape.PowOp: np.power,
+    tape.NegOp: np.negative,
+    tape.ExpOp: np.exp,
+    tape.LogOp: np.log,
+    tape.TanhOp: np.tanh,
+    tape.SqrtOp: np.sqrt,
+    tape.SigmoidOp: lambda x: 1 / (1 + np.exp(-x)),
+    tape.ReluOp: lambda x: np.maximum(x, 0),
+}.items():
+    _elementwise(_op, _fn)
+
+_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+            "eq": np.equal, "ne": np.not_equal}
+
+
+@semantics(tape.CmpOp)
+def cmp(lhs: np.ndarray, rhs: np.ndarray, *, predicate: str) -> np.ndarray:
+    return np.asarray(_COMPARE[predicate](lhs, rhs))
+
+
+@semantics(tape.SelectOp)
+def select(cond: np.ndarray, on_true: np.ndarray, on_false: np.ndarray) -> np.ndarray:
+    return np.where(cond, on_true, on_false)
+
+
+@semantics(tape.ConstantOp)
+def constant(*, value: np.ndarray) -> np.ndarray:
+    return np.array(value)
+
+
+@semantics(tape.CastOp)
+def cast(x: np.ndarray, *, dtype: Any) -> np.ndarray:
+    return x.astype(dtype)
+
+
+@semantics(tape.BroadcastOp)
+def broadcast(x: np.ndarray, *, shape: Sequence[int]) -> np.ndarray:
+    return np.broadcast_to(x, tuple(shape))
+
+
+@semantics(tape.ReshapeOp)
+def reshape(x: np.ndarray, *, shape: Sequence[int]) -> np.ndarray:
+    return x.reshape(tuple(shape))
+
+
+@semantics(tape.PermuteOp)
+def permute(x: np.ndarray, *, perm: Sequence[int]) -> np.ndarray:
+    return np.transpose(x, perm)
+
+
+@semantics(tape.PadOp)
+def pad(x: np.ndarray, *, low: Sequence[int], high: Sequence[int], value: float) -> np.ndarray:
+    # negative amounts crop, positive ones pad; the two sides of a dim are independent
+    sides = list(zip(x.shape, low, high, strict=True))
+    crop = tuple(slice(max(0, -lo), d - max(0, -hi)) for d, lo, hi in sides)
+    widths = [(max(0, lo), max(0, hi)) for _, lo, hi in sides]
+    return np.pad(x[crop], widths, constant_values=np.asarray(value, x.dtype))
+
+
+@semantics(tape.SliceOp)
+def slice_(x: np.ndarray, *, start: Sequence[int], stop: Sequence[int],
+           step: Sequence[int]) -> np.ndarray:
+    return x[tuple(slice(a, b, s) for a, b, s in zip(start, stop, step, strict=True))]
+
+
+@semantics(tape.UnfoldOp)
+def unfold(x: np.ndarray, *, kernel: Sequence[int], stride: Sequence[int],
+           dilation: Sequence[int]) -> np.ndarray:
+    k = len(kernel)
+    spans = [d * (n - 1) + 1 for n, d in zip(kernel, dilation, strict=True)]
+    axes = tuple(range(x.ndim - k, x.ndim))
+    windows = np.lib.stride_tricks.sliding_window_view(x, spans, axis=axes)
+    # windows: (*batch, *positions, *spans); keep every stride-th position, every dilation-th tap
+    every = [slice(None, None, n) for n in (*stride, *dilation)]
+    picks = (..., *every)
+    return np.ascontiguousarray(windows[picks])
+
+
+@semantics(tape.FoldOp)
+def fold(x: np.ndarray, *, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
+         spatial: Sequence[int]) -> np.ndarray:
+    k = len(kernel)
+    batch = x.shape[: x.ndim - 2 * k]
+    windows = x.shape[x.ndim - 2 * k: x.ndim - k]
+    out = np.zeros((*batch, *spatial), dtype=x.dtype)
+    for tap in itertools.product(*(range(n) for n in kernel)):
+        # every window's value at this tap lands on a strided grid of output positions
+        target = tuple(
+            slice(t * d, t * d + s * (w - 1) + 1, s)
+            for t, d, s, w in zip(tap, dilation, stride, windows, strict=True)
+        )
+        out[(..., *target)] += x[(..., *(slice(None),) * k, *tap)]
+    return out
+
+
+@semantics(tape.ConcatOp)
+def concat(*xs: np.ndarray, axis: int) -> np.ndarray:
+    return np.concatenate(xs, axis=axis)
+
+
+@semantics(tape.SumOp)
+def sum_(x: np.ndarray, *, axes: Sequence[int], keepdims: bool) -> np.ndarray:
+    return np.asarray(np.sum(x, axis=tuple(axes), keepdims=keepdims))
+
+
+@semantics(tape.MaxOp)
+def max_(x: np.ndarray, *, axes: Sequence[int], keepdims: bool) -> np.ndarray:
+    return np.asarray(np.max(x, axis=tuple(axes), keepdims=keepdims))
+
+
+@semantics(tape.MatmulOp)
+def matmul(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    return np.matmul(lhs, rhs)
+
+
+def _pad2d(x: np.ndarray, padding: Sequence[int], value: float) -> np.ndarray:
+    top, left, bottom, right = padding
+    return pad(x, low=(0, 0, top, left), high=(0, 0, bottom, right), value=value)
+
+
+@semantics(tape.Conv2dOp)
+def conv2d(x: np.ndarray, w: np.ndarray, *, stride: Sequence[int], padding: Sequence[int],
+           dilation: Sequence[int], groups: int) -> np.ndarray:
+    n, c = x.shape[:2]
+    o, cg, kh, kw = w.shape
+    cols = unfold(_pad2d(x, padding, 0.0), kernel=(kh, kw), stride=stride, dilation=dilation)
+    oh, ow = cols.shape[2:4]
+    cols = cols.reshape(n, groups, cg, oh, ow, kh, kw)
+    wg = w.reshape(groups, o // groups, cg, kh, kw)
+    y = np.einsum("ngchwij,gocij->ngohw", cols, wg, optimize=True)
+    return np.ascontiguousarray(y.reshape(n, o, oh, ow))
+
+
+@semantics(tape.MaxPool2dOp)
+def maxpool2d(x: np.ndarray, *, kernel: Sequence[int], stride: Sequence[int],
+              padding: Sequence[int]) -> np.ndarray:
+    cols = unfold(_pad2d(x, padding, -np.inf), kernel=kernel, stride=stride, dilation=(1, 1))
+    return cols.max(axis=(-2, -1))
+
+
+@semantics(tape.AvgPool2dOp)
+def avgpool2d(x: np.ndarray, *, kernel: Sequence[int], stride: Sequence[int],
+              padding: Sequence[int]) -> np.ndarray:
+    cols = unfold(_pad2d(x, padding, 0.0), kernel=kernel, stride=stride, dilation=(1, 1))
+    return cols.sum(axis=(-2, -1)) / (kernel[0] * kernel[1])
+
+
+def evaluate(op_type: type[TapeOp], *arrays: np.ndarray, **params: Any) -> np.ndarray:
+    """Compute one op on arrays, under IEEE semantics (no numpy warnings for inf/nan)."""
+    with np.errstate(all="ignore"):
+        return SEMANTICS[op_type](*arrays, **params)
+
+
+def _run(op_type: type[TapeOp]) -> Callable[..., tuple[np.ndarray]]:
+    def run(self: InterpreterFunctions, interpreter: Interpreter, op: TapeOp, args: tuple):
+        return (evaluate(op_type, *args, **op.params),)
+
+    run.__name__ = f"run_{op_type.name.removeprefix('tape.')}"
+    return run
+
+
+TapeFunctions = register_impls(
+    type(
+        "TapeFunctions",
+        (InterpreterFunctions,),
+        {f"run_{op.name.removeprefix('tape.')}": impl(op)(_run(op)) for op in SEMANTICS},
+    )
+)
+TapeFunctions.__doc__ = "xDSL interpreter implementations of the tape ops (see SEMANTICS)."

@@ -1,0 +1,105 @@
+"""`tapeml-run FILE [--symbol f] [--args A ...]`: interpret a function on given inputs.
+
+Each argument is an MLIR literal (`'dense<[1.0, 2.0]> : tensor<2xf32>'`, `'2.5 : f32'`) or the
+path of a `.npy` file. Results are printed one per line as MLIR literals. A mistake in the file
+or the arguments is a located diagnostic on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, FloatAttr, IntegerAttr, ModuleOp
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.universe import Universe
+from xdsl.utils.exceptions import DiagnosticException, ParseError
+
+from tapeml import universe
+from tapeml.dialects.tape import dense_to_numpy, numpy_to_dense
+from tapeml.errors import InterpretError
+from tapeml.interpreters import interpret
+from tapeml.tools.diagnostics import LocatingParser, fail, format_parse_error, verify_located
+
+TOOL = "tapeml-run"
+
+
+def _context() -> Context:
+    ctx = Context()
+    for name, factory in (Universe.get_multiverse().all_dialects | universe.DIALECTS).items():
+        if name not in ctx.registered_dialect_names:
+            ctx.register_dialect(name, factory)
+    return ctx
+
+
+def _load_module(ctx: Context, path: str) -> ModuleOp:
+    with open(path, "rb") as f:
+        parser = LocatingParser(ctx, f.read(), path)
+    module = parser.parse_module()
+    verify_located(module, parser.spans, path)
+    return module
+
+
+def _parse_arg(ctx: Context, text: str, index: int) -> Any:
+    if text.endswith(".npy"):
+        return np.load(text, allow_pickle=False)
+    attr = Parser(ctx, text, f"argument {index}").parse_attribute()
+    if isinstance(attr, DenseIntOrFPElementsAttr):
+        return dense_to_numpy(attr)
+    if isinstance(attr, FloatAttr | IntegerAttr):
+        return attr.value.data
+    raise InterpretError(f"argument {index}: expected a dense<...> literal, a number or a .npy "
+                         f"file, got {text!r}")
+
+
+def _format_result(value: Any) -> str:
+    if isinstance(value, np.ndarray) and value.dtype != np.bool_:
+        out = io.StringIO()
+        Printer(stream=out).print_attribute(numpy_to_dense(value))
+        return out.getvalue()
+    return repr(value.tolist() if isinstance(value, np.ndarray) else value)
+
+
+def _default_symbol(module: ModuleOp) -> str:
+    names = [op.sym_name.data for op in module.walk() if isinstance(op, func.FuncOp)]
+    if len(names) == 1:
+        return names[0]
+    return "main"
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=TOOL, description=__doc__.split("\n\n")[0])
+    parser.add_argument("input_file", help="an .mlir file")
+    parser.add_argument("--symbol", help="the function to run (default: the only one, or main)")
+    parser.add_argument("--args", nargs="*", default=[], metavar="ARG",
+                        help="inputs: MLIR literals or .npy files")
+    args = parser.parse_args(argv)
+    ctx = _context()
+    module = _load_module(ctx, args.input_file)
+    inputs = [_parse_arg(ctx, a, i) for i, a in enumerate(args.args)]
+    results = interpret(module, args.symbol or _default_symbol(module), *inputs)
+    for value in results:
+        print(_format_result(value))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except ParseError as error:
+        return fail(TOOL, format_parse_error(error))
+    except (DiagnosticException, InterpretError) as error:
+        return fail(TOOL, str(error))
+    except OSError as error:
+        return fail(TOOL, f"cannot read {error.filename}: {error.strerror}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

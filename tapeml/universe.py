@@ -1,0 +1,25 @@
+"""What tapeml adds to xDSL's tools: its dialect, passes and targets, by name, loaded lazily.
+
+Published as the `xdsl.universe` entry point `tapeml`, so stock `xdsl-opt` and `xdsl-run` see
+them too; `tapeml-opt` registers them itself as well.
+"""
+
+from collections.abc import Callable
+
+from xdsl.ir import Dialect
+from xdsl.passes import ModulePass
+from xdsl.universe import Universe
+from xdsl.utils.target import Target
+
+
+def _tape_dialect() -> Dialect:
+    from tapeml.dialects.tape import Tape
+
+    return Tape
+
+
+DIALECTS: dict[str, Callable[[], Dialect]] = {"tape": _tape_dialect}
+PASSES: dict[str, Callable[[], type[ModulePass]]] = {}
+TARGETS: dict[str, Callable[[], type[Target]]] = {}
+
+TAPEML_UNIVERSE = Universe(all_dialects=DIALECTS, all_passes=PASSES, all_targets=TARGETS)
