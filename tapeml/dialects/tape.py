@@ -431,6 +431,14 @@ class PermuteOp(TapeOp):
     CLAUSES: ClassVar = (IntList("perm"),)
 
     @classmethod
+    def normalize(cls, operand_types: Sequence[Attribute], params: dict[str, Any]) -> dict:
+        t, perm = operand_types[0], tuple(params["perm"])
+        if isinstance(t, TensorType):
+            rank = t.get_num_dims()
+            perm = tuple(p + rank if -rank <= p < 0 else p for p in perm)
+        return params | {"perm": perm}
+
+    @classmethod
     def infer(cls, input: Attribute, *, perm: Sequence[int]) -> Attribute:
         t = _float(cls.name, input)
         shape = t.get_shape()

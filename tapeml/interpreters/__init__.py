@@ -15,11 +15,14 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
     IntegerType,
+    MemRefType,
     ModuleOp,
     TensorType,
 )
 from xdsl.interpreter import Interpreter
 from xdsl.interpreters import register_implementations
+from xdsl.interpreters.shaped_array import ShapedArray
+from xdsl.interpreters.utils.ptr import RawPtr, TypedPtr
 from xdsl.ir import Attribute
 
 from tapeml.dialects.tape import dtype_of
@@ -47,17 +50,27 @@ def _find_function(module: ModuleOp, name: str) -> func.FuncOp:
     raise InterpretError(f"no function @{name} in the module (functions: {known})")
 
 
+def _checked_array(value: Any, t: TensorType | MemRefType, where: str) -> np.ndarray:
+    dtype = dtype_of(t)
+    array = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=dtype)
+    if array.dtype != dtype:
+        raise InterpretError(f"{where} must have dtype {dtype} for {t}, got {array.dtype}")
+    if array.shape != t.get_shape():
+        raise InterpretError(f"{where} must have shape {t.get_shape()} for {t}, got {array.shape}")
+    return array
+
+
 def _to_runtime(value: Any, t: Attribute, where: str) -> Any:
     """A Python argument as the interpreter's value for type `t`, checked against it."""
     if isinstance(t, TensorType):
-        dtype = dtype_of(t)
-        array = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=dtype)
-        if array.dtype != dtype:
-            raise InterpretError(f"{where} must have dtype {dtype} for {t}, got {array.dtype}")
-        if array.shape != t.get_shape():
-            raise InterpretError(f"{where} must have shape {t.get_shape()} for {t}, "
-                                 f"got {array.shape}")
-        return array
+        return _checked_array(value, t, where)
+    if isinstance(t, MemRefType):
+        # a buffer: the interpreter reads and writes the caller's array in place
+        array = _checked_array(value, t, where)
+        if not (array.flags.c_contiguous and array.flags.writeable):
+            raise InterpretError(f"{where} must be a writable C-contiguous array for {t}")
+        raw = RawPtr(array.reshape(-1).view(np.uint8))
+        return ShapedArray(TypedPtr(raw, xtype=t.get_element_type()), list(t.get_shape()))
     if isinstance(t, AnyFloat):
         return FloatAttr(float(value), t)
     if isinstance(t, IntegerType | IndexType):
@@ -71,6 +84,10 @@ def _from_runtime(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         # a fresh array the caller owns: never a view of an argument or a read-only broadcast
         return np.array(value, copy=True, order="C")
+    if isinstance(value, ShapedArray):
+        dtype = dtype_of(TensorType(value.element_type, value.shape))
+        memory = bytes(value.data_ptr.raw.memory)
+        return np.frombuffer(memory, dtype=dtype).reshape(value.shape).copy()
     if isinstance(value, FloatAttr):
         return np.dtype(f"float{value.type.bitwidth}").type(value.value.data)
     if isinstance(value, IntegerAttr):
@@ -82,8 +99,9 @@ def interpret(module: ModuleOp, name: str, *args: Any) -> tuple[Any, ...]:
     """Run function `@name` of `module` on xDSL's interpreter.
 
     Tensor arguments are numpy arrays (or array-likes) whose shape and dtype must match the
-    function's argument types; scalar arguments are Python numbers. Returns the results as a
-    tuple of fresh numpy arrays / scalars.
+    function's argument types; memref arguments are C-contiguous arrays the function may write
+    in place; scalar arguments are Python numbers. Returns the results as a tuple of fresh numpy
+    arrays / scalars.
     """
     f = _find_function(module, name)
     inputs: Sequence[Attribute] = f.function_type.inputs.data

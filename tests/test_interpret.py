@@ -1,0 +1,60 @@
+"""`tapeml.interpret`: argument checking and result ownership."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.context import Context
+from xdsl.dialects import builtin, func
+from xdsl.parser import Parser
+
+import tapeml
+from tapeml.dialects.tape import Tape
+
+SRC = """
+func.func @f(%x: tensor<2x3xf32>) -> (tensor<3x2xf32>, tensor<2x3xf32>) {
+  %p = tape.permute %x perm = [1, 0] : tensor<2x3xf32> -> tensor<3x2xf32>
+  func.return %p, %x : tensor<3x2xf32>, tensor<2x3xf32>
+}
+func.func @g() -> tensor<2xf64> {
+  %c = tape.constant dense<[1.5, 2.5]> : tensor<2xf64>
+  func.return %c : tensor<2xf64>
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def module():
+    ctx = Context()
+    for d in (builtin.Builtin, func.Func, Tape):
+        ctx.load_dialect(d)
+    return Parser(ctx, SRC).parse_module()
+
+
+def test_results_are_fresh_arrays(module):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    p, same = tapeml.interpret(module, "f", x)
+    np.testing.assert_array_equal(p, x.T)
+    assert p.flags.c_contiguous and p.flags.writeable
+    assert not np.shares_memory(p, x) and not np.shares_memory(same, x)
+
+
+def test_array_likes_take_the_declared_dtype(module):
+    (c,) = tapeml.interpret(module, "g")
+    assert c.dtype == np.float64 and c.tolist() == [1.5, 2.5]
+    p, _ = tapeml.interpret(module, "f", [[0, 1, 2], [3, 4, 5]])
+    assert p.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "message"),
+    [
+        ("h", (), r"no function @h in the module \(functions: @f, @g\)"),
+        ("f", (), r"@f takes 1 arguments, got 0"),
+        ("f", (np.zeros((3, 2), np.float32),), r"argument 0 of @f must have shape \(2, 3\)"),
+        ("f", (np.zeros((2, 3)),), r"argument 0 of @f must have dtype float32 .* got float64"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(module, name, args, message):
+    with pytest.raises(tapeml.InterpretError, match=message):
+        tapeml.interpret(module, name, *args)
