@@ -1,7 +1,62 @@
 """tapeml: an MLIR-style ML compiler on xDSL. Trace a Python function into the `tape` dialect,
 then run, differentiate, fuse and compile that one program."""
 
-from tapeml.errors import InterpretError, ShapeError
+from tapeml.errors import InterpretError, ShapeError, TracingError
+from tapeml.frontend import nn, ops, optim
+from tapeml.frontend.ops import (
+    abs,
+    add,
+    astype,
+    broadcast_to,
+    concatenate,
+    divide,
+    dot,
+    equal,
+    exp,
+    expand_dims,
+    fold,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    log_softmax,
+    logsumexp,
+    matmul,
+    max,
+    maximum,
+    mean,
+    min,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    pad,
+    power,
+    relu,
+    reshape,
+    sigmoid,
+    softmax,
+    sqrt,
+    square,
+    stack,
+    subtract,
+    sum,
+    tanh,
+    transpose,
+    unfold,
+    where,
+)
+from tapeml.frontend.program import Program, Spec, eval_shape, trace
+from tapeml.frontend.pytree import tree_map
 from tapeml.interpreters import interpret
 
-__all__ = ["InterpretError", "ShapeError", "interpret"]
+__all__ = [
+    "InterpretError", "Program", "ShapeError", "Spec", "TracingError", "abs", "add", "astype",
+    "broadcast_to", "concatenate", "divide", "dot", "equal", "eval_shape", "exp", "expand_dims",
+    "fold", "greater", "greater_equal", "interpret", "less", "less_equal", "log", "log_softmax",
+    "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "negative",
+    "nn", "not_equal", "ops", "optim", "pad", "power", "relu", "reshape", "sigmoid", "softmax",
+    "sqrt", "square", "stack", "subtract", "sum", "tanh", "trace", "transpose", "tree_map",
+    "unfold", "where",
+]

@@ -14,3 +14,8 @@ class ShapeError(VerifyException, ValueError):
 
 class InterpretError(ValueError):
     """`tapeml.interpret` was called with arguments that do not fit the function's signature."""
+
+
+class TracingError(Exception):
+    """A traced function did something a trace cannot record: read a tracer's value
+    (`bool(t)`, `float(t)`, `np.asarray(t)`, `if t > 0:`) or use a tracer outside its trace."""

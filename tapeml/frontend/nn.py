@@ -1,0 +1,148 @@
+"""Layers, initialisers and losses: functional, parameters as pytrees (dicts of arrays).
+
+The layers record the plain idioms (a convolution is pad -> unfold -> permute/reshape -> matmul
+-> reshape/permute; a pooling is unfold -> reduction) that the fusion passes raise to fused ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tapeml.frontend import ops
+from tapeml.frontend.ops import log_softmax, relu, sigmoid, softmax, tanh  # noqa: F401 - re-exported
+
+Params = dict[str, Any]
+
+
+def _pair(v: int | Sequence[int]) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int | np.integer) else (int(v[0]), int(v[1]))
+
+
+def _padding(p: int | Sequence[int]) -> tuple[int, int, int, int]:
+    """An int, a (height, width) pair, or (top, left, bottom, right)."""
+    if isinstance(p, int | np.integer):
+        return (int(p),) * 4
+    if len(p) == 2:
+        return (int(p[0]), int(p[1]), int(p[0]), int(p[1]))
+    top, left, bottom, right = (int(v) for v in p)
+    return top, left, bottom, right
+
+
+def _pad2d(x: Any, padding: tuple[int, int, int, int], value: float) -> Any:
+    top, left, bottom, right = padding
+    if not any(padding):
+        return x
+    return ops.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], constant_values=value)
+
+
+# ----------------------------------------------------------------------------------------------
+# Initialisers
+
+
+def linear_init(rng: np.random.Generator, in_features: int, out_features: int,
+                dtype: Any = np.float32) -> Params:
+    """{"W": (in, out), "b": (out,)}, uniform in +-1/sqrt(in) (torch's default)."""
+    bound = 1.0 / np.sqrt(in_features)
+    return {"W": rng.uniform(-bound, bound, (in_features, out_features)).astype(dtype),
+            "b": rng.uniform(-bound, bound, (out_features,)).astype(dtype)}
+
+
+def conv2d_init(rng: np.random.Generator, in_channels: int, out_channels: int,
+                kernel: int | Sequence[int], groups: int = 1, dtype: Any = np.float32) -> Params:
+    """{"W": (out, in/groups, kh, kw), "b": (out,)}, uniform in +-1/sqrt(fan_in)."""
+    kh, kw = _pair(kernel)
+    fan_in = in_channels // groups * kh * kw
+    bound = 1.0 / np.sqrt(fan_in)
+    shape = (out_channels, in_channels // groups, kh, kw)
+    return {"W": rng.uniform(-bound, bound, shape).astype(dtype),
+            "b": rng.uniform(-bound, bound, (out_channels,)).astype(dtype)}
+
+
+def mlp_init(rng: np.random.Generator, sizes: Sequence[int], dtype: Any = np.float32) -> Params:
+    """{"lin1": linear, "lin2": linear, ...} for layer sizes [in, hidden..., out]."""
+    return {f"lin{i + 1}": linear_init(rng, a, b, dtype)
+            for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True))}
+
+
+# ----------------------------------------------------------------------------------------------
+# Layers
+
+
+def linear(params: Params, x: Any) -> Any:
+    """x @ W + b."""
+    return ops.add(ops.matmul(x, params["W"]), params["b"])
+
+
+def mlp(params: Params, x: Any, activation: Callable[[Any], Any] = ops.relu) -> Any:
+    """The layers lin1, lin2, ... of `mlp_init` with `activation` between them."""
+    names = sorted(params, key=lambda k: int(k.removeprefix("lin")))
+    for i, name in enumerate(names):
+        x = linear(params[name], x)
+        if i < len(names) - 1:
+            x = activation(x)
+    return x
+
+
+def conv2d(x: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 1,
+           padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+           groups: int = 1) -> Any:
+    """2-D convolution (cross-correlation), NCHW input, OIHW weight, as im2col + matmul."""
+    n, c, _, _ = x.shape
+    o, cg, kh, kw = weight.shape
+    x = _pad2d(x, _padding(padding), 0.0)
+    cols = ops.unfold(x, (kh, kw), _pair(stride), _pair(dilation))  # N, C, OH, OW, KH, KW
+    oh, ow = cols.shape[2:4]
+    w = ops.reshape(weight, (o, cg * kh * kw))
+    if groups == 1:
+        rows = ops.reshape(ops.transpose(cols, (0, 2, 3, 1, 4, 5)), (n * oh * ow, c * kh * kw))
+        y = ops.matmul(rows, ops.transpose(w))  # N*OH*OW, O
+        y = ops.transpose(ops.reshape(y, (n, oh, ow, o)), (0, 3, 1, 2))
+    else:
+        g, og = groups, o // groups
+        cols = ops.reshape(cols, (n, g, cg, oh, ow, kh, kw))
+        rows = ops.reshape(ops.transpose(cols, (1, 0, 3, 4, 2, 5, 6)),
+                           (g, n * oh * ow, cg * kh * kw))
+        wg = ops.transpose(ops.reshape(w, (g, og, cg * kh * kw)), (0, 2, 1))
+        y = ops.matmul(rows, wg)  # G, N*OH*OW, O/G
+        y = ops.transpose(ops.reshape(y, (g, n, oh, ow, og)), (1, 0, 4, 2, 3))
+        y = ops.reshape(y, (n, o, oh, ow))
+    if bias is not None:
+        y = ops.add(y, ops.reshape(bias, (o, 1, 1)))
+    return y
+
+
+def max_pool2d(x: Any, kernel: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0) -> Any:
+    """Max over windows (padding counts as -inf), as unfold + max."""
+    kernel = _pair(kernel)
+    x = _pad2d(x, _padding(padding), -np.inf)
+    cols = ops.unfold(x, kernel, _pair(stride if stride is not None else kernel))
+    return ops.max(cols, axis=(-2, -1))
+
+
+def avg_pool2d(x: Any, kernel: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0) -> Any:
+    """Mean over windows (padding counts as zeros; the divisor is always kh*kw), as unfold + sum
+    and a scale."""
+    kernel = _pair(kernel)
+    x = _pad2d(x, _padding(padding), 0.0)
+    cols = ops.unfold(x, kernel, _pair(stride if stride is not None else kernel))
+    return ops.divide(ops.sum(cols, axis=(-2, -1)), float(kernel[0] * kernel[1]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Losses
+
+
+def mse(prediction: Any, target: Any) -> Any:
+    """Mean squared error over all elements."""
+    return ops.mean(ops.square(ops.subtract(prediction, target)))
+
+
+def softmax_cross_entropy(logits: Any, one_hot_labels: Any) -> Any:
+    """Mean over the batch of -sum(labels * log_softmax(logits)) over the last axis."""
+    per_example = ops.sum(ops.multiply(one_hot_labels, ops.log_softmax(logits)), axis=-1)
+    return ops.negative(ops.mean(per_example))

@@ -1,0 +1,261 @@
+"""`tapeml.trace`: a Python function becomes a `Program`, a tape function anyone can print,
+parse and run.
+
+The function's argument and result pytrees survive as data on the `func.func`: each argument and
+result carries its path (`tapeml.name = "params.lin1.W"`), and the two tree structures are stored
+as `tapeml.in_tree` / `tapeml.out_tree`, so a printed program parses back into the same callable.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects import builtin, func
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
+from xdsl.ir import Block, Region
+from xdsl.parser import Parser
+
+from tapeml.dialects import tape
+from tapeml.errors import TracingError
+from tapeml.frontend.pytree import LEAF, TreeDef, flatten, leaf_paths, unflatten
+from tapeml.frontend.trace import Tracer, as_array, at_user_line, new_trace
+from tapeml.interpreters import interpret
+
+NAME_ATTR = "tapeml.name"
+IN_TREE_ATTR = "tapeml.in_tree"
+OUT_TREE_ATTR = "tapeml.out_tree"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A shape and dtype standing for an array: what `trace` and `eval_shape` need, no data."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype = np.dtype(np.float32)
+
+    def __init__(self, shape: Any, dtype: Any = np.float32) -> None:
+        shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        object.__setattr__(self, "dtype", np.dtype(dtype))
+
+    @classmethod
+    def of(cls, x: Any) -> Spec:
+        if isinstance(x, Spec):
+            return x
+        if isinstance(x, Tracer):
+            return cls(x.shape, x.dtype)
+        array = as_array(x)
+        return cls(array.shape, array.dtype)
+
+    def __repr__(self) -> str:
+        return f"Spec({self.shape}, {self.dtype.name})"
+
+
+def _ssa_name(path: str) -> str | None:
+    name = re.sub(r"[^\w$.-]", "_", path)
+    return name if re.fullmatch(r"[A-Za-z_$.-][\w$.-]*", name) else None
+
+
+def _argument_paths(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
+    """A path per leaf of (args, kwargs), starting from the parameter names of `fn`."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [p.name for p in params
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    paths: list[str] = []
+    for i, arg in enumerate(args):
+        name = positional[i] if i < len(positional) else f"arg{i}"
+        paths += leaf_paths(flatten(arg)[1], name)
+    for key in sorted(kwargs):
+        paths += leaf_paths(flatten(kwargs[key])[1], key)
+    return paths
+
+
+def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
+    """Run `fn` once on tracers shaped like the example arguments and record its tape program.
+
+    Arguments and results are pytrees (tuples, lists, dicts, None) of numpy arrays, Python
+    floats or `Spec`s. Arrays `fn` reads from its enclosing scope become `tape.constant` ops.
+    """
+    leaves, in_tree = flatten((example_args, example_kwargs))
+    paths = _argument_paths(fn, example_args, example_kwargs)
+    specs = []
+    for path, leaf in zip(paths, leaves, strict=True):
+        if leaf is not None and not isinstance(leaf, Spec | np.ndarray | np.generic | float | int):
+            raise TracingError(f"trace: argument `{path}` is a {type(leaf).__name__}; arguments "
+                               "must be arrays, floats or tapeml.Spec (close over anything else)")
+        specs.append(Spec.of(leaf))
+    block = Block(arg_types=[tape.tensor_type(s.shape, s.dtype) for s in specs])
+    for arg, path in zip(block.args, paths, strict=True):
+        arg.name_hint = _ssa_name(path)
+    with new_trace(block) as tr:
+        tracers = [Tracer(a, tr) for a in block.args]
+        args, kwargs = unflatten(in_tree, tracers)
+        out = fn(*args, **kwargs)
+        out_leaves, out_tree = flatten(out)
+        results = [tr.operand(_checked_result(x, p))
+                   for x, p in zip(out_leaves, leaf_paths(out_tree, "result"), strict=True)]
+    block.add_op(func.ReturnOp(*results))
+    name = _ssa_name(getattr(fn, "__name__", "f")) or "f"
+    f = func.FuncOp(name, ([a.type for a in block.args], [r.type for r in results]),
+                    Region(block),
+                    arg_attrs=_names(paths), res_attrs=_names(leaf_paths(out_tree, "result")))
+    f.attributes[IN_TREE_ATTR] = StringAttr(in_tree.to_text())
+    f.attributes[OUT_TREE_ATTR] = StringAttr(out_tree.to_text())
+    module = ModuleOp([f])
+    module.verify()
+    return Program(module)
+
+
+def _checked_result(x: Any, path: str) -> Any:
+    if isinstance(x, Tracer | np.ndarray | np.generic | float | int):
+        return x
+    raise TracingError(at_user_line(f"trace: result `{path}` is a {type(x).__name__}; results "
+                                    "must be arrays or tracers"))
+
+
+def _names(paths: Any) -> ArrayAttr:
+    return ArrayAttr([DictionaryAttr({NAME_ATTR: StringAttr(p)}) for p in paths])
+
+
+def eval_shape(fn: Callable, *specs: Any, **kwspecs: Any) -> Any:
+    """The output pytree of `fn` as `Spec`s, found by tracing, without computing anything."""
+    return trace(fn, *specs, **kwspecs).shapes
+
+
+def _context() -> Context:
+    ctx = Context()
+    for dialect in (builtin.Builtin, func.Func, tape.Tape):
+        ctx.load_dialect(dialect)
+    return ctx
+
+
+class Program:
+    """A traced (or parsed) tape function: print it, run it, ask its shapes."""
+
+    def __init__(self, module: ModuleOp, name: str | None = None) -> None:
+        functions = [op for op in module.ops if isinstance(op, func.FuncOp)]
+        if not functions:
+            raise ValueError("the module holds no func.func")
+        self.module = module
+        self.function = next((f for f in functions if f.sym_name.data == name), functions[0])
+        n_in = len(self.function.function_type.inputs)
+        n_out = len(self.function.function_type.outputs)
+        self.in_tree = self._tree(IN_TREE_ATTR, TreeDef(
+            "tuple", (0, 1), (TreeDef("tuple", tuple(range(n_in)), (LEAF,) * n_in),
+                              TreeDef("dict"))))
+        self.out_tree = self._tree(OUT_TREE_ATTR, LEAF if n_out == 1 else TreeDef(
+            "tuple", tuple(range(n_out)), (LEAF,) * n_out))
+
+    def _tree(self, attr: str, default: TreeDef) -> TreeDef:
+        stored = self.function.attributes.get(attr)
+        return TreeDef.from_text(stored.data) if isinstance(stored, StringAttr) else default
+
+    @classmethod
+    def parse(cls, text: str, name: str | None = None) -> Program:
+        """The program printed as `text` (its first function, or the one called `name`)."""
+        module = Parser(_context(), text, "program").parse_module()
+        module.verify()
+        return cls(module, name)
+
+    @property
+    def name(self) -> str:
+        return self.function.sym_name.data
+
+    def __str__(self) -> str:
+        return str(self.module)
+
+    def __repr__(self) -> str:
+        return f"<tapeml.Program @{self.name}: {self.in_tree} -> {self.out_tree}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on xDSL's interpreter; arguments must have the traced structure and shapes."""
+        leaves, tree = flatten((args, kwargs))
+        if tree != self.in_tree:
+            raise TypeError(f"@{self.name} was traced for arguments structured as "
+                            f"{self.in_tree}, got {tree}")
+        results = interpret(self.module, self.name, *leaves)
+        return unflatten(self.out_tree, list(results))
+
+    @property
+    def input_shapes(self) -> Any:
+        """The argument pytree (args, kwargs) as `Spec`s."""
+        return unflatten(self.in_tree, [_spec(t) for t in self.function.function_type.inputs])
+
+    @property
+    def shapes(self) -> Any:
+        """The output pytree as `Spec`s."""
+        return unflatten(self.out_tree, [_spec(t) for t in self.function.function_type.outputs])
+
+    def _paths(self, attrs: ArrayAttr | None, count: int, default: str) -> list[str]:
+        if attrs is None:
+            return [f"{default}{i}" for i in range(count)]
+        return [d.data[NAME_ATTR].data if NAME_ATTR in d.data else f"{default}{i}"
+                for i, d in enumerate(attrs.data)]
+
+    def summary(self) -> str:
+        """A table of op counts, parameter counts by name prefix, FLOPs and I/O bytes."""
+        f = self.function
+        ops = [op for op in f.walk() if isinstance(op, tape.TapeOp)]
+        counts = Counter(op.name for op in ops)
+        flops: defaultdict[str, int] = defaultdict(int)
+        for op in ops:
+            flops[op.name] += op_flops(op)
+        inputs = list(f.function_type.inputs)
+        outputs = list(f.function_type.outputs)
+        in_paths = self._paths(f.arg_attrs, len(inputs), "arg")
+        params: defaultdict[str, int] = defaultdict(int)
+        for path, t in zip(in_paths, inputs, strict=True):
+            params[path.rsplit(".", 1)[0] if "." in path else path] += _numel(t)
+        lines = [f"program @{self.name}: {len(ops)} tape ops, "
+                 f"{sum(flops.values()):,} FLOPs"]
+        lines.append(f"  {'op':<18}{'count':>7}{'FLOPs':>16}")
+        for name in sorted(counts):
+            lines.append(f"  {name:<18}{counts[name]:>7}{flops[name]:>16,}")
+        lines.append(f"  {'parameters':<18}{'':>7}{'elements':>16}")
+        for prefix in sorted(params):
+            lines.append(f"  {prefix:<18}{'':>7}{params[prefix]:>16,}")
+        lines.append(f"  inputs {_bytes(inputs):,} bytes, outputs {_bytes(outputs):,} bytes")
+        return "\n".join(lines)
+
+
+def _spec(t: Any) -> Spec:
+    return Spec(t.get_shape(), tape.dtype_of(t))
+
+
+def _numel(t: TensorType) -> int:
+    return math.prod(t.get_shape())
+
+
+def _bytes(types: list[Any]) -> int:
+    return sum(_numel(t) * tape.dtype_of(t).itemsize for t in types)
+
+
+def op_flops(op: tape.TapeOp) -> int:
+    """Floating-point operations of one op: a multiply-add counts two; elementwise ops count one
+    per result element; reductions one per input element; layout ops none."""
+    out = _numel(op.results[0].type)
+    if isinstance(op, tape.MatmulOp):
+        return 2 * out * op.lhs.type.get_shape()[-1]
+    if isinstance(op, tape.Conv2dOp):
+        _, cg, kh, kw = op.weight.type.get_shape()
+        return 2 * out * cg * kh * kw
+    if isinstance(op, tape.MaxPool2dOp | tape.AvgPool2dOp):
+        kh, kw = op.params["kernel"]
+        return out * kh * kw
+    if isinstance(op, tape.SumOp | tape.MaxOp | tape.FoldOp):
+        return _numel(op.operands[0].type)
+    if isinstance(op, (*tape.ELEMENTWISE_BINARY, *tape.ELEMENTWISE_UNARY, tape.CmpOp,
+                       tape.SelectOp)):
+        return out
+    return 0

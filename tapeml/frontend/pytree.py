@@ -1,0 +1,124 @@
+"""Pytrees: nested tuples, lists, dicts and None, with arrays (or anything else) at the leaves.
+
+As in JAX, dict children are ordered by sorted key, None is an empty node (not a leaf), and a
+`TreeDef` is hashable, comparable and printable as a Python literal (traced functions store it).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TreeDef:
+    """The structure of a pytree: `kind` is "leaf", "none", "tuple", "list" or "dict"."""
+
+    kind: str
+    keys: tuple[Any, ...] = ()
+    children: tuple[TreeDef, ...] = ()
+
+    @property
+    def num_leaves(self) -> int:
+        if self.kind == "leaf":
+            return 1
+        return sum(c.num_leaves for c in self.children)
+
+    def to_text(self) -> str:
+        """A Python literal of the structure with `...` at the leaves:
+        `(({'W': ..., 'b': ...},), {})`; `from_text` reads it back."""
+        return str(self)
+
+    @classmethod
+    def from_text(cls, text: str) -> TreeDef:
+        return flatten(ast.literal_eval(text))[1]
+
+    def __str__(self) -> str:
+        if self.kind == "leaf":
+            return "..."
+        if self.kind == "none":
+            return "None"
+        inner = [str(c) for c in self.children]
+        if self.kind == "dict":
+            return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(self.keys, inner,
+                                                                   strict=True)) + "}"
+        if self.kind == "tuple":
+            return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+        return "[" + ", ".join(inner) + "]"
+
+
+LEAF = TreeDef("leaf")
+
+
+def _children(tree: Any) -> tuple[str, tuple[Any, ...], tuple[Any, ...]] | None:
+    if tree is None:
+        return "none", (), ()
+    if isinstance(tree, tuple) and not hasattr(tree, "_fields"):
+        return "tuple", tuple(range(len(tree))), tree
+    if isinstance(tree, list):
+        return "list", tuple(range(len(tree))), tuple(tree)
+    if isinstance(tree, dict):
+        keys = tuple(sorted(tree))
+        return "dict", keys, tuple(tree[k] for k in keys)
+    return None
+
+
+def flatten(tree: Any) -> tuple[list[Any], TreeDef]:
+    """The leaves of `tree` in order, and its structure."""
+    leaves: list[Any] = []
+
+    def walk(node: Any) -> TreeDef:
+        parts = _children(node)
+        if parts is None:
+            leaves.append(node)
+            return LEAF
+        kind, keys, children = parts
+        return TreeDef(kind, keys, tuple(walk(c) for c in children))
+
+    return leaves, walk(tree)
+
+
+def unflatten(treedef: TreeDef, leaves: list[Any] | tuple[Any, ...]) -> Any:
+    """The pytree of structure `treedef` holding `leaves`, in order."""
+    items = iter(leaves)
+
+    def build(node: TreeDef) -> Any:
+        if node.kind == "leaf":
+            return next(items)
+        if node.kind == "none":
+            return None
+        children = [build(c) for c in node.children]
+        if node.kind == "dict":
+            return dict(zip(node.keys, children, strict=True))
+        return tuple(children) if node.kind == "tuple" else children
+
+    tree = build(treedef)
+    if next(items, _END) is not _END:
+        raise ValueError(f"too many leaves for the structure {treedef}")
+    return tree
+
+
+_END = object()
+
+
+def leaf_paths(treedef: TreeDef, prefix: str = "") -> Iterator[str]:
+    """A dotted path per leaf, in leaf order: `params.lin1.W`, `layers.0.b`."""
+    if treedef.kind == "leaf":
+        yield prefix
+        return
+    for key, child in zip(treedef.keys, treedef.children, strict=True):
+        yield from leaf_paths(child, f"{prefix}.{key}" if prefix else str(key))
+
+
+def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
+    """Apply `fn` leafwise to `tree` and the trees in `rest` (which share its structure)."""
+    leaves, treedef = flatten(tree)
+    others = []
+    for other in rest:
+        other_leaves, other_def = flatten(other)
+        if other_def != treedef:
+            raise ValueError(f"tree structures differ: {treedef} and {other_def}")
+        others.append(other_leaves)
+    return unflatten(treedef, [fn(*xs) for xs in zip(leaves, *others, strict=True)])

@@ -1,0 +1,215 @@
+"""Tracing: tracers stand in for arrays, and every primitive call records one tape op.
+
+`bind(Op, *operands, **params)` is the one place a primitive is applied. Outside a trace it
+computes eagerly with the op's numpy semantics (after the same shape rule); inside a trace it
+builds the op with the xDSL builder and returns a `Tracer` for its result. Either way a broken
+shape rule is a `ShapeError` that names the user's source line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from xdsl.builder import Builder, InsertPoint
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr, TensorType
+from xdsl.ir import Block, SSAValue
+
+import tapeml
+from tapeml.dialects import tape
+from tapeml.dialects.base import TapeOp
+from tapeml.errors import ShapeError, TracingError
+from tapeml.interpreters.tape import evaluate
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(tapeml.__file__))
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    filename: str
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        where = f"{self.filename}:{self.line}"
+        return f"{where}: {self.text}" if self.text else where
+
+
+def user_frame() -> SourceLine | None:
+    """The innermost stack frame outside the tapeml package: the user's line."""
+    import linecache
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_PACKAGE_DIR + os.sep):
+            text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+            return SourceLine(frame.f_code.co_filename, frame.f_lineno, text)
+        frame = frame.f_back
+    return None
+
+
+def at_user_line(message: str) -> str:
+    where = user_frame()
+    return f"{message}\n  at {where}" if where else message
+
+
+@dataclass(eq=False)
+class Trace:
+    """One function being traced: its block, where ops go, and which tracers are live."""
+
+    block: Block
+    builder: Builder = field(init=False)
+    active: bool = True
+
+    def __post_init__(self) -> None:
+        self.builder = Builder(InsertPoint.at_end(self.block))
+
+    def insert(self, op: TapeOp) -> Tracer:
+        where = user_frame()
+        if where is not None:
+            op.location = FileLineColLoc(StringAttr(where.filename), IntAttr(where.line),
+                                         IntAttr(0))
+        self.builder.insert(op)
+        return Tracer(op.results[0], self)
+
+    def operand(self, x: Any) -> SSAValue:
+        """The SSA value standing for `x` in this trace: a tracer's own, or a constant."""
+        if isinstance(x, Tracer):
+            if x.trace is not self or not self.active:
+                raise TracingError(at_user_line(
+                    "a tracer from another (or a finished) trace was used here; return it "
+                    "from the traced function instead of keeping it"))
+            return x.value
+        return self.insert(tape.ConstantOp.build(value=as_array(x))).value
+
+
+_TRACES: list[Trace] = []
+
+
+@contextmanager
+def new_trace(block: Block) -> Iterator[Trace]:
+    trace = Trace(block)
+    _TRACES.append(trace)
+    try:
+        yield trace
+    finally:
+        trace.active = False
+        _TRACES.pop()
+
+
+def as_array(x: Any) -> np.ndarray:
+    """`x` as a float32/float64 numpy array (python scalars become float32)."""
+    if isinstance(x, Tracer):
+        raise TracingError(at_user_line("a tracer cannot be turned into an array"))
+    if isinstance(x, np.ndarray | np.generic):
+        array = np.asarray(x)
+    elif isinstance(x, bool | int | float):
+        array = np.asarray(x, dtype=np.float32)
+    else:
+        array = np.asarray(x)
+        if array.dtype.kind in "iub":
+            array = array.astype(np.float32)
+    if array.dtype not in (np.float32, np.float64):
+        raise ShapeError(at_user_line(f"tape tensors hold float32 or float64, got {array.dtype}"))
+    return array
+
+
+def _type_of(x: Any) -> TensorType:
+    if isinstance(x, Tracer):
+        return x.value.type
+    return tape.tensor_type(x.shape, x.dtype)
+
+
+def bind(op_type: type[TapeOp], *operands: Any, **params: Any) -> Any:
+    """Apply a primitive: record it under a trace, or compute it on arrays."""
+    trace = next((x.trace for x in operands if isinstance(x, Tracer)), None)
+    if trace is None:
+        arrays = [as_array(x) for x in operands]
+        try:
+            params = op_type.normalize([_type_of(a) for a in arrays], params)
+            op_type.infer(*(_type_of(a) for a in arrays), **params)
+        except ShapeError as error:
+            raise ShapeError(at_user_line(str(error))) from None
+        return evaluate(op_type, *arrays, **params)
+    values = [trace.operand(x) for x in operands]
+    try:
+        op = op_type.build(*values, **params)
+    except ShapeError as error:
+        raise ShapeError(at_user_line(str(error))) from None
+    return trace.insert(op)
+
+
+class Tracer:
+    """Stands for an array while a function is traced: it has a shape and a dtype, no values."""
+
+    __slots__ = ("trace", "value")
+    __array_priority__ = 1000  # numpy defers `array + tracer` to Tracer.__radd__
+
+    def __init__(self, value: SSAValue, trace: Trace) -> None:
+        self.value = value
+        self.trace = trace
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.value.type.get_shape()
+
+    @property
+    def dtype(self) -> np.dtype:
+        return tape.dtype_of(self.value.type)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a rank-0 tracer")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"Tracer({self.value.type})"
+
+    # -- reading a value is what a trace cannot do -------------------------------------------
+
+    def _no_value(self, what: str) -> TracingError:
+        return TracingError(at_user_line(
+            f"{what} needs the value of a {self.value.type} tracer, which a trace does not "
+            f"have; use tapeml.where / tapeml.maximum for data-dependent choices, or compute "
+            f"it outside the traced function"))
+
+    def __bool__(self) -> bool:
+        raise self._no_value("bool() (an `if`, `and`, `or` or `while` on a tracer)")
+
+    def __float__(self) -> float:
+        raise self._no_value("float()")
+
+    def __int__(self) -> int:
+        raise self._no_value("int()")
+
+    def __index__(self) -> int:
+        raise self._no_value("using a tracer as an index")
+
+    def __complex__(self) -> complex:
+        raise self._no_value("complex()")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise self._no_value("np.asarray()")
+
+    def tolist(self) -> list:
+        raise self._no_value("tolist()")
+
+    def item(self) -> float:
+        raise self._no_value("item()")
+
+    def __hash__(self) -> int:
+        return id(self)
