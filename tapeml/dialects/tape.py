@@ -83,6 +83,13 @@ def _float(op: str, t: Attribute, role: str = "operand") -> TensorType:
     return t
 
 
+def _any(op: str, t: Attribute, role: str = "operand") -> TensorType:
+    """`t` as a statically shaped tensor of f32, f64 or i1 (what layout ops move around)."""
+    if isinstance(t, TensorType) and t.get_element_type() == i1:
+        return _bool(op, t, role)
+    return _float(op, t, role + " (f32, f64 or i1)")
+
+
 def _bool(op: str, t: Attribute, role: str) -> TensorType:
     ok = isinstance(t, TensorType) and t.get_element_type() == i1
     if not ok or any(d < 0 for d in t.get_shape()):
@@ -374,7 +381,7 @@ class BroadcastOp(TapeOp):
 
     @classmethod
     def infer(cls, input: Attribute, *, shape: Sequence[int]) -> Attribute:
-        t = _float(cls.name, input)
+        t = _any(cls.name, input)
         src, dst = t.get_shape(), tuple(shape)
         ok = len(src) <= len(dst) and all(
             s in (1, d) for s, d in zip(src[::-1], dst[::-1], strict=False)
@@ -409,7 +416,7 @@ class ReshapeOp(TapeOp):
 
     @classmethod
     def infer(cls, input: Attribute, *, shape: Sequence[int]) -> Attribute:
-        t = _float(cls.name, input)
+        t = _any(cls.name, input)
         _check(all(d >= 0 for d in shape) and math.prod(shape) == math.prod(t.get_shape()),
                cls.name, f"cannot reshape {t} ({math.prod(t.get_shape())} elements) "
                f"to shape {list(shape)}")
@@ -440,7 +447,7 @@ class PermuteOp(TapeOp):
 
     @classmethod
     def infer(cls, input: Attribute, *, perm: Sequence[int]) -> Attribute:
-        t = _float(cls.name, input)
+        t = _any(cls.name, input)
         shape = t.get_shape()
         _check(sorted(perm) == list(range(len(shape))), cls.name,
                f"perm {list(perm)} is not a permutation of the {len(shape)} dims of {t}")
@@ -491,7 +498,7 @@ class SliceOp(TapeOp):
     @classmethod
     def infer(cls, input: Attribute, *, start: Sequence[int], stop: Sequence[int],
               step: Sequence[int]) -> Attribute:
-        t = _float(cls.name, input)
+        t = _any(cls.name, input)
         shape = t.get_shape()
         _ints(cls.name, "start", start, len(shape), 0)
         _ints(cls.name, "stop", stop, len(shape), 0)
@@ -603,7 +610,7 @@ class ConcatOp(TapeOp):
     @classmethod
     def infer(cls, *inputs: Attribute, axis: int) -> Attribute:
         _check(len(inputs) >= 1, cls.name, "needs at least one operand")
-        types = [_float(cls.name, t) for t in inputs]
+        types = [_any(cls.name, t) for t in inputs]
         _same_element(cls.name, types)
         rank = types[0].get_num_dims()
         _check(0 <= axis < rank, cls.name, f"axis {axis} is out of range for {types[0]}")

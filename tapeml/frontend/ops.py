@@ -128,10 +128,13 @@ def where(cond: Array, x: Any, y: Any) -> Array:
 
 
 def astype(x: Any, dtype: Any) -> Array:
-    """`x` converted to float32 or float64."""
+    """`x` converted to float32 or float64 (booleans become 1.0 and 0.0)."""
     x = _lift(x)
     if np.dtype(x.dtype) == np.dtype(dtype):
         return x
+    if np.dtype(x.dtype) == np.bool_:
+        one = np.ones((), dtype)
+        return where(x, one, np.zeros((), dtype))
     return bind(tape.CastOp, x, dtype=np.dtype(dtype))
 
 

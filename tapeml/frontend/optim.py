@@ -68,12 +68,11 @@ def adam(learning_rate: float, b1: float = 0.9, b2: float = 0.999, eps: float = 
         v = tree_map(lambda v, g: ops.add(ops.multiply(v, b2), ops.multiply(ops.square(g),
                                                                           1 - b2)),
                      state["v"], grads)
-        scale_m = ops.subtract(1.0, ops.power(np.float32(b1), step))
-        scale_v = ops.subtract(1.0, ops.power(np.float32(b2), step))
 
         def step_param(p: Any, m: Any, v: Any) -> Any:
-            m_hat = ops.divide(m, ops.astype(scale_m, p.dtype))
-            v_hat = ops.divide(v, ops.astype(scale_v, p.dtype))
+            t = ops.astype(step, p.dtype)  # bias corrections in the parameter's own precision
+            m_hat = ops.divide(m, ops.subtract(1.0, ops.power(np.asarray(b1, p.dtype), t)))
+            v_hat = ops.divide(v, ops.subtract(1.0, ops.power(np.asarray(b2, p.dtype), t)))
             return ops.subtract(p, ops.multiply(
                 ops.divide(m_hat, ops.add(ops.sqrt(v_hat), eps)), learning_rate))
 

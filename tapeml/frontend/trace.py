@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.builder import Builder, InsertPoint
-from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr, TensorType
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr, TensorType, i1
 from xdsl.ir import Block, SSAValue
 
 import tapeml
@@ -86,7 +86,11 @@ class Trace:
                     "a tracer from another (or a finished) trace was used here; return it "
                     "from the traced function instead of keeping it"))
             return x.value
-        return self.insert(tape.ConstantOp.build(value=as_array(x))).value
+        array = as_array(x)
+        if array.dtype == np.bool_:
+            raise ShapeError(at_user_line("a boolean array from outside the traced function "
+                                          "cannot be captured; pass it as a float mask"))
+        return self.insert(tape.ConstantOp.build(value=array)).value
 
 
 _TRACES: list[Trace] = []
@@ -104,7 +108,7 @@ def new_trace(block: Block) -> Iterator[Trace]:
 
 
 def as_array(x: Any) -> np.ndarray:
-    """`x` as a float32/float64 numpy array (python scalars become float32)."""
+    """`x` as a float32/float64 (or boolean) numpy array; python scalars become float32."""
     if isinstance(x, Tracer):
         raise TracingError(at_user_line("a tracer cannot be turned into an array"))
     if isinstance(x, np.ndarray | np.generic):
@@ -115,7 +119,7 @@ def as_array(x: Any) -> np.ndarray:
         array = np.asarray(x)
         if array.dtype.kind in "iub":
             array = array.astype(np.float32)
-    if array.dtype not in (np.float32, np.float64):
+    if array.dtype not in (np.float32, np.float64, np.bool_):
         raise ShapeError(at_user_line(f"tape tensors hold float32 or float64, got {array.dtype}"))
     return array
 
@@ -123,6 +127,8 @@ def as_array(x: Any) -> np.ndarray:
 def _type_of(x: Any) -> TensorType:
     if isinstance(x, Tracer):
         return x.value.type
+    if x.dtype == np.bool_:
+        return TensorType(i1, x.shape)
     return tape.tensor_type(x.shape, x.dtype)
 
 

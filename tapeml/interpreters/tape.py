@@ -41,7 +41,9 @@ for _op, _fn in {
     tape.DivOp: np.divide,
     tape.MaximumOp: np.maximum,
     tape.MinimumOp: np.minimum,
-    tape.PowOp: np.power,
+    # numpy takes a fast path (x*x, sqrt, ...) for some exponents given as a broadcast scalar;
+    # contiguous operands pin pow to its general algorithm, whatever the layout
+    tape.PowOp: lambda x, y: np.power(np.ascontiguousarray(x), np.ascontiguousarray(y)),
     tape.NegOp: np.negative,
     tape.ExpOp: np.exp,
     tape.LogOp: np.log,

@@ -1,0 +1,267 @@
+"""Tracing: programs, pytrees and names, data-free tracers, located errors, eager == traced."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import tapeml
+from tapeml import Spec, nn, ops
+
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def this_line(offset: int = 0) -> str:
+    """`test_trace.py:<line>` of the caller's line plus `offset`."""
+    frame = inspect.currentframe().f_back
+    return f"test_trace.py:{frame.f_lineno + offset}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Programs
+
+
+def two_layer(params, x):
+    h = tapeml.tanh(x @ params["lin1"]["W"] + params["lin1"]["b"])
+    return h @ params["lin2"]["W"] + params["lin2"]["b"]
+
+
+def test_traced_program_runs_like_the_function():
+    params = nn.mlp_init(RNG, [3, 5, 2])
+    x = rand(4, 3)
+    program = tapeml.trace(two_layer, params, x)
+    expected = np.tanh(x @ params["lin1"]["W"] + params["lin1"]["b"]) @ params["lin2"]["W"] \
+        + params["lin2"]["b"]
+    np.testing.assert_allclose(program(params, x), expected, rtol=1e-6)
+    assert [op.name for op in program.function.body.ops] == [
+        "tape.matmul", "tape.broadcast", "tape.add", "tape.tanh", "tape.matmul",
+        "tape.broadcast", "tape.add", "func.return"]
+
+
+def test_printed_program_parses_back_to_the_same_callable():
+    params = nn.mlp_init(RNG, [3, 5, 2])
+    x = rand(4, 3)
+    program = tapeml.trace(two_layer, params, x)
+    again = tapeml.Program.parse(str(program))
+    assert str(again) == str(program)
+    np.testing.assert_array_equal(again(params, x), program(params, x))
+    assert again.in_tree == program.in_tree and again.out_tree == program.out_tree
+
+
+def test_names_survive_as_attributes_and_value_names():
+    params = nn.mlp_init(RNG, [3, 5, 2])
+    text = str(tapeml.trace(two_layer, params, rand(4, 3)))
+    assert '%params.lin1.W: tensor<3x5xf32> {tapeml.name = "params.lin1.W"}' in text
+    assert '%x: tensor<4x3xf32> {tapeml.name = "x"}' in text
+    assert '-> (tensor<4x2xf32> {tapeml.name = "result"})' in text
+
+
+def test_pytrees_in_and_out_with_none_leaves():
+    def fn(batch, scale=None, extra=None):
+        a, (b, c) = batch["pair"]
+        return {"sum": a + b, "parts": [c * 2.0, None], "none": None}
+
+    batch = {"pair": (rand(2), (rand(2), rand(3)))}
+    program = tapeml.trace(fn, batch)
+    out = program(batch)
+    assert set(out) == {"sum", "parts", "none"} and out["none"] is None
+    assert out["parts"][1] is None
+    np.testing.assert_array_equal(out["sum"], batch["pair"][0] + batch["pair"][1][0])
+    np.testing.assert_array_equal(out["parts"][0], batch["pair"][1][1] * 2)
+    text = str(program)
+    for name in ("batch.pair.0", "batch.pair.1.0", "batch.pair.1.1", "result.sum",
+                 "result.parts.0"):
+        assert f'tapeml.name = "{name}"' in text
+    with pytest.raises(TypeError, match="traced for arguments structured as"):
+        program({"pair": (rand(2), rand(2))})
+
+
+def test_keyword_arguments_are_traced_by_name():
+    program = tapeml.trace(lambda x, *, w: x * w, rand(3), w=rand(3))
+    assert 'tapeml.name = "w"' in str(program)
+    x, w = rand(3), rand(3)
+    np.testing.assert_array_equal(program(x, w=w), x * w)
+
+
+def test_captured_arrays_become_constants():
+    table = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+    program = tapeml.trace(lambda x: x + table, rand(2, 3))
+    assert "tape.constant dense<[[0.000000e+00, 1.000000e+00, 2.000000e+00]" in str(program)
+    x = rand(2, 3)
+    np.testing.assert_array_equal(program(x), x + table)
+
+
+def test_python_floats_are_rank0_float32_arguments_and_weak_scalars():
+    program = tapeml.trace(lambda x, s: x * s + 1.0, rand(3, dtype=np.float64), 2.0)
+    assert program.input_shapes == ((Spec((3,), np.float64), Spec((), np.float32)), {})
+    # the float64 array wins; the Python constant 1.0 takes its dtype
+    assert program.shapes == Spec((3,), np.float64)
+
+
+def test_eval_shape_and_shapes():
+    def fn(x, y):
+        return {"mm": x @ y, "s": tapeml.sum(x, axis=0)}
+
+    shapes = tapeml.eval_shape(fn, Spec((2, 3)), Spec((3, 4), np.float32))
+    assert shapes == {"mm": Spec((2, 4)), "s": Spec((3,))}
+
+
+def test_summary_counts_ops_parameters_flops_and_bytes():
+    params = nn.mlp_init(RNG, [3, 5, 2])
+    summary = tapeml.trace(two_layer, params, rand(4, 3)).summary()
+    rows = {line.split()[0]: line.split()[1:] for line in summary.splitlines()[2:-1]}
+    assert summary.startswith("program @two_layer: 7 tape ops, 248 FLOPs")
+    assert rows["tape.matmul"] == ["2", "200"]  # 2*4*3*5 + 2*4*5*2
+    assert rows["tape.tanh"] == ["1", "20"]
+    assert rows["params.lin1"] == ["20"] and rows["params.lin2"] == ["12"]
+    assert summary.endswith("inputs 176 bytes, outputs 32 bytes")
+
+
+# ----------------------------------------------------------------------------------------------
+# Tracers have no data; errors point at the user's line
+
+
+@pytest.mark.parametrize(
+    ("fn", "what"),
+    [
+        (lambda x: bool(x), "bool()"),
+        (lambda x: float(x), "float()"),
+        (lambda x: np.asarray(x), "np.asarray()"),
+        (lambda x: x * 2 if x > 0 else x, "bool()"),
+        (lambda x: x[int(x)], "int()"),
+    ],
+)
+def test_reading_a_tracer_value_is_a_tracing_error_at_the_users_line(fn, what):
+    with pytest.raises(tapeml.TracingError) as error:
+        tapeml.trace(fn, np.float32(1.0))
+    message = str(error.value)
+    assert what in message
+    assert "test_trace.py:" in message and "lambda x:" in message
+
+
+def test_shape_errors_name_the_op_the_shapes_and_the_users_line():
+    def bad(x, w):
+        return x @ w  # the line the error must name
+
+    with pytest.raises(tapeml.ShapeError) as error:
+        tapeml.trace(bad, rand(2, 3), rand(4, 5))
+    message = str(error.value)
+    assert "tape.matmul: contraction dims differ: tensor<2x3xf32> has 3 columns" in message
+    assert "test_trace.py:" in message and "return x @ w  # the line the error must name" in \
+        message
+
+
+def test_broadcast_errors_are_located_too():
+    with pytest.raises(tapeml.ShapeError, match=r"shapes \(2, 3\), \(4,\) cannot be broadcast"
+                       r"(.|\n)*test_trace.py"):
+        tapeml.trace(lambda x, y: x + y, rand(2, 3), rand(4))
+
+
+def test_a_leaked_tracer_is_an_error():
+    leaked = []
+    tapeml.trace(lambda x: leaked.append(x) or x, rand(2))
+    with pytest.raises(tapeml.TracingError, match="another \\(or a finished\\) trace"):
+        tapeml.trace(lambda y: y + leaked[0], rand(2))
+
+
+def test_non_array_arguments_are_rejected_clearly():
+    with pytest.raises(tapeml.TracingError, match="argument `mode` is a str"):
+        tapeml.trace(lambda x, mode: x, rand(2), "train")
+
+
+def test_eager_shape_errors_are_located():
+    with pytest.raises(tapeml.ShapeError, match="tape.matmul(.|\n)*test_trace.py"):
+        ops.matmul(rand(2, 3), rand(4, 5))
+
+
+# ----------------------------------------------------------------------------------------------
+# Eager and traced agree bit for bit
+
+
+def _composites():
+    x, y = rand(3, 4), rand(3, 4)
+    m, v = rand(4, 5), rand(4)
+    img = rand(2, 3, 7, 6)
+    w = rand(4, 3, 3, 2)
+    wg = rand(6, 1, 3, 3)
+    pos = np.abs(rand(3, 4)) + 0.5
+    return [
+        ("add", lambda a, b: ops.add(a, b), (x, y)),
+        ("sub_scalar", lambda a: ops.subtract(2.0, a), (x,)),
+        ("mul_bcast", lambda a, b: ops.multiply(a, b), (x, v)),
+        ("div", lambda a, b: ops.divide(a, b), (x, pos)),
+        ("pow", lambda a: ops.power(a, 2.0), (pos,)),
+        ("neg", ops.negative, (x,)),
+        ("maximum", lambda a, b: ops.maximum(a, b), (x, y)),
+        ("minimum", lambda a, b: ops.minimum(a, b), (x, y)),
+        ("exp_log", lambda a: ops.log(ops.exp(a)), (x,)),
+        ("tanh", ops.tanh, (x,)),
+        ("sigmoid", ops.sigmoid, (x,)),
+        ("relu", ops.relu, (x,)),
+        ("sqrt", ops.sqrt, (pos,)),
+        ("abs", ops.abs, (x,)),
+        ("where", lambda a, b: ops.where(ops.greater(a, b), a, b), (x, y)),
+        ("compare", lambda a, b: ops.where(ops.less_equal(a, b), a, 0.0), (x, y)),
+        ("cast", lambda a: ops.multiply(ops.astype(a, np.float64), 3.0), (x,)),
+        ("reshape_transpose", lambda a: ops.transpose(ops.reshape(a, (2, 6))), (x,)),
+        ("getitem", lambda a: ops.getitem(ops.getitem(a, (slice(1, None), slice(None, None, 2))),
+                                             (None, Ellipsis, 0)), (x,)),
+        ("pad", lambda a: ops.pad(a, ((1, 0), (2, -1)), 0.5), (x,)),
+        ("concat_stack", lambda a, b: ops.stack([ops.concatenate([a, b], axis=1),
+                                                 ops.concatenate([b, a], axis=1)], axis=-1),
+         (x, y)),
+        ("sum", lambda a: ops.sum(a, axis=1), (x,)),
+        ("mean_keep", lambda a: ops.mean(a, axis=0, keepdims=True), (x,)),
+        ("max_min", lambda a: ops.subtract(ops.max(a), ops.min(a, axis=(0, 1))), (x,)),
+        ("softmax", lambda a: ops.softmax(a, axis=0), (x,)),
+        ("log_softmax", ops.log_softmax, (x,)),
+        ("logsumexp", lambda a: ops.logsumexp(a, axis=-1), (x,)),
+        ("matmul_vec", lambda a, b: ops.matmul(a, b), (m, rand(5))),
+        ("matmul_batched", ops.matmul, (rand(2, 3, 4), rand(2, 4, 5))),
+        ("matmul_bcast", ops.matmul, (rand(2, 3, 4), rand(4, 5))),
+        ("dot", lambda a, b: ops.dot(a, b), (v, v)),
+        ("unfold_fold", lambda a: ops.fold(ops.unfold(a, (3, 2), (2, 1)), (7, 6), (3, 2),
+                                           (2, 1)), (img,)),
+        ("conv2d", lambda a, k: nn.conv2d(a, k, stride=(2, 1), padding=(1, 0, 2, 1),
+                                          dilation=(1, 2)), (img, w)),
+        ("conv2d_depthwise", lambda a, k: nn.conv2d(
+            ops.concatenate([a, a], axis=1), k, groups=6, padding=1), (img, wg)),
+        ("max_pool", lambda a: nn.max_pool2d(a, 2, padding=1), (img,)),
+        ("avg_pool", lambda a: nn.avg_pool2d(a, (3, 2), stride=(2, 2)), (img,)),
+        ("mse", nn.mse, (x, y)),
+        ("xent", lambda a: nn.softmax_cross_entropy(a, np.eye(4, dtype=np.float32)[[0, 2, 1]]),
+         (x,)),
+    ]
+
+
+@pytest.mark.parametrize(("name", "fn", "args"), _composites(), ids=lambda v: v
+                         if isinstance(v, str) else "")
+def test_eager_and_traced_agree_bit_for_bit(name, fn, args):
+    eager = fn(*args)
+    traced = tapeml.trace(fn, *args)(*args)
+    assert isinstance(eager, np.ndarray)
+    assert eager.dtype == traced.dtype and eager.shape == traced.shape
+    np.testing.assert_array_equal(eager, traced)
+
+
+def test_operators_on_tracers_record_the_ops_functions():
+    def with_operators(a, b, v):
+        return (-(2.0 - a) * v / b) ** 2.0 @ (a.T > b.T)[..., :3].astype(np.float32) + a[0, :3]
+
+    def with_functions(a, b, v):
+        lhs = ops.power(ops.divide(ops.multiply(ops.negative(ops.subtract(2.0, a)), v), b), 2.0)
+        mask = ops.getitem(ops.greater(ops.transpose(a), ops.transpose(b)),
+                           (Ellipsis, slice(None, 3)))
+        row = ops.getitem(a, (0, slice(None, 3)))
+        return ops.add(ops.matmul(lhs, ops.astype(mask, np.float32)), row)
+
+    args = (rand(3, 4), rand(3, 4), rand(4))
+    assert str(tapeml.trace(with_operators, *args)).replace("with_operators", "f") == \
+        str(tapeml.trace(with_functions, *args)).replace("with_functions", "f")
