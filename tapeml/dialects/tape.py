@@ -330,8 +330,9 @@ def numpy_to_dense(array: np.ndarray) -> DenseIntOrFPElementsAttr:
     """A dense attribute holding `array` (a single value when every element is equal)."""
     t = tensor_type(array.shape, element_type(array.dtype))
     flat = np.ascontiguousarray(array).reshape(-1)
-    if flat.size > 1 and np.all(flat == flat[0]) and not np.isnan(flat[0]):
-        flat = flat[:1]  # splat: printed dense<v>
+    bits = flat.view(np.uint32 if flat.dtype == np.float32 else np.uint64)
+    if flat.size > 1 and np.all(bits == bits[0]):
+        flat = flat[:1]  # splat (every element the same bits): printed dense<v>
     return DenseIntOrFPElementsAttr(t, BytesAttr(flat.tobytes()))
 
 

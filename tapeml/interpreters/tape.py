@@ -43,7 +43,8 @@ for _op, _fn in {
     tape.MinimumOp: np.minimum,
     # numpy takes a fast path (x*x, sqrt, ...) for some exponents given as a broadcast scalar;
     # contiguous operands pin pow to its general algorithm, whatever the layout
-    tape.PowOp: lambda x, y: np.power(np.ascontiguousarray(x), np.ascontiguousarray(y)),
+    tape.PowOp: lambda x, y: np.power(np.require(x, requirements="C"),
+                                      np.require(y, requirements="C")),
     tape.NegOp: np.negative,
     tape.ExpOp: np.exp,
     tape.LogOp: np.log,
@@ -95,6 +96,8 @@ def permute(x: np.ndarray, *, perm: Sequence[int]) -> np.ndarray:
 
 @semantics(tape.PadOp)
 def pad(x: np.ndarray, *, low: Sequence[int], high: Sequence[int], value: float) -> np.ndarray:
+    if x.ndim == 0:
+        return x
     # negative amounts crop, positive ones pad; the two sides of a dim are independent
     sides = list(zip(x.shape, low, high, strict=True))
     crop = tuple(slice(max(0, -lo), d - max(0, -hi)) for d, lo, hi in sides)
@@ -193,7 +196,7 @@ def avgpool2d(x: np.ndarray, *, kernel: Sequence[int], stride: Sequence[int],
 def evaluate(op_type: type[TapeOp], *arrays: np.ndarray, **params: Any) -> np.ndarray:
     """Compute one op on arrays, under IEEE semantics (no numpy warnings for inf/nan)."""
     with np.errstate(all="ignore"):
-        return SEMANTICS[op_type](*arrays, **params)
+        return np.asarray(SEMANTICS[op_type](*arrays, **params))  # rank 0 stays an array
 
 
 def _run(op_type: type[TapeOp]) -> Callable[..., tuple[np.ndarray]]:
