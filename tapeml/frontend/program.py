@@ -105,6 +105,9 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
         out_leaves, out_tree = flatten(out)
         results = [tr.operand(_checked_result(x, p))
                    for x, p in zip(out_leaves, leaf_paths(out_tree, "result"), strict=True)]
+    for value, path in zip(results, leaf_paths(out_tree, "result"), strict=True):
+        if value.name_hint is None:  # name what the function returns after its path
+            value.name_hint = _ssa_name(path)
     block.add_op(func.ReturnOp(*results))
     name = _ssa_name(getattr(fn, "__name__", "f")) or "f"
     f = func.FuncOp(name, ([a.type for a in block.args], [r.type for r in results]),
