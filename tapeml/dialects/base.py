@@ -89,7 +89,8 @@ class IntList(Clause):
         return tuple(attr.get_values())
 
     def parse_value(self, parser: Parser) -> Attribute:
-        values = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
+        values = parser.parse_comma_separated_list(
+            parser.Delimiter.SQUARE, lambda: parser.parse_integer(allow_boolean=False))
         return self.to_attr(values)
 
     def print_value(self, printer: Printer, attr: Attribute | None) -> None:
@@ -138,13 +139,19 @@ class Float(Clause):
 
     def parse_value(self, parser: Parser) -> Attribute:
         negative = parser.parse_optional_punctuation("-") is not None
-        word = parser.parse_optional_keyword_in(tuple(_SPECIAL_FLOATS))
-        value = _SPECIAL_FLOATS[word] if word else parser.parse_number(allow_boolean=False)
+        if word := parser.parse_optional_keyword_in(tuple(_SPECIAL_FLOATS)):
+            value = _SPECIAL_FLOATS[word]
+        elif (value := parser.parse_optional_float(allow_negative=False)) is None:
+            value = parser.parse_integer(allow_boolean=False, allow_negative=False,
+                                         context_msg=f" or float for {self.name}")
         return self.to_attr(-value if negative else value)
 
     def print_value(self, printer: Printer, attr: Attribute | None) -> None:
         value = self.to_python(attr)
-        text = repr(value) if math.isfinite(value) else str(value)  # repr round-trips exactly
+        text = repr(value)  # the shortest text that reads back to the same f64
+        if math.isfinite(value) and "." not in text:
+            mantissa, exponent = text.split("e")  # MLIR floats need a '.': 1e+20 -> 1.0e+20
+            text = f"{mantissa}.0e{exponent}"
         printer.print_string(text)
 
 
@@ -258,8 +265,12 @@ class TapeOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        expected = self.infer(*(o.type for o in self.operands), **self.params)
         actual = self.results[0].type
+        if self.DERIVED and any(d < 0 for d in getattr(actual, "get_shape", tuple)()):
+            # the result type carries parameters (e.g. a reshape's shape): they must be static
+            raise ShapeError(f"{self.name}: dynamic dims are not supported; the result is "
+                             f"{actual}")
+        expected = self.infer(*(o.type for o in self.operands), **self.params)
         if expected != actual:
             raise ShapeError(
                 f"{self.name}: result type {actual} does not match {expected}, "

@@ -85,9 +85,16 @@ def _float(op: str, t: Attribute, role: str = "operand") -> TensorType:
 
 def _any(op: str, t: Attribute, role: str = "operand") -> TensorType:
     """`t` as a statically shaped tensor of f32, f64 or i1 (what layout ops move around)."""
-    if isinstance(t, TensorType) and t.get_element_type() == i1:
-        return _bool(op, t, role)
-    return _float(op, t, role + " (f32, f64 or i1)")
+    ok = (
+        isinstance(t, TensorType)
+        and (isinstance(t.get_element_type(), Float32Type | Float64Type)
+             or t.get_element_type() == i1)
+        and all(d >= 0 for d in t.get_shape())
+    )
+    if not ok:
+        raise ShapeError(f"{op}: {role} must be a statically shaped tensor of f32, f64 or i1, "
+                         f"got {t}")
+    return t
 
 
 def _bool(op: str, t: Attribute, role: str) -> TensorType:
@@ -322,7 +329,7 @@ class ConstantOp(TapeOp):
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
-        printer.print_attribute(self.value)
+        print_dense(printer, self.value)
         printer.print_op_attributes(self.attributes)
 
 
@@ -334,6 +341,17 @@ def numpy_to_dense(array: np.ndarray) -> DenseIntOrFPElementsAttr:
     if flat.size > 1 and np.all(bits == bits[0]):
         flat = flat[:1]  # splat (every element the same bits): printed dense<v>
     return DenseIntOrFPElementsAttr(t, BytesAttr(flat.tobytes()))
+
+
+def print_dense(printer: Printer, attr: DenseIntOrFPElementsAttr) -> None:
+    """`dense<...> : tensor<...>`, in a form that parses back to the same bits."""
+    if np.all(np.isfinite(dense_to_numpy(attr))):
+        printer.print_attribute(attr)
+        return
+    # xDSL prints inf/nan elements as hex bit patterns but parses those back as integers;
+    # MLIR's hex blob form, dense<"0x...">, round-trips every bit
+    printer.print_string(f'dense<"0x{attr.data.data.hex().upper()}"> : ')
+    printer.print_attribute(attr.type)
 
 
 def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
@@ -364,6 +382,10 @@ class CastOp(TapeOp):
 
     def derived_params(self) -> dict[str, Any]:
         return {"dtype": dtype_of(self.result.type)}
+
+    def verify_(self) -> None:
+        _float(self.name, self.result.type, "result")
+        super().verify_()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -548,8 +570,8 @@ class UnfoldOp(_Windows):
               dilation: Sequence[int]) -> Attribute:
         t = _float(cls.name, input)
         shape, k = t.get_shape(), len(kernel)
-        _check(1 <= k <= len(shape), cls.name,
-               f"kernel {list(kernel)} has more dims than {t}")
+        _check(k >= 1, cls.name, "kernel must have at least one dim")
+        _check(k <= len(shape), cls.name, f"kernel {list(kernel)} has more dims than {t}")
         batch, spatial = shape[: len(shape) - k], shape[len(shape) - k:]
         out = cls._windows(spatial, kernel, stride, dilation, t)
         return tensor_type([*batch, *out, *kernel], t.get_element_type())
@@ -716,9 +738,9 @@ class MatmulOp(TapeOp):
         return tensor_type([*sa[:-1], sb[-1]], a.get_element_type())
 
 
-def _nchw(op: str, t: Attribute, role: str) -> tuple[int, ...]:
+def _rank4(op: str, t: Attribute, role: str, layout: str) -> tuple[int, ...]:
     t = _float(op, t, role)
-    _check(t.get_num_dims() == 4, op, f"{role} must be rank 4 (N, C, H, W), got {t}")
+    _check(t.get_num_dims() == 4, op, f"{role} must be rank 4 ({layout}), got {t}")
     return t.get_shape()
 
 
@@ -755,8 +777,8 @@ class Conv2dOp(TapeOp):
     @classmethod
     def infer(cls, input: Attribute, weight: Attribute, *, stride: Sequence[int],
               padding: Sequence[int], dilation: Sequence[int], groups: int) -> Attribute:
-        n, c, h, w = _nchw(cls.name, input, "input")
-        o, cg, kh, kw = _nchw(cls.name, weight, "weight")
+        n, c, h, w = _rank4(cls.name, input, "input", "N, C, H, W")
+        o, cg, kh, kw = _rank4(cls.name, weight, "weight", "O, C/groups, KH, KW")
         _same_element(cls.name, [input, weight])
         _check(groups >= 1 and c % groups == 0 and o % groups == 0, cls.name,
                f"groups={groups} must divide the input channels of {input} and the output "
@@ -779,7 +801,7 @@ class _Pool2d(TapeOp):
     @classmethod
     def infer(cls, input: Attribute, *, kernel: Sequence[int], stride: Sequence[int],
               padding: Sequence[int]) -> Attribute:
-        n, c, h, w = _nchw(cls.name, input, "input")
+        n, c, h, w = _rank4(cls.name, input, "input", "N, C, H, W")
         _ints(cls.name, "kernel", kernel, 2, 1)
         oh, ow = _padded_windows(cls.name, (h, w), kernel, stride, padding, (1, 1), input)
         return tensor_type([n, c, oh, ow], input.get_element_type())

@@ -72,6 +72,9 @@ def _to_runtime(value: Any, t: Attribute, where: str) -> Any:
         raw = RawPtr(array.reshape(-1).view(np.uint8))
         return ShapedArray(TypedPtr(raw, xtype=t.get_element_type()), list(t.get_shape()))
     if isinstance(t, AnyFloat):
+        given = getattr(value, "dtype", None)  # numpy scalars are checked; Python floats take t
+        if given is not None and np.dtype(given) != np.dtype(f"float{t.bitwidth}"):
+            raise InterpretError(f"{where} must be {t}, got a {np.dtype(given)} value")
         return FloatAttr(float(value), t)
     if isinstance(t, IntegerType | IndexType):
         if not isinstance(value, int | np.integer):

@@ -14,12 +14,18 @@ from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
-from xdsl.utils.exceptions import DiagnosticException, ParseError
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from tapeml import universe
-from tapeml.tools.diagnostics import LocatingParser, fail, format_parse_error, verify_located
+from tapeml.tools.diagnostics import (
+    LocatingParser,
+    UserError,
+    fail,
+    format_parse_error,
+    verify_located,
+)
 
 
 class TapeOptMain(xDSLOptMain):
@@ -56,6 +62,12 @@ class TapeOptMain(xDSLOptMain):
         self.spans = parser.spans
         return module
 
+    def prepare_input(self) -> tuple[list[tuple[IO[bytes], int]], str]:
+        try:
+            return super().prepare_input()
+        except ValueError as error:  # an input file extension no frontend reads
+            raise UserError(f"{self.get_input_name()}: {error}") from None
+
     def apply_passes(self, prog: ModuleOp) -> None:
         if not self.args.disable_verify:
             verify_located(prog, self.spans, self.get_input_name())
@@ -65,10 +77,12 @@ class TapeOptMain(xDSLOptMain):
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         tool = TapeOptMain(args=argv)
-    except ValueError as error:  # an unknown pass, or a bad pass option
+    except (ValueError, ArgSpecParseError) as error:  # an unknown pass, bad pass options
         return fail("tapeml-opt", str(error))
     try:
         tool.run()
+    except UserError as error:
+        return fail("tapeml-opt", str(error))
     except ParseError as error:
         return fail("tapeml-opt", format_parse_error(error))
     except DiagnosticException as error:

@@ -16,14 +16,22 @@ from typing import Any
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, FloatAttr, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    FloatAttr,
+    IntegerAttr,
+    ModuleOp,
+    TensorType,
+    i1,
+)
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.universe import Universe
 from xdsl.utils.exceptions import DiagnosticException, ParseError
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 from tapeml import universe
-from tapeml.dialects.tape import dense_to_numpy, numpy_to_dense
+from tapeml.dialects.tape import dense_to_numpy, element_type, numpy_to_dense, print_dense
 from tapeml.errors import InterpretError
 from tapeml.interpreters import interpret
 from tapeml.tools.diagnostics import LocatingParser, fail, format_parse_error, verify_located
@@ -49,22 +57,40 @@ def _load_module(ctx: Context, path: str) -> ModuleOp:
 
 def _parse_arg(ctx: Context, text: str, index: int) -> Any:
     if text.endswith(".npy"):
-        return np.load(text, allow_pickle=False)
-    attr = Parser(ctx, text, f"argument {index}").parse_attribute()
+        try:
+            return np.load(text, allow_pickle=False)
+        except ValueError as error:
+            raise InterpretError(f"argument {index}: {text} is not a numeric .npy file "
+                                 f"({error})") from None
+    parser = Parser(ctx, text, f"argument {index}")
+    attr = parser.parse_attribute()
+    if parser._current_token.kind != MLIRTokenKind.EOF:
+        parser.raise_error("unexpected text after the literal")
     if isinstance(attr, DenseIntOrFPElementsAttr):
         return dense_to_numpy(attr)
-    if isinstance(attr, FloatAttr | IntegerAttr):
+    if isinstance(attr, FloatAttr):  # typed, so the interpreter can check it
+        return np.dtype(f"float{attr.type.bitwidth}").type(attr.value.data)
+    if isinstance(attr, IntegerAttr):
         return attr.value.data
     raise InterpretError(f"argument {index}: expected a dense<...> literal, a number or a .npy "
                          f"file, got {text!r}")
 
 
 def _format_result(value: Any) -> str:
-    if isinstance(value, np.ndarray) and value.dtype != np.bool_:
-        out = io.StringIO()
-        Printer(stream=out).print_attribute(numpy_to_dense(value))
-        return out.getvalue()
-    return repr(value.tolist() if isinstance(value, np.ndarray) else value)
+    """A result as the MLIR literal that `--args` would accept back."""
+    out = io.StringIO()
+    printer = Printer(stream=out)
+    if isinstance(value, np.ndarray) and value.dtype == np.bool_:
+        t = TensorType(i1, value.shape)
+        printer.print_attribute(DenseIntOrFPElementsAttr.from_list(t, value.ravel().tolist()))
+    elif isinstance(value, np.ndarray):
+        print_dense(printer, numpy_to_dense(value))
+    elif isinstance(value, np.floating):
+        t = element_type(value.dtype)
+        printer.print_attribute(FloatAttr(float(value), t))
+    else:
+        printer.print_attribute(IntegerAttr(int(value), 64))
+    return out.getvalue()
 
 
 def _default_symbol(module: ModuleOp) -> str:
