@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 test: lint pytest lit
 
 lint: $(STAMP)
-	$(BIN)/ruff check tapeml tests examples bench
+	$(BIN)/ruff check tapeml tests examples
 
 pytest: $(STAMP)
 	$(BIN)/pytest
