@@ -3,6 +3,7 @@ then run, differentiate, fuse and compile that one program."""
 
 from tapeml.errors import InterpretError, ShapeError, TracingError
 from tapeml.frontend import nn, ops, optim
+from tapeml.frontend.autodiff import grad, triangle_gradients, value_and_grad, vjp
 from tapeml.frontend.ops import (
     abs,
     add,
@@ -58,5 +59,5 @@ __all__ = [
     "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "negative",
     "nn", "not_equal", "ops", "optim", "pad", "power", "relu", "reshape", "sigmoid", "softmax",
     "sqrt", "square", "stack", "subtract", "sum", "tanh", "trace", "transpose", "tree_map",
-    "unfold", "where",
+    "unfold", "where", "grad", "value_and_grad", "vjp", "triangle_gradients",
 ]

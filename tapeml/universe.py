@@ -18,8 +18,14 @@ def _tape_dialect() -> Dialect:
     return Tape
 
 
+def _differentiate() -> type[ModulePass]:
+    from tapeml.transforms.differentiate import DifferentiatePass
+
+    return DifferentiatePass
+
+
 DIALECTS: dict[str, Callable[[], Dialect]] = {"tape": _tape_dialect}
-PASSES: dict[str, Callable[[], type[ModulePass]]] = {}
+PASSES: dict[str, Callable[[], type[ModulePass]]] = {"tape-differentiate": _differentiate}
 TARGETS: dict[str, Callable[[], type[Target]]] = {}
 
 TAPEML_UNIVERSE = Universe(all_dialects=DIALECTS, all_passes=PASSES, all_targets=TARGETS)

@@ -20,13 +20,13 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
-from xdsl.ir import Block, Region
+from xdsl.ir import Block, Region, SSAValue
 from xdsl.parser import Parser
 
 from tapeml.dialects import tape
 from tapeml.errors import TracingError
 from tapeml.frontend.pytree import LEAF, TreeDef, flatten, leaf_paths, unflatten
-from tapeml.frontend.trace import Tracer, as_array, at_user_line, new_trace
+from tapeml.frontend.trace import Tracer, as_array, at_user_line, bind, new_trace
 from tapeml.interpreters import interpret
 
 NAME_ATTR = "tapeml.name"
@@ -91,7 +91,7 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
     paths = _argument_paths(fn, example_args, example_kwargs)
     specs = []
     for path, leaf in zip(paths, leaves, strict=True):
-        if leaf is not None and not isinstance(leaf, Spec | np.ndarray | np.generic | float | int):
+        if not isinstance(leaf, Spec | Tracer | np.ndarray | np.generic | float | int):
             raise TracingError(f"trace: argument `{path}` is a {type(leaf).__name__}; arguments "
                                "must be arrays, floats or tapeml.Spec (close over anything else)")
         specs.append(Spec.of(leaf))
@@ -182,13 +182,37 @@ class Program:
         return f"<tapeml.Program @{self.name}: {self.in_tree} -> {self.out_tree}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run on xDSL's interpreter; arguments must have the traced structure and shapes."""
+        """Run on xDSL's interpreter; arguments must have the traced structure and shapes.
+        Called on tracers (inside another trace), the program's ops are recorded there."""
         leaves, tree = flatten((args, kwargs))
         if tree != self.in_tree:
             raise TypeError(f"@{self.name} was traced for arguments structured as "
                             f"{self.in_tree}, got {tree}")
+        if any(isinstance(leaf, Tracer) for leaf in leaves):
+            return unflatten(self.out_tree, self._replay(leaves))
         results = interpret(self.module, self.name, *leaves)
         return unflatten(self.out_tree, list(results))
+
+    def _replay(self, leaves: list[Any]) -> list[Any]:
+        """Apply the program's ops to `leaves` (tracers or arrays) one by one with `bind`."""
+        block = self.function.body.block
+        env: dict[SSAValue, Any] = {}
+        for arg, leaf in zip(block.args, leaves, strict=True):
+            env[arg] = leaf if isinstance(leaf, Tracer) else \
+                np.asarray(leaf, dtype=tape.dtype_of(arg.type))
+        for op in block.ops:
+            if isinstance(op, func.ReturnOp):
+                return [env[v] for v in op.arguments]
+            if not isinstance(op, tape.TapeOp):
+                raise TracingError(f"@{self.name}: cannot replay {op.name} inside a trace")
+            env[op.results[0]] = bind(type(op), *(env[o] for o in op.operands), **op.params)
+        raise TracingError(f"@{self.name} does not end in func.return")
+
+    def set_trees(self, in_tree: TreeDef, out_tree: TreeDef) -> None:
+        """Give the function new argument/result structures (after a pass changed them)."""
+        self.in_tree, self.out_tree = in_tree, out_tree
+        self.function.attributes[IN_TREE_ATTR] = StringAttr(in_tree.to_text())
+        self.function.attributes[OUT_TREE_ATTR] = StringAttr(out_tree.to_text())
 
     @property
     def input_shapes(self) -> Any:

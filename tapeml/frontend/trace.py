@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from xdsl.builder import Builder, InsertPoint
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr, TensorType, i1
-from xdsl.ir import Block, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 import tapeml
 from tapeml.dialects import tape
@@ -61,18 +61,24 @@ def at_user_line(message: str) -> str:
 
 @dataclass(eq=False)
 class Trace:
-    """One function being traced: its block, where ops go, and which tracers are live."""
+    """Where recorded ops go (the end of `block`, or before `before`), and which tracers are
+    live. `location`, when set, is given to every op recorded (a pass recording the backward of
+    a forward op gives them the forward op's location); otherwise each op gets the user's line."""
 
     block: Block
+    before: Operation | None = None
+    location: Attribute | None = None
     builder: Builder = field(init=False)
     active: bool = True
 
     def __post_init__(self) -> None:
-        self.builder = Builder(InsertPoint.at_end(self.block))
+        point = InsertPoint.before(self.before) if self.before else InsertPoint.at_end(self.block)
+        self.builder = Builder(point)
 
     def insert(self, op: TapeOp) -> Tracer:
-        where = user_frame()
-        if where is not None:
+        if self.location is not None:
+            op.location = self.location
+        elif (where := user_frame()) is not None:
             op.location = FileLineColLoc(StringAttr(where.filename), IntAttr(where.line),
                                          IntAttr(0))
         self.builder.insert(op)
@@ -97,8 +103,9 @@ _TRACES: list[Trace] = []
 
 
 @contextmanager
-def new_trace(block: Block) -> Iterator[Trace]:
-    trace = Trace(block)
+def new_trace(block: Block, before: Operation | None = None) -> Iterator[Trace]:
+    """A trace recording into `block` (before `before`, if given) while the context lasts."""
+    trace = Trace(block, before)
     _TRACES.append(trace)
     try:
         yield trace

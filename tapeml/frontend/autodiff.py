@@ -1,0 +1,140 @@
+"""`grad`, `value_and_grad`, `vjp` and `triangle_gradients`, with JAX's signatures, on tapeml's
+machinery: trace the function, run the `tape-differentiate` pass on the traced program (the
+gradient is more tape), run that program. Differentiated programs are cached by the argument
+structure, shapes and dtypes, and are themselves traceable, so `grad(grad(f))` works."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tapeml.frontend import ops
+from tapeml.frontend.program import Program, Spec, trace
+from tapeml.frontend.pytree import TreeDef, flatten
+from tapeml.transforms.differentiate import differentiate
+
+
+def _argnums(argnums: int | Sequence[int], n_args: int) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for i in nums:
+        if not -n_args <= i < n_args:
+            raise ValueError(f"argnums={argnums} is out of range for {n_args} positional "
+                             "arguments")
+    return tuple(i % n_args for i in nums)
+
+
+def _leaf_ranges(args: tuple) -> list[range]:
+    """The flat leaf indices each positional argument occupies in flatten((args, kwargs))."""
+    ranges, start = [], 0
+    for arg in args:
+        n = flatten(arg)[1].num_leaves
+        ranges.append(range(start, start + n))
+        start += n
+    return ranges
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple:
+    leaves, tree = flatten((args, kwargs))
+    return tree, tuple((Spec.of(x).shape, Spec.of(x).dtype.str) for x in leaves)
+
+
+def _tuple_tree(children: Sequence[TreeDef]) -> TreeDef:
+    return TreeDef("tuple", tuple(range(len(children))), tuple(children))
+
+
+def _check_scalar(program: Program, has_aux: bool, name: str) -> None:
+    out = program.shapes
+    if has_aux:
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(f"{name}(has_aux=True): the function must return (value, aux)")
+        out = out[0]
+    if not isinstance(out, Spec) or out.shape != ():
+        raise TypeError(f"{name}: the function must return a scalar (a rank-0 array), got {out}")
+
+
+def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False) -> Callable:
+    """`fn` and its gradient with respect to the `argnums` arguments, each gradient in its
+    argument's structure: `(value, grads)`, or `((value, aux), grads)` with `has_aux`.
+    An int `argnums` gives that argument's gradient; a sequence gives a tuple of them."""
+    cache: dict[tuple, Program] = {}
+
+    @functools.wraps(fn)
+    def value_and_grad_fn(*args: Any, **kwargs: Any) -> Any:
+        nums = _argnums(argnums, len(args))
+        key = _signature(args, kwargs) + (nums,)
+        if (program := cache.get(key)) is None:
+            program = cache[key] = _differentiated(fn, args, kwargs, argnums, has_aux)
+        return program(*args, **kwargs)
+
+    return value_and_grad_fn
+
+
+def _differentiated(fn: Callable, args: tuple, kwargs: dict, argnums: int | Sequence[int],
+                    has_aux: bool) -> Program:
+    """The traced program of `fn`, differentiated; it returns (out, grads)."""
+    nums = _argnums(argnums, len(args))
+    program = trace(fn, *args, **kwargs)
+    _check_scalar(program, has_aux, "grad")
+    ranges = _leaf_ranges(args)
+    differentiate(program.function, wrt=tuple(i for n in nums for i in ranges[n]), of=(0,))
+    trees = [flatten(args[n])[1] for n in nums]
+    grads_tree = trees[0] if isinstance(argnums, int) else _tuple_tree(trees)
+    program.set_trees(program.in_tree, _tuple_tree([program.out_tree, grads_tree]))
+    return program
+
+
+def grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The gradient of scalar-valued `fn` with respect to the `argnums` arguments (in their
+    structure); with `has_aux`, `fn` returns (value, aux) and this returns (grads, aux)."""
+    value_and_grad_fn = value_and_grad(fn, argnums, has_aux)
+
+    @functools.wraps(fn)
+    def grad_fn(*args: Any, **kwargs: Any) -> Any:
+        out, grads = value_and_grad_fn(*args, **kwargs)
+        return (grads, out[1]) if has_aux else grads
+
+    return grad_fn
+
+
+def vjp(fn: Callable, *primals: Any) -> tuple[Any, Callable]:
+    """`(fn(*primals), vjp_fn)`: `vjp_fn(cotangents)`, given cotangents structured like the
+    outputs, returns one cotangent per primal, structured like it."""
+    program = trace(fn, *primals)
+    n_out = program.out_tree.num_leaves
+    differentiate(program.function, of=tuple(range(n_out)), seed=True)
+    primal_trees = [flatten(p)[1] for p in primals]
+    args_tree = _tuple_tree([*primal_trees, program.out_tree])
+    program.set_trees(_tuple_tree([args_tree, TreeDef("dict")]),
+                      _tuple_tree([program.out_tree, _tuple_tree(primal_trees)]))
+
+    def vjp_fn(cotangents: Any) -> tuple[Any, ...]:
+        _, cotangent_tree = flatten(cotangents)
+        if cotangent_tree != program.out_tree.children[0]:
+            raise TypeError(f"vjp: cotangents must be structured like the outputs, "
+                            f"{program.out_tree.children[0]}, got {cotangent_tree}")
+        return program(*primals, cotangents)[1]
+
+    return fn(*primals), vjp_fn
+
+
+def triangle_gradients(direct: Callable, left: Callable, right: Callable, x: Any,
+                       params: tuple[Any, Any, Any]) -> tuple[Any, tuple[Any, Any, Any]]:
+    """Compositional training: the disagreement between a direct map h: E -> D and the
+    composition g . f of f: E -> S and g: S -> D, `1/2 ||h(x) - g(f(x))||^2`, and the gradients
+    of each map's parameters `(ph, pf, pg)`. Each map is called as `map(params, input)`."""
+
+    def disagreement(params: tuple[Any, Any, Any], x: Any) -> Any:
+        ph, pf, pg = params
+        direct_leaves, direct_tree = flatten(direct(ph, x))
+        composed_leaves, composed_tree = flatten(right(pg, left(pf, x)))
+        if direct_tree != composed_tree:
+            raise TypeError(f"triangle_gradients: h(x) is structured as {direct_tree} but "
+                            f"g(f(x)) as {composed_tree}")
+        total = 0.0
+        for a, b in zip(direct_leaves, composed_leaves, strict=True):
+            total = ops.add(total, ops.sum(ops.square(ops.subtract(a, b))))
+        return ops.multiply(total, 0.5)
+
+    return value_and_grad(disagreement)(tuple(params), x)

@@ -1,0 +1,300 @@
+"""Pullbacks: for each differentiable tape op, the cotangents of its operands given the
+cotangent of its result.
+
+Each rule is written once against the ops API (`tapeml.frontend.ops`), so it computes on numpy
+arrays eagerly and records tape ops under a trace: a gradient is more tape.
+
+    rule(ct, *operands, result=result, **op.params) -> one cotangent (or None) per operand
+
+None means "no cotangent" (an integer-valued or boolean path). Ops in NON_DIFFERENTIABLE have
+no rule: their operands get no cotangent from them.
+
+Ties: `maximum`/`minimum` give half the cotangent to each side where the operands are equal;
+the `max` reduction and `maxpool2d` split it evenly among all the elements that attain the max.
+Both are valid subgradients, and both keep the gradient's sum equal to the cotangent's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tapeml.dialects import tape
+from tapeml.dialects.base import TapeOp
+from tapeml.frontend import ops
+
+Rule = Callable[..., tuple[Any, ...]]
+PULLBACKS: dict[type[TapeOp], Rule] = {}
+NON_DIFFERENTIABLE: frozenset[type[TapeOp]] = frozenset({tape.CmpOp, tape.ConstantOp})
+
+
+def pullback(*op_types: type[TapeOp]) -> Callable[[Rule], Rule]:
+    def register(rule: Rule) -> Rule:
+        for op_type in op_types:
+            PULLBACKS[op_type] = rule
+        return rule
+
+    return register
+
+
+def _zeros_like(x: Any) -> Any:
+    return ops.broadcast_to(np.zeros((), x.dtype), x.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Elementwise
+
+
+@pullback(tape.AddOp)
+def _add(ct, a, b, *, result):
+    return ct, ct
+
+
+@pullback(tape.SubOp)
+def _sub(ct, a, b, *, result):
+    return ct, ops.negative(ct)
+
+
+@pullback(tape.MulOp)
+def _mul(ct, a, b, *, result):
+    return ops.multiply(ct, b), ops.multiply(ct, a)
+
+
+@pullback(tape.DivOp)
+def _div(ct, a, b, *, result):
+    ct_a = ops.divide(ct, b)
+    return ct_a, ops.negative(ops.multiply(ct_a, result))
+
+
+def _tie_share(a, b):
+    """1 where a wins, 0 where b wins, 1/2 on ties."""
+    half = np.asarray(0.5, a.dtype)
+    return ops.where(ops.greater(a, b), np.asarray(1.0, a.dtype),
+                     ops.where(ops.equal(a, b), half, np.asarray(0.0, a.dtype)))
+
+
+@pullback(tape.MaximumOp)
+def _maximum(ct, a, b, *, result):
+    share = _tie_share(a, b)
+    return ops.multiply(ct, share), ops.multiply(ct, ops.subtract(1.0, share))
+
+
+@pullback(tape.MinimumOp)
+def _minimum(ct, a, b, *, result):
+    share = _tie_share(b, a)
+    return ops.multiply(ct, share), ops.multiply(ct, ops.subtract(1.0, share))
+
+
+@pullback(tape.PowOp)
+def _pow(ct, a, b, *, result):
+    ct_a = ops.multiply(ct, ops.multiply(b, ops.power(a, ops.subtract(b, 1.0))))
+    # d/db a**b = log(a) a**b, taken as 0 where a <= 0 (there a**b is 0, 1 or nan)
+    log_a = ops.where(ops.greater(a, 0.0), ops.log(a), np.asarray(0.0, a.dtype))
+    return ct_a, ops.multiply(ct, ops.multiply(result, log_a))
+
+
+@pullback(tape.NegOp)
+def _neg(ct, a, *, result):
+    return (ops.negative(ct),)
+
+
+@pullback(tape.ExpOp)
+def _exp(ct, a, *, result):
+    return (ops.multiply(ct, result),)
+
+
+@pullback(tape.LogOp)
+def _log(ct, a, *, result):
+    return (ops.divide(ct, a),)
+
+
+@pullback(tape.TanhOp)
+def _tanh(ct, a, *, result):
+    return (ops.multiply(ct, ops.subtract(1.0, ops.multiply(result, result))),)
+
+
+@pullback(tape.SigmoidOp)
+def _sigmoid(ct, a, *, result):
+    return (ops.multiply(ct, ops.multiply(result, ops.subtract(1.0, result))),)
+
+
+@pullback(tape.ReluOp)
+def _relu(ct, a, *, result):
+    return (ops.where(ops.greater(a, 0.0), ct, np.asarray(0.0, ct.dtype)),)  # 0 at 0
+
+
+@pullback(tape.SqrtOp)
+def _sqrt(ct, a, *, result):
+    return (ops.divide(ct, ops.multiply(result, 2.0)),)
+
+
+@pullback(tape.SelectOp)
+def _select(ct, cond, on_true, on_false, *, result):
+    zero = np.asarray(0.0, ct.dtype)
+    return None, ops.where(cond, ct, zero), ops.where(cond, zero, ct)
+
+
+@pullback(tape.CastOp)
+def _cast(ct, a, *, result, dtype):
+    return (ops.astype(ct, a.dtype),)
+
+
+# ----------------------------------------------------------------------------------------------
+# Layout
+
+
+@pullback(tape.BroadcastOp)
+def _broadcast(ct, a, *, result, shape):
+    lead = len(shape) - a.ndim
+    stretched = tuple(lead + i for i, d in enumerate(a.shape) if d == 1 and shape[lead + i] != 1)
+    summed = ops.sum(ct, axis=tuple(range(lead)) + stretched, keepdims=True)
+    return (ops.reshape(summed, a.shape),)
+
+
+@pullback(tape.ReshapeOp)
+def _reshape(ct, a, *, result, shape):
+    return (ops.reshape(ct, a.shape),)
+
+
+@pullback(tape.PermuteOp)
+def _permute(ct, a, *, result, perm):
+    return (ops.transpose(ct, tuple(np.argsort(perm))),)
+
+
+@pullback(tape.PadOp)
+def _pad(ct, a, *, result, low, high, value):
+    # padding's adjoint crops what was added and zero-pads what was cropped: the opposite pad
+    return (ops.pad(ct, [(-lo, -hi) for lo, hi in zip(low, high, strict=True)]),)
+
+
+@pullback(tape.SliceOp)
+def _slice(ct, a, *, result, start, stop, step):
+    # scatter back: spread each dim out to `step` apart (zeros between), then place at `start`
+    for axis, (s, d, n) in enumerate(zip(step, a.shape, ct.shape, strict=True)):
+        if s > 1 and n > 0:
+            ct = ops.expand_dims(ct, axis + 1)
+            widths = [(0, 0)] * ct.ndim
+            widths[axis + 1] = (0, s - 1)
+            ct = ops.pad(ct, widths)
+            ct = ops.reshape(ct, (*ct.shape[:axis], n * s, *ct.shape[axis + 2:]))
+        widths = [(0, 0)] * ct.ndim
+        widths[axis] = (start[axis], d - start[axis] - ct.shape[axis])
+        ct = ops.pad(ct, widths)
+    return (ct,)
+
+
+@pullback(tape.UnfoldOp)
+def _unfold(ct, a, *, result, kernel, stride, dilation):
+    k = len(kernel)
+    return (ops.fold(ct, a.shape[a.ndim - k:], kernel, stride, dilation),)
+
+
+@pullback(tape.FoldOp)
+def _fold(ct, a, *, result, kernel, stride, dilation, spatial):
+    return (ops.unfold(ct, kernel, stride, dilation),)
+
+
+@pullback(tape.ConcatOp)
+def _concat(ct, *inputs, result, axis):
+    cts, offset = [], 0
+    for x in inputs:
+        index = [slice(None)] * ct.ndim
+        index[axis] = slice(offset, offset + x.shape[axis])
+        cts.append(ops.getitem(ct, tuple(index)))
+        offset += x.shape[axis]
+    return tuple(cts)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reductions and contractions
+
+
+def _unreduce(ct, a, axes, keepdims):
+    """`ct` (a reduction's cotangent) broadcast back to `a`'s shape."""
+    if not keepdims:
+        ct = ops.reshape(ct, [1 if i in axes else d for i, d in enumerate(a.shape)])
+    return ops.broadcast_to(ct, a.shape)
+
+
+@pullback(tape.SumOp)
+def _sum(ct, a, *, result, axes, keepdims):
+    return (_unreduce(ct, a, axes, keepdims),)
+
+
+def _even_split(ct, values, top, axes):
+    """ct shared evenly among the elements of `values` equal to `top` (both broadcastable)."""
+    mask = ops.astype(ops.equal(values, top), values.dtype)
+    count = ops.sum(mask, axis=axes, keepdims=True)
+    return ops.multiply(mask, ops.divide(ct, count))
+
+
+@pullback(tape.MaxOp)
+def _max(ct, a, *, result, axes, keepdims):
+    top = _unreduce(result, a, axes, keepdims)
+    return (_even_split(_unreduce(ct, a, axes, keepdims), a, top, axes),)
+
+
+def _swap_last(x):
+    perm = list(range(x.ndim))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return ops.transpose(x, perm)
+
+
+@pullback(tape.MatmulOp)
+def _matmul(ct, a, b, *, result):
+    return ops.matmul(ct, _swap_last(b)), ops.matmul(_swap_last(a), ct)
+
+
+def _pad2d(x, padding: Sequence[int], value: float):
+    top, left, bottom, right = padding
+    return ops.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], value)
+
+
+def _unpad2d(x, padding: Sequence[int]):
+    top, left, bottom, right = padding
+    return ops.pad(x, [(0, 0), (0, 0), (-top, -bottom), (-left, -right)])
+
+
+@pullback(tape.Conv2dOp)
+def _conv2d(ct, x, w, *, result, stride, padding, dilation, groups):
+    # y[n,g,o,p] = sum_{c,t} cols[n,g,c,p,t] w[g,o,c,t], cols = unfold(pad(x)); p: output
+    # positions, t: kernel taps. Both cotangents are matmuls over the groups.
+    n, c, _, _ = x.shape
+    o, cg, kh, kw = w.shape
+    g, og = groups, o // groups
+    _, _, oh, ow = ct.shape
+    xp = _pad2d(x, padding, 0.0)
+    cols = ops.unfold(xp, (kh, kw), stride, dilation)  # N, C, OH, OW, KH, KW
+    cols = ops.reshape(ops.transpose(ops.reshape(cols, (n, g, cg, oh, ow, kh, kw)),
+                                     (1, 0, 3, 4, 2, 5, 6)), (g, n * oh * ow, cg * kh * kw))
+    ct_rows = ops.reshape(ops.transpose(ops.reshape(ct, (n, g, og, oh, ow)), (1, 0, 3, 4, 2)),
+                          (g, n * oh * ow, og))  # G, N*OH*OW, O/G
+    wg = ops.reshape(w, (g, og, cg * kh * kw))
+    ct_cols = ops.matmul(ct_rows, wg)  # G, N*OH*OW, C/G*KH*KW
+    ct_cols = ops.transpose(ops.reshape(ct_cols, (g, n, oh, ow, cg, kh, kw)),
+                            (1, 0, 4, 2, 3, 5, 6))
+    ct_cols = ops.reshape(ct_cols, (n, c, oh, ow, kh, kw))
+    ct_x = _unpad2d(ops.fold(ct_cols, xp.shape[2:], (kh, kw), stride, dilation), padding)
+    ct_w = ops.matmul(_swap_last(ct_rows), cols)  # G, O/G, C/G*KH*KW
+    return ct_x, ops.reshape(ct_w, w.shape)
+
+
+@pullback(tape.MaxPool2dOp)
+def _maxpool2d(ct, x, *, result, kernel, stride, padding):
+    xp = _pad2d(x, padding, -np.inf)
+    cols = ops.unfold(xp, kernel, stride)
+    top = ops.expand_dims(ops.expand_dims(result, -1), -1)
+    spread = ops.expand_dims(ops.expand_dims(ct, -1), -1)
+    ct_cols = _even_split(spread, cols, top, (-2, -1))
+    return (_unpad2d(ops.fold(ct_cols, xp.shape[2:], kernel, stride), padding),)
+
+
+@pullback(tape.AvgPool2dOp)
+def _avgpool2d(ct, x, *, result, kernel, stride, padding):
+    n, c, oh, ow = ct.shape
+    share = ops.divide(ct, float(kernel[0] * kernel[1]))
+    ct_cols = ops.broadcast_to(ops.reshape(share, (n, c, oh, ow, 1, 1)), (n, c, oh, ow, *kernel))
+    padded = (x.shape[2] + padding[0] + padding[2], x.shape[3] + padding[1] + padding[3])
+    return (_unpad2d(ops.fold(ct_cols, padded, kernel, stride), padding),)

@@ -1,0 +1,362 @@
+"""Reverse-mode autodiff: every pullback against finite differences (first and second order,
+in f64), MLP and CNN gradients against hand-derived numpy, tie rules, the JAX-style API, and
+the gradient program as text."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapeml
+from tapeml import nn, ops
+from tapeml.dialects import tape
+from tapeml.frontend.pytree import flatten, tree_map, unflatten
+from tapeml.frontend.trace import bind
+from tapeml.transforms.pullbacks import NON_DIFFERENTIABLE, PULLBACKS
+
+
+def _dot(a, b):
+    return sum(float(np.vdot(x, y)) for x, y in zip(flatten(a)[0], flatten(b)[0], strict=True))
+
+
+def _along(args, direction, t):
+    return tree_map(lambda x, v: x + t * v, args, direction)
+
+
+def check_grads(f, args, order=2, eps=1e-6, rtol=1e-6, seed=0):
+    """JAX's check_grads idea: directional derivatives of `f` (scalar-valued, of a tuple of
+    float64 pytrees) against central differences; order 2 checks the gradient of <grad f, u>."""
+    rng = np.random.default_rng(seed)
+    direction = tree_map(lambda x: rng.standard_normal(np.shape(x)), args)
+    fn = lambda *a: f(*a)  # noqa: E731 - a fresh function per check (grad caches by function)
+    grads = tapeml.grad(fn, argnums=tuple(range(len(args))))(*args)
+    numeric = (f(*_along(args, direction, eps)) - f(*_along(args, direction, -eps))) / (2 * eps)
+    analytic = _dot(grads, direction)
+    assert np.isclose(analytic, numeric, rtol=rtol, atol=rtol), (analytic, numeric)
+    if order >= 2:
+        u = tree_map(lambda x: rng.standard_normal(np.shape(x)), args)
+
+        def directional(*a):
+            g = tapeml.grad(fn, argnums=tuple(range(len(a))))(*a)
+            total = 0.0
+            for gi, ui in zip(flatten(g)[0], flatten(u)[0], strict=True):
+                total = ops.add(total, ops.sum(ops.multiply(gi, ui)))
+            return total
+
+        check_grads(directional, args, order=1, eps=1e-5, rtol=1e-5, seed=seed + 1)
+
+
+RNG = np.random.default_rng(42)
+
+
+def r(*shape, low=None):
+    x = RNG.standard_normal(shape)
+    return np.abs(x) + low if low is not None else x
+
+
+def _conv(x, w):
+    return bind(tape.Conv2dOp, x, w, stride=(2, 1), padding=(1, 0, 2, 1), dilation=(1, 2),
+                groups=2)
+
+
+CASES = {
+    "add_sub_mul": (lambda a, b: ops.sum((a + b) * (a - b) * a), (r(3, 4), r(3, 4))),
+    "div": (lambda a, b: ops.sum(a / b), (r(3, 4), r(3, 4, low=0.5))),
+    "maximum_minimum": (lambda a, b: ops.sum(ops.maximum(a, b) * ops.minimum(a, b * 2.0)),
+                        (r(5), r(5))),
+    "pow": (lambda a, b: ops.sum(a ** b), (r(4, low=0.5), r(4))),
+    "neg_exp_log": (lambda a: ops.sum(ops.log(ops.exp(-a) + 2.0)), (r(3, 2),)),
+    "tanh_sigmoid": (lambda a: ops.sum(ops.tanh(a) * ops.sigmoid(a)), (r(6),)),
+    "relu_sqrt": (lambda a: ops.sum(ops.sqrt(ops.relu(a) + 1.0)), (r(3, 3) + 0.1,)),
+    "select": (lambda a, b: ops.sum(ops.where(a > b, a * a, b * 3.0)), (r(5), r(5))),
+    "cast": (lambda a: ops.sum(ops.astype(ops.astype(a, np.float32), np.float64) * a),
+             (r(3),)),
+    "broadcast_reshape": (lambda a, b: ops.sum(ops.reshape(a, (2, 3)) * b), (r(6), r(3))),
+    "broadcast_size1": (lambda a, b: ops.sum(ops.exp(a * b)), (r(3, 1), r(1, 4))),
+    "permute": (lambda a: ops.sum(ops.transpose(a, (2, 0, 1)) * np.arange(24.0)
+                                  .reshape(4, 2, 3)), (r(2, 3, 4),)),
+    "pad_crop": (lambda a: ops.sum(ops.exp(ops.pad(a, ((1, -1), (-2, 3)), 0.5))), (r(3, 4),)),
+    "slice_strided": (lambda a: ops.sum(ops.exp(a[1::2, ::3])), (r(5, 7),)),
+    "unfold_fold": (lambda a: ops.sum(ops.tanh(ops.fold(ops.exp(ops.unfold(a, (2, 2), (2, 1),
+                                                                           (1, 2))),
+                                                         (5, 6), (2, 2), (2, 1), (1, 2)))),
+                    (r(2, 5, 6),)),
+    "concat": (lambda a, b: ops.sum(ops.exp(ops.concatenate([a, b, a], axis=1))),
+               (r(2, 3), r(2, 1))),
+    "sum_max": (lambda a: ops.sum(ops.max(a, axis=1) * ops.sum(a, axis=0, keepdims=True)),
+                (r(3, 3),)),
+    "max_all": (lambda a: ops.max(a * a), (r(4, 2),)),
+    "matmul": (lambda a, b: ops.sum(ops.tanh(a @ b)), (r(3, 4), r(4, 2))),
+    "matmul_batched": (lambda a, b: ops.sum(ops.tanh(ops.matmul(a, b))),
+                       (r(2, 3, 4), r(2, 4, 2))),
+    "softmax_logsumexp": (lambda a: ops.sum(ops.softmax(a) * ops.log_softmax(a, axis=0))
+                          + ops.logsumexp(a), (r(3, 4),)),
+    "mean_min_abs": (lambda a: ops.mean(ops.abs(a)) * ops.min(a), (r(6),)),
+    "conv2d_fused": (lambda x, w: ops.sum(ops.tanh(_conv(x, w))), (r(1, 2, 6, 5), r(4, 1, 3, 2))),
+    "maxpool2d_fused": (lambda x: ops.sum(ops.exp(bind(
+        tape.MaxPool2dOp, x, kernel=(2, 3), stride=(2, 1), padding=(1, 0, 0, 1)))),
+        (r(1, 2, 5, 5),)),
+    "avgpool2d_fused": (lambda x: ops.sum(ops.exp(bind(
+        tape.AvgPool2dOp, x, kernel=(3, 2), stride=(1, 2), padding=(1, 1, 1, 0)))),
+        (r(2, 1, 4, 5),)),
+    "nn_conv2d_pools": (lambda x, w: ops.sum(nn.avg_pool2d(nn.max_pool2d(
+        nn.conv2d(x, w, padding=1, groups=1), 2), 1)), (r(2, 3, 6, 6), r(4, 3, 3, 3))),
+    "nn_conv2d_depthwise": (lambda x, w: ops.sum(ops.tanh(nn.conv2d(x, w, stride=2, groups=3))),
+                            (r(1, 3, 5, 5), r(6, 1, 3, 3))),
+    "softmax_cross_entropy": (lambda z: nn.softmax_cross_entropy(z, np.eye(3)[[0, 2]]),
+                              (r(2, 3),)),
+}
+
+
+# float32 rounding inside: a quadratic function, a wide step and a looser tolerance
+LOOSE = {"cast": dict(eps=1e-2, rtol=1e-4)}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradients_match_finite_differences_to_second_order(name):
+    f, args = CASES[name]
+    check_grads(f, args, order=1 if name in LOOSE else 2, **LOOSE.get(name, {}))
+
+
+def test_every_differentiable_op_is_exercised_above():
+    used = set()
+    for f, args in CASES.values():
+        program = tapeml.trace(f, *args)
+        used |= {type(op) for op in program.function.body.ops}
+    assert set(PULLBACKS) <= used, set(PULLBACKS) - used
+
+
+def test_every_op_has_a_pullback_or_is_marked_non_differentiable():
+    assert set(tape.OPS) == set(PULLBACKS) | NON_DIFFERENTIABLE
+    assert not set(PULLBACKS) & NON_DIFFERENTIABLE
+
+
+# ----------------------------------------------------------------------------------------------
+# Against hand-derived gradients
+
+
+def test_mlp_gradient_against_hand_derived_backprop():
+    params = nn.mlp_init(RNG, [4, 6, 3], dtype=np.float64)
+    x, labels = r(5, 4), np.eye(3)[[0, 1, 2, 1, 0]]
+
+    def loss(p, x, labels):
+        return nn.softmax_cross_entropy(nn.mlp(p, x, activation=tapeml.tanh), labels)
+
+    got = tapeml.grad(loss)(params, x, labels)
+    w1, b1, w2, b2 = (params["lin1"]["W"], params["lin1"]["b"], params["lin2"]["W"],
+                      params["lin2"]["b"])
+    h = np.tanh(x @ w1 + b1)
+    z = h @ w2 + b2
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz = (p - labels) / len(x)
+    dh = dz @ w2.T * (1 - h**2)
+    expected = {"lin1": {"W": x.T @ dh, "b": dh.sum(0)}, "lin2": {"W": h.T @ dz, "b": dz.sum(0)}}
+    for (a, b) in zip(flatten(got)[0], flatten(expected)[0], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_cnn_gradient_against_hand_derived_backprop():
+    x = r(2, 1, 6, 6)
+    w = r(3, 1, 3, 3)
+    v = r(27, 2)
+    labels = np.eye(2)[[0, 1]]
+
+    def loss(w, v, x, labels):
+        h = nn.max_pool2d(ops.relu(nn.conv2d(x, w, padding=1)), 2)  # 2, 3, 3, 3
+        return nn.softmax_cross_entropy(ops.reshape(h, (2, 27)) @ v, labels)
+
+    gw, gv = tapeml.grad(loss, argnums=(0, 1))(w, v, x, labels)
+
+    # forward, by hand
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    conv = np.zeros((2, 3, 6, 6))
+    for i in range(6):
+        for j in range(6):
+            conv[:, :, i, j] = np.einsum("nchw,ochw->no", xp[:, :, i:i + 3, j:j + 3], w)
+    a = np.maximum(conv, 0)
+    pooled = a.reshape(2, 3, 3, 2, 3, 2).max(axis=(3, 5))
+    z = pooled.reshape(2, 27) @ v
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    # backward, by hand
+    dz = (p - labels) / 2
+    dv = pooled.reshape(2, 27).T @ dz
+    dpooled = (dz @ v.T).reshape(2, 3, 3, 3)
+    windows = a.reshape(2, 3, 3, 2, 3, 2)
+    mask = windows == pooled[:, :, :, None, :, None]
+    da = (mask / mask.sum(axis=(3, 5), keepdims=True) * dpooled[:, :, :, None, :, None])
+    dconv = da.reshape(2, 3, 6, 6) * (conv > 0)
+    dw = np.zeros_like(w)
+    for i in range(6):
+        for j in range(6):
+            dw += np.einsum("no,nchw->ochw", dconv[:, :, i, j], xp[:, :, i:i + 3, j:j + 3])
+    np.testing.assert_allclose(gv, dv, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gw, dw, rtol=1e-10, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# Ties
+
+
+def test_max_reduction_splits_ties_evenly():
+    g = tapeml.grad(lambda a: ops.max(a))(np.array([1.0, 3.0, 3.0, 2.0]))
+    np.testing.assert_array_equal(g, [0.0, 0.5, 0.5, 0.0])
+    g = tapeml.grad(lambda a: ops.sum(ops.max(a, axis=1)))(np.array([[1.0, 1.0], [2.0, 0.0]]))
+    np.testing.assert_array_equal(g, [[0.5, 0.5], [1.0, 0.0]])
+
+
+def test_elementwise_maximum_and_minimum_split_ties_in_half():
+    a = np.array([1.0, 2.0, 3.0])
+    b = np.array([1.0, 5.0, 0.0])
+    ga, gb = tapeml.grad(lambda a, b: ops.sum(ops.maximum(a, b)), argnums=(0, 1))(a, b)
+    np.testing.assert_array_equal(ga, [0.5, 0.0, 1.0])
+    np.testing.assert_array_equal(gb, [0.5, 1.0, 0.0])
+    ga, gb = tapeml.grad(lambda a, b: ops.sum(ops.minimum(a, b)), argnums=(0, 1))(a, b)
+    np.testing.assert_array_equal(ga, [0.5, 1.0, 0.0])
+    np.testing.assert_array_equal(gb, [0.5, 0.0, 1.0])
+
+
+def test_maxpool_splits_ties_within_a_window():
+    x = np.array([[[[1.0, 1.0], [0.0, 1.0]]]])
+    g = tapeml.grad(lambda x: ops.sum(nn.max_pool2d(x, 2)))(x)
+    np.testing.assert_allclose(g, [[[[1 / 3, 1 / 3], [0.0, 1 / 3]]]])
+    g = tapeml.grad(lambda x: ops.sum(bind(tape.MaxPool2dOp, x, kernel=(2, 2), stride=(2, 2),
+                                           padding=(0, 0, 0, 0))))(x)
+    np.testing.assert_allclose(g, [[[[1 / 3, 1 / 3], [0.0, 1 / 3]]]])
+
+
+def test_relu_gradient_at_zero_is_zero():
+    np.testing.assert_array_equal(tapeml.grad(lambda a: ops.sum(ops.relu(a)))(
+        np.array([-1.0, 0.0, 2.0])), [0.0, 0.0, 1.0])
+
+
+# ----------------------------------------------------------------------------------------------
+# The API
+
+
+def test_value_and_grad_has_aux_argnums_and_pytrees():
+    params = {"w": r(3), "layers": [r(2), None]}
+
+    def f(params, x):
+        value = ops.sum(params["w"] * x) + ops.sum(params["layers"][0] ** 2.0)
+        return value, {"x2": x * 2.0}
+
+    x = r(3)
+    (value, aux), grads = tapeml.value_and_grad(f, has_aux=True)(params, x)
+    np.testing.assert_allclose(value, np.sum(params["w"] * x) + np.sum(params["layers"][0] ** 2))
+    np.testing.assert_array_equal(aux["x2"], x * 2)
+    assert grads["layers"][1] is None
+    np.testing.assert_allclose(grads["w"], x)
+    np.testing.assert_allclose(grads["layers"][0], 2 * params["layers"][0])
+    gp, gx = tapeml.grad(lambda p, x: f(p, x)[0], argnums=(0, 1))(params, x)
+    np.testing.assert_allclose(gx, params["w"])
+    (g, aux2) = tapeml.grad(f, has_aux=True)(params, x)
+    np.testing.assert_allclose(g["w"], x)
+
+
+def test_grad_needs_a_scalar_output():
+    with pytest.raises(TypeError, match="must return a scalar"):
+        tapeml.grad(lambda x: x * 2.0)(r(3))
+
+
+def test_vjp():
+    a, b = r(2, 3), r(3)
+    out, vjp_fn = tapeml.vjp(lambda a, b: {"p": a * b, "s": ops.sum(a, axis=1)}, a, b)
+    np.testing.assert_allclose(out["p"], a * b)
+    ct = {"p": r(2, 3), "s": r(2)}
+    ga, gb = vjp_fn(ct)
+    np.testing.assert_allclose(ga, ct["p"] * b + ct["s"][:, None])
+    np.testing.assert_allclose(gb, (ct["p"] * a).sum(0))
+    with pytest.raises(TypeError, match="structured like the outputs"):
+        vjp_fn(ct["p"])
+
+
+def test_hessian_vector_product_written_by_the_user():
+    def f(x):
+        return ops.sum(ops.exp(x) * x)
+
+    def hvp(x, v):
+        return tapeml.grad(lambda x: ops.sum(tapeml.grad(f)(x) * v))(x)
+
+    x, v = r(4), r(4)
+    np.testing.assert_allclose(hvp(x, v), (np.exp(x) * (x + 2)) * v, rtol=1e-12)
+
+
+def test_gradients_are_cached_per_signature():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return ops.sum(x * x)
+
+    g = tapeml.grad(f)
+    g(r(3)), g(r(3)), g(r(4))
+    assert len(calls) == 2
+
+
+# ----------------------------------------------------------------------------------------------
+# The gradient is a program
+
+
+def _mlp_loss(params, x):
+    return ops.mean(ops.square(nn.mlp(params, x)))
+
+
+def test_differentiate_appends_below_an_unchanged_forward():
+    from tapeml.transforms.differentiate import differentiate
+
+    params = nn.mlp_init(RNG, [3, 4, 1])
+    program = tapeml.trace(_mlp_loss, params, np.ones((2, 3), np.float32))
+    forward = [str(op) for op in program.function.body.ops][:-1]
+    differentiate(program.function)
+    after = [str(op) for op in program.function.body.ops]
+    assert after[: len(forward)] == forward
+    assert len(after) > 2 * len(forward)
+    assert program.function.function_type.outputs.data[1:] == \
+        program.function.function_type.inputs.data
+
+
+def test_gradient_program_prints_parses_and_runs_the_same():
+    params = nn.mlp_init(RNG, [3, 4, 1])
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    program = tapeml.frontend.autodiff._differentiated(_mlp_loss, (params, x), {}, 0, False)
+    text = str(program)
+    again = tapeml.Program.parse(text)
+    assert str(again) == text
+    (v1, g1), (v2, g2) = program(params, x), again(params, x)
+    assert v1 == v2
+    for a, b in zip(flatten(g1)[0], flatten(g2)[0], strict=True):
+        np.testing.assert_array_equal(a, b)
+    eager = tapeml.grad(_mlp_loss)(params, x)
+    assert flatten(eager)[1] == flatten(g1)[1]
+
+
+def test_triangle_gradients_train_a_direct_map_and_a_composition_to_agree():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((16, 3))
+    ph = nn.linear_init(rng, 3, 2, np.float64)
+    pf = nn.linear_init(rng, 3, 4, np.float64)
+    pg = nn.linear_init(rng, 4, 2, np.float64)
+
+    def f(p, x):
+        return ops.tanh(nn.linear(p, x))
+
+    losses = []
+    params = (ph, pf, pg)
+    for _ in range(40):
+        loss, grads = tapeml.triangle_gradients(direct=nn.linear, left=f, right=nn.linear, x=x,
+                                                params=params)
+        losses.append(float(loss))
+        params = tree_map(lambda p, g: p - 0.02 * g, params, grads)
+    h = x @ ph["W"] + ph["b"]
+    composed = np.tanh(x @ pf["W"] + pf["b"]) @ pg["W"] + pg["b"]
+    np.testing.assert_allclose(losses[0], 0.5 * np.sum((h - composed) ** 2), rtol=1e-12)
+    assert losses[-1] < 0.01 * losses[0]
+    assert all(b <= a + 1e-12 for a, b in zip(losses, losses[1:], strict=False))
+
+
+def test_pytree_helpers_roundtrip():
+    tree = {"a": (1, [2, None]), "b": 3}
+    leaves, treedef = flatten(tree)
+    assert unflatten(treedef, leaves) == tree
