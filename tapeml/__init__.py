@@ -1,6 +1,8 @@
 """tapeml: an MLIR-style ML compiler on xDSL. Trace a Python function into the `tape` dialect,
 then run, differentiate, fuse and compile that one program."""
 
+import sys
+
 from tapeml.errors import InterpretError, ShapeError, TracingError
 from tapeml.frontend import nn, ops, optim
 from tapeml.frontend.autodiff import grad, triangle_gradients, value_and_grad, vjp
@@ -51,6 +53,9 @@ from tapeml.frontend.ops import (
 from tapeml.frontend.program import Program, Spec, eval_shape, trace
 from tapeml.frontend.pytree import tree_map
 from tapeml.interpreters import interpret
+
+# `import tapeml.nn` (and ops, optim) works as the README spells them
+sys.modules.update({"tapeml.nn": nn, "tapeml.ops": ops, "tapeml.optim": optim})
 
 __all__ = [
     "InterpretError", "Program", "ShapeError", "Spec", "TracingError", "abs", "add", "astype",

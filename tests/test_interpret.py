@@ -51,8 +51,10 @@ def test_array_likes_take_the_declared_dtype(module):
     [
         ("h", (), r"no function @h in the module \(functions: @f, @g\)"),
         ("f", (), r"@f takes 1 arguments, got 0"),
-        ("f", (np.zeros((3, 2), np.float32),), r"argument 0 of @f must have shape \(2, 3\)"),
-        ("f", (np.zeros((2, 3)),), r"argument 0 of @f must have dtype float32 .* got float64"),
+        ("f", (np.zeros((3, 2), np.float32),),
+         r"argument 0 \(%x\) of @f must have shape \(2, 3\)"),
+        ("f", (np.zeros((2, 3)),),
+         r"argument 0 \(%x\) of @f must have dtype float32 .* got float64"),
     ],
 )
 def test_bad_arguments_are_clear_errors(module, name, args, message):

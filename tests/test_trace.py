@@ -265,3 +265,78 @@ def test_operators_on_tracers_record_the_ops_functions():
     args = (rand(3, 4), rand(3, 4), rand(4))
     assert str(tapeml.trace(with_operators, *args)).replace("with_operators", "f") == \
         str(tapeml.trace(with_functions, *args)).replace("with_functions", "f")
+
+
+# ----------------------------------------------------------------------------------------------
+# A new user's mistakes and corner cases (from trying tapeml as one)
+
+
+@pytest.mark.parametrize(
+    ("index", "what"),
+    [(True, "bool"), (np.array([0, 2]), "ndarray"), ([0, 1], "list")],
+)
+def test_unsupported_indices_are_clear_errors(index, what):
+    with pytest.raises(IndexError, match=f"not {what}(.|\n)*test_trace.py"):
+        tapeml.trace(lambda a: a[index], rand(3, 4))
+    with pytest.raises(IndexError, match="not Tracer"):
+        tapeml.trace(lambda a: a[a > 0], rand(3, 4))
+
+
+def test_numpy_ufuncs_on_tracers_trace_as_tapeml_ops():
+    x = rand(3, 4)
+    program = tapeml.trace(lambda a: np.exp(a) * np.float32(2.0) + np.maximum(a, 0.0), x)
+    np.testing.assert_array_equal(program(x), ops.add(ops.multiply(ops.exp(x), 2.0),
+                                                      ops.maximum(x, 0.0)))
+    with pytest.raises(tapeml.TracingError, match="numpy.sum cannot run on a tracer; use "
+                       "tapeml.sum"):
+        tapeml.trace(lambda a: np.sum(a), x)
+
+
+def test_non_ascii_and_numpy_int_keys_round_trip():
+    x = rand(2)
+    program = tapeml.trace(lambda d: d["é"] * 2.0, {"é": x})
+    np.testing.assert_array_equal(tapeml.Program.parse(str(program))({"é": x}), x * 2)
+    program = tapeml.trace(lambda d: d[np.int64(1)] + 1.0, {np.int64(1): x})
+    np.testing.assert_array_equal(tapeml.Program.parse(str(program))({1: x}), x + 1)
+    with pytest.raises(TypeError, match="dict keys must be sortable"):
+        tapeml.trace(lambda d: d["a"], {"a": x, 1: x})
+
+
+def test_bad_specs_arguments_and_calls():
+    with pytest.raises(ValueError, match="dims must be >= 0"):
+        Spec((-1, 3))
+    with pytest.raises(tapeml.TracingError, match="argument `a` has dtype int64"):
+        tapeml.trace(lambda a: a, np.ones(3, np.int64))
+    program = tapeml.trace(lambda a: a * 2.0, rand(2))
+    with pytest.raises(TypeError, match="needs arrays to run on"):
+        program(Spec((2,)))
+    with pytest.raises(ValueError, match=r"no function @nope in the module \(functions: "):
+        tapeml.Program.parse(str(program), name="nope")
+    with pytest.raises(TypeError, match="add: cannot use a dict as an operand"):
+        tapeml.trace(lambda a: a + {"k": 1}, rand(2))
+
+
+def test_tracer_methods_take_numpy_spellings():
+    x = rand(3, 4)
+    program = tapeml.trace(lambda a: (a.transpose((1, 0)), a.transpose(1, 0), abs(a)), x)
+    t1, t2, a = program(x)
+    np.testing.assert_array_equal(t1, x.T)
+    np.testing.assert_array_equal(t2, x.T)
+    np.testing.assert_array_equal(a, np.abs(x))
+
+
+def test_layer_mistakes_name_the_layer():
+    with pytest.raises(tapeml.ShapeError, match="nn.conv2d: input .* must be rank 4"):
+        nn.conv2d(rand(1, 3, 4), rand(2, 3, 3, 3))
+    with pytest.raises(tapeml.ShapeError, match="nn.conv2d: with groups=1, an input of 3 "
+                       "channels needs a weight of 3 input channels"):
+        nn.conv2d(rand(1, 3, 5, 5), rand(2, 2, 3, 3))
+    with pytest.raises(ValueError, match="nn.mlp: parameters must be layers named lin1"):
+        nn.mlp({"first": {"W": rand(2, 2), "b": rand(2)}}, rand(1, 2))
+
+
+def test_submodules_import_as_spelled():
+    import tapeml.nn
+    import tapeml.optim
+
+    assert tapeml.nn.conv2d is nn.conv2d and tapeml.optim.adam is tapeml.optim.adam

@@ -32,7 +32,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
-from xdsl.irdl import IRDLOperation, opt_prop_def, prop_def
+from xdsl.irdl import IRDLOperation, VarOperandDef, opt_prop_def, prop_def
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
@@ -291,19 +291,27 @@ class TapeOp(IRDLOperation):
             operands.append(first)
             while parser.parse_optional_punctuation(","):
                 operands.append(parser.parse_unresolved_operand())
+        defs = cls.get_irdl_definition().operands
+        if not any(isinstance(d, VarOperandDef) for _, d in defs) and len(operands) != len(defs):
+            parser.raise_error(f"{cls.name} takes {len(defs)} operand"
+                               f"{'s' if len(defs) != 1 else ''}, got {len(operands)}", pos,
+                               parser.pos)
         for clause in cls.CLAUSES:
             if not isinstance(clause, Keyword) and (attr := clause.parse(parser)) is not None:
                 properties[clause.name] = attr
         attributes = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
+        types_start = parser.pos
         types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
+        types_end = parser.pos
         if parser.parse_optional_punctuation("->"):
             result_type = parser.parse_type()
             if len(types) == 1 and len(operands) > 1:
                 types = types * len(operands)
         else:
             if len(types) != 1:
-                parser.raise_error("expected '->' and a result type after several operand types")
+                parser.raise_error("expected '->' and a result type after several operand types",
+                                   types_start, types_end)
             result_type = types[0]
             types = types * len(operands)
         resolved = parser.resolve_operands(operands, types, pos)

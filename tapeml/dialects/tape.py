@@ -320,9 +320,11 @@ class ConstantOp(TapeOp):
 
     @classmethod
     def parse(cls, parser: Parser) -> Self:
+        start = parser.pos
         value = parser.parse_attribute()
         if not isinstance(value, DenseIntOrFPElementsAttr):
-            parser.raise_error("expected a dense literal such as dense<1.0> : tensor<2xf32>")
+            parser.raise_error("expected a dense literal such as dense<1.0> : tensor<2xf32>",
+                               start, parser.pos)
         attributes = parser.parse_optional_attr_dict()
         return cls.create(result_types=[value.type], properties={"value": value},
                           attributes=attributes)

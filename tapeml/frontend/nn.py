@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from tapeml.errors import ShapeError
 from tapeml.frontend import ops
 from tapeml.frontend.ops import log_softmax, relu, sigmoid, softmax, tanh  # noqa: F401 - re-exported
+from tapeml.frontend.trace import at_user_line
 
 Params = dict[str, Any]
 
@@ -78,7 +80,10 @@ def linear(params: Params, x: Any) -> Any:
 
 def mlp(params: Params, x: Any, activation: Callable[[Any], Any] = ops.relu) -> Any:
     """The layers lin1, lin2, ... of `mlp_init` with `activation` between them."""
-    names = sorted(params, key=lambda k: int(k.removeprefix("lin")))
+    if not all(isinstance(k, str) and k.startswith("lin") and k[3:].isdigit() for k in params):
+        raise ValueError(f"nn.mlp: parameters must be layers named lin1, lin2, ... (as mlp_init "
+                         f"makes them), got {sorted(map(str, params))}")
+    names = sorted(params, key=lambda k: int(k[3:]))
     for i, name in enumerate(names):
         x = linear(params[name], x)
         if i < len(names) - 1:
@@ -90,8 +95,17 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 
            padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
            groups: int = 1) -> Any:
     """2-D convolution (cross-correlation), NCHW input, OIHW weight, as im2col + matmul."""
+    if len(x.shape) != 4 or len(weight.shape) != 4:
+        raise ShapeError(at_user_line(f"nn.conv2d: input (N, C, H, W) and weight (O, C/groups, "
+                                      f"KH, KW) must be rank 4, got {tuple(x.shape)} and "
+                                      f"{tuple(weight.shape)}"))
     n, c, _, _ = x.shape
     o, cg, kh, kw = weight.shape
+    if groups < 1 or c % groups or o % groups or cg * groups != c:
+        raise ShapeError(at_user_line(
+            f"nn.conv2d: with groups={groups}, an input of {c} channels needs a weight of "
+            f"{c // groups if groups >= 1 and c % groups == 0 else '?'} input channels and a "
+            f"multiple of {groups} output channels; got weight {tuple(weight.shape)}"))
     x = _pad2d(x, _padding(padding), 0.0)
     cols = ops.unfold(x, (kh, kw), _pair(stride), _pair(dilation))  # N, C, OH, OW, KH, KW
     oh, ow = cols.shape[2:4]

@@ -34,14 +34,17 @@ def _lift(x: Any) -> Array:
     return x if isinstance(x, Tracer) else as_array(x)
 
 
-def _common(*xs: Any) -> list[Array]:
-    """Operands brought to one dtype and one (broadcast) shape, numpy style."""
+def _common(name: str, *xs: Any) -> list[Array]:
+    """Operands of `name` brought to one dtype and one (broadcast) shape, numpy style."""
     arrays = [x for x in xs if _is_array(x)]
     dtypes = {np.dtype(a.dtype) for a in arrays if np.dtype(a.dtype) != np.bool_}
     dtype = np.dtype(np.float64) if np.dtype(np.float64) in dtypes else np.dtype(np.float32)
     lifted = []
     for x in xs:
         if not _is_array(x):
+            if not isinstance(x, int | float | list | tuple):
+                raise TypeError(at_user_line(f"{name}: cannot use a {type(x).__name__} as an "
+                                             "operand (arrays, tracers and numbers only)"))
             x = as_array(np.asarray(x, dtype=dtype))
         elif np.dtype(x.dtype) not in (dtype, np.bool_):
             x = astype(x, dtype)
@@ -50,8 +53,8 @@ def _common(*xs: Any) -> list[Array]:
         shape = np.broadcast_shapes(*(_shape(x) for x in lifted))
     except ValueError:
         shapes = ", ".join(str(_shape(x)) for x in lifted)
-        raise ShapeError(at_user_line(f"operands with shapes {shapes} cannot be broadcast "
-                                      "together")) from None
+        raise ShapeError(at_user_line(f"{name}: operands with shapes {shapes} cannot be "
+                                      "broadcast together")) from None
     return [broadcast_to(x, shape) for x in lifted]
 
 
@@ -61,7 +64,7 @@ def _common(*xs: Any) -> list[Array]:
 
 def _binary(op: type[tape.TapeOp]):
     def fn(x: Any, y: Any) -> Array:
-        return bind(op, *_common(x, y))
+        return bind(op, *_common(fn.__name__, x, y))
 
     fn.__name__ = op.name.removeprefix("tape.")
     fn.__doc__ = f"Elementwise `{op.name}`, numpy broadcasting."
@@ -105,7 +108,7 @@ def abs(x: Any) -> Array:  # noqa: A001 - numpy's name
 
 def _compare(predicate: str):
     def fn(x: Any, y: Any) -> Array:
-        return bind(tape.CmpOp, *_common(x, y), predicate=predicate)
+        return bind(tape.CmpOp, *_common(fn.__name__, x, y), predicate=predicate)
 
     fn.__name__ = {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal",
                    "eq": "equal", "ne": "not_equal"}[predicate]
@@ -123,7 +126,7 @@ def where(cond: Array, x: Any, y: Any) -> Array:
     if np.dtype(cond.dtype) != np.bool_:
         raise ShapeError(at_user_line(f"where: the condition must be boolean (a comparison), "
                                       f"got {cond.dtype}"))
-    cond, x, y = _common(cond, x, y)
+    cond, x, y = _common("where", cond, x, y)
     return bind(tape.SelectOp, cond, x, y)
 
 
@@ -215,14 +218,20 @@ def fold(x: Any, spatial: Sequence[int], kernel: Sequence[int],
 def getitem(x: Array, index: Any) -> Array:
     """Basic numpy indexing: ints, slices with a positive step, `...` and None."""
     index = index if isinstance(index, tuple) else (index,)
-    if builtins.sum(i is Ellipsis for i in index) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
+    for i in index:
+        ok = i is None or i is Ellipsis or isinstance(i, slice) or (
+            isinstance(i, int | np.integer) and not isinstance(i, bool | np.bool_))
+        if not ok:
+            raise IndexError(at_user_line(
+                f"tapeml supports int, slice, ... and None indices, not {type(i).__name__} "
+                "(no boolean masks or integer-array gathers; use tapeml.where)"))
+    ellipses = [k for k, i in enumerate(index) if i is Ellipsis]
+    if len(ellipses) > 1:
+        raise IndexError(at_user_line("an index can only have a single ellipsis ('...')"))
     used = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
     if used > x.ndim:
-        raise IndexError(f"too many indices for an array of shape {_shape(x)}")
-    if Ellipsis not in index:
-        index = (*index, Ellipsis)
-    at = index.index(Ellipsis)
+        raise IndexError(at_user_line(f"too many indices for an array of shape {_shape(x)}"))
+    at = ellipses[0] if ellipses else len(index)
     index = (*index[:at], *(slice(None),) * (x.ndim - used), *index[at + 1:])
     start, stop, step, shape = [], [], [], []
     dim = 0
@@ -234,18 +243,16 @@ def getitem(x: Array, index: Any) -> Array:
         if isinstance(i, slice):
             a, b, s = i.indices(size)
             if s < 1:
-                raise IndexError("tapeml supports slices with a positive step only")
+                raise IndexError(at_user_line("tapeml supports slices with a positive step only"))
             b = builtins.max(a, b)
             start.append(a), stop.append(b), step.append(s)
             shape.append(len(range(a, b, s)))
-        elif isinstance(i, int | np.integer):
+        else:
             if not -size <= i < size:
-                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {size}")
+                raise IndexError(at_user_line(f"index {i} is out of bounds for axis {dim} with "
+                                              f"size {size}"))
             i = int(i) % size
             start.append(i), stop.append(i + 1), step.append(1)
-        else:
-            raise IndexError(f"tapeml supports int, slice, ... and None indices, not "
-                             f"{type(i).__name__}")
         dim += 1
     x = _lift(x)
     if (tuple(start), tuple(stop), tuple(step)) != ((0,) * x.ndim, _shape(x), (1,) * x.ndim):
@@ -381,10 +388,12 @@ def _install_operators() -> None:
         setattr(Tracer, name, fn)
     Tracer.__iter__ = lambda self: (getitem(self, i) for i in range(len(self)))
     Tracer.__neg__ = negative
+    Tracer.__abs__ = abs
     Tracer.__pos__ = lambda self: self
     Tracer.T = property(lambda self: transpose(self))
     Tracer.reshape = lambda self, *shape: reshape(self, shape[0] if len(shape) == 1 else shape)
-    Tracer.transpose = lambda self, *axes: transpose(self, axes or None)
+    Tracer.transpose = lambda self, *axes: transpose(
+        self, (axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else axes) or None)
     Tracer.astype = astype
     Tracer.sum = sum
     Tracer.mean = mean

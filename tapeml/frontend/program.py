@@ -19,8 +19,15 @@ from typing import Any
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    BytesAttr,
+    DictionaryAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+)
+from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.parser import Parser
 
 from tapeml.dialects import tape
@@ -43,6 +50,8 @@ class Spec:
 
     def __init__(self, shape: Any, dtype: Any = np.float32) -> None:
         shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+        if any(int(d) < 0 for d in shape):
+            raise ValueError(f"Spec: dims must be >= 0, got {shape}")
         object.__setattr__(self, "shape", tuple(int(d) for d in shape))
         object.__setattr__(self, "dtype", np.dtype(dtype))
 
@@ -60,8 +69,8 @@ class Spec:
 
 
 def _ssa_name(path: str) -> str | None:
-    name = re.sub(r"[^\w$.-]", "_", path)
-    return name if re.fullmatch(r"[A-Za-z_$.-][\w$.-]*", name) else None
+    name = re.sub(r"[^A-Za-z0-9_$.-]", "_", path)  # MLIR value names are ASCII
+    return name if re.fullmatch(r"[A-Za-z_$.-][A-Za-z0-9_$.-]*", name) else None
 
 
 def _argument_paths(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
@@ -94,7 +103,16 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
         if not isinstance(leaf, Spec | Tracer | np.ndarray | np.generic | float | int):
             raise TracingError(f"trace: argument `{path}` is a {type(leaf).__name__}; arguments "
                                "must be arrays, floats or tapeml.Spec (close over anything else)")
-        specs.append(Spec.of(leaf))
+        if isinstance(leaf, Spec | Tracer):
+            spec = Spec.of(leaf)
+        elif isinstance(leaf, int | float) and not isinstance(leaf, bool):
+            spec = Spec((), np.float32)  # Python numbers are float32 scalars
+        else:
+            spec = Spec(np.shape(leaf), np.result_type(leaf))
+        if spec.dtype not in (np.float32, np.float64):
+            raise TracingError(f"trace: argument `{path}` has dtype {spec.dtype}; tape tensors "
+                               "hold float32 or float64 (convert it with .astype)")
+        specs.append(spec)
     block = Block(arg_types=[tape.tensor_type(s.shape, s.dtype) for s in specs])
     for arg, path in zip(block.args, paths, strict=True):
         arg.name_hint = _ssa_name(path)
@@ -150,8 +168,12 @@ class Program:
         functions = [op for op in module.ops if isinstance(op, func.FuncOp)]
         if not functions:
             raise ValueError("the module holds no func.func")
+        named = [f for f in functions if f.sym_name.data == name] if name else functions[:1]
+        if not named:
+            known = ", ".join(f"@{f.sym_name.data}" for f in functions)
+            raise ValueError(f"no function @{name} in the module (functions: {known})")
         self.module = module
-        self.function = next((f for f in functions if f.sym_name.data == name), functions[0])
+        self.function = named[0]
         n_in = len(self.function.function_type.inputs)
         n_out = len(self.function.function_type.outputs)
         self.in_tree = self._tree(IN_TREE_ATTR, TreeDef(
@@ -161,8 +183,8 @@ class Program:
             "tuple", tuple(range(n_out)), (LEAF,) * n_out))
 
     def _tree(self, attr: str, default: TreeDef) -> TreeDef:
-        stored = self.function.attributes.get(attr)
-        return TreeDef.from_text(stored.data) if isinstance(stored, StringAttr) else default
+        text = attr_text(self.function.attributes.get(attr))
+        return TreeDef.from_text(text) if text is not None else default
 
     @classmethod
     def parse(cls, text: str, name: str | None = None) -> Program:
@@ -188,6 +210,9 @@ class Program:
         if tree != self.in_tree:
             raise TypeError(f"@{self.name} was traced for arguments structured as "
                             f"{self.in_tree}, got {tree}")
+        if any(isinstance(leaf, Spec) for leaf in leaves):
+            raise TypeError(f"@{self.name} needs arrays to run on; for shapes, use "
+                            ".shapes or tapeml.eval_shape")
         if any(isinstance(leaf, Tracer) for leaf in leaves):
             return unflatten(self.out_tree, self._replay(leaves))
         results = interpret(self.module, self.name, *leaves)
@@ -224,11 +249,6 @@ class Program:
         """The output pytree as `Spec`s."""
         return unflatten(self.out_tree, [_spec(t) for t in self.function.function_type.outputs])
 
-    def _paths(self, attrs: ArrayAttr | None, count: int, default: str) -> list[str]:
-        if attrs is None:
-            return [f"{default}{i}" for i in range(count)]
-        return [d.data[NAME_ATTR].data if NAME_ATTR in d.data else f"{default}{i}"
-                for i, d in enumerate(attrs.data)]
 
     def summary(self) -> str:
         """A table of op counts, parameter counts by name prefix, FLOPs and I/O bytes."""
@@ -240,7 +260,7 @@ class Program:
             flops[op.name] += op_flops(op)
         inputs = list(f.function_type.inputs)
         outputs = list(f.function_type.outputs)
-        in_paths = self._paths(f.arg_attrs, len(inputs), "arg")
+        in_paths = value_names(f.arg_attrs, list(f.body.block.args), "arg")
         params: defaultdict[str, int] = defaultdict(int)
         for path, t in zip(in_paths, inputs, strict=True):
             params[path.rsplit(".", 1)[0] if "." in path else path] += _numel(t)
@@ -254,6 +274,23 @@ class Program:
             lines.append(f"  {prefix:<18}{'':>7}{params[prefix]:>16,}")
         lines.append(f"  inputs {_bytes(inputs):,} bytes, outputs {_bytes(outputs):,} bytes")
         return "\n".join(lines)
+
+
+def value_names(attrs: ArrayAttr | None, values: list[SSAValue], default: str) -> list[str]:
+    """Each value's tapeml.name (from `attrs`), else its SSA name, else `default` + index."""
+    stored = [attr_text(d.data.get(NAME_ATTR)) for d in attrs.data] if attrs is not None else []
+    return [(stored[i] if i < len(stored) else None) or value.name_hint or f"{default}{i}"
+            for i, value in enumerate(values)]
+
+
+def attr_text(attr: Attribute | None) -> str | None:
+    """A string attribute's text. xDSL parses a string with escapes (non-ASCII text) into a
+    BytesAttr, so both are read."""
+    if isinstance(attr, StringAttr):
+        return attr.data
+    if isinstance(attr, BytesAttr):
+        return attr.data.decode("utf-8", errors="replace")
+    return None
 
 
 def _spec(t: Any) -> Spec:

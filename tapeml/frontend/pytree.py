@@ -41,9 +41,9 @@ class TreeDef:
         if self.kind == "none":
             return "None"
         inner = [str(c) for c in self.children]
-        if self.kind == "dict":
-            return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(self.keys, inner,
-                                                                   strict=True)) + "}"
+        if self.kind == "dict":  # numpy scalar keys print as the Python values they equal
+            keys = [k.item() if hasattr(k, "item") else k for k in self.keys]
+            return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(keys, inner, strict=True)) + "}"
         if self.kind == "tuple":
             return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
         return "[" + ", ".join(inner) + "]"
@@ -60,7 +60,11 @@ def _children(tree: Any) -> tuple[str, tuple[Any, ...], tuple[Any, ...]] | None:
     if isinstance(tree, list):
         return "list", tuple(range(len(tree))), tuple(tree)
     if isinstance(tree, dict):
-        keys = tuple(sorted(tree))
+        try:
+            keys = tuple(sorted(tree))
+        except TypeError:
+            raise TypeError(f"pytree dict keys must be sortable (all str or all int), got "
+                            f"{sorted(type(k).__name__ for k in tree)}") from None
         return "dict", keys, tuple(tree[k] for k in keys)
     return None
 

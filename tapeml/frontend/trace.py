@@ -162,7 +162,6 @@ class Tracer:
     """Stands for an array while a function is traced: it has a shape and a dtype, no values."""
 
     __slots__ = ("trace", "value")
-    __array_priority__ = 1000  # numpy defers `array + tracer` to Tracer.__radd__
 
     def __init__(self, value: SSAValue, trace: Trace) -> None:
         self.value = value
@@ -217,6 +216,24 @@ class Tracer:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         raise self._no_value("np.asarray()")
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """numpy ufuncs on tracers run as the tapeml op of the same name (np.exp(t), and the
+        operators of numpy scalars and arrays meeting a tracer: `np.float32(2) * t`)."""
+        from tapeml.frontend import ops
+
+        name = {"absolute": "abs", "true_divide": "divide"}.get(ufunc.__name__, ufunc.__name__)
+        fn = getattr(ops, name, None) if method == "__call__" and not kwargs else None
+        if fn is None:
+            raise TracingError(at_user_line(
+                f"numpy.{ufunc.__name__}{'.' + method if method != '__call__' else ''} has no "
+                "tapeml op to trace it with; use the tapeml ops"))
+        return fn(*inputs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        raise TracingError(at_user_line(
+            f"numpy.{func.__name__} cannot run on a tracer; use tapeml.{func.__name__} (or the "
+            "tapeml op that does the same)"))
 
     def tolist(self) -> list:
         raise self._no_value("tolist()")

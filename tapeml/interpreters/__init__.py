@@ -52,7 +52,9 @@ def _find_function(module: ModuleOp, name: str) -> func.FuncOp:
 
 def _checked_array(value: Any, t: TensorType | MemRefType, where: str) -> np.ndarray:
     dtype = dtype_of(t)
-    array = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=dtype)
+    # numpy values keep their dtype (and must match); Python numbers and lists take t's
+    typed = isinstance(value, np.ndarray | np.generic)
+    array = np.asarray(value) if typed else np.asarray(value, dtype=dtype)
     if array.dtype != dtype:
         raise InterpretError(f"{where} must have dtype {dtype} for {t}, got {array.dtype}")
     if array.shape != t.get_shape():
@@ -110,8 +112,9 @@ def interpret(module: ModuleOp, name: str, *args: Any) -> tuple[Any, ...]:
     inputs: Sequence[Attribute] = f.function_type.inputs.data
     if len(args) != len(inputs):
         raise InterpretError(f"@{name} takes {len(inputs)} arguments, got {len(args)}")
+    names = [f" (%{a.name_hint})" if a.name_hint else "" for a in f.body.block.args]
     values = tuple(
-        _to_runtime(a, t, f"argument {i} of @{name}")
+        _to_runtime(a, t, f"argument {i}{names[i]} of @{name}")
         for i, (a, t) in enumerate(zip(args, inputs, strict=True))
     )
     with np.errstate(all="ignore"):

@@ -34,6 +34,14 @@ def format_parse_error(error: ParseError) -> str:
     return located(error.span, error.msg)
 
 
+class LocatedParseError(ParseError):
+    """A ParseError that prints as `file:line:col: error: message` (xDSL prints it itself under
+    --parsing-diagnostics)."""
+
+    def __str__(self) -> str:
+        return format_parse_error(self)
+
+
 class LocatingParser(Parser):
     """A Parser that records the source span of every op it parses."""
 

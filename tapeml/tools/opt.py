@@ -20,6 +20,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from tapeml import universe
 from tapeml.tools.diagnostics import (
+    LocatedParseError,
     LocatingParser,
     UserError,
     fail,
@@ -56,9 +57,17 @@ class TapeOptMain(xDSLOptMain):
                     start_offset: int = 0) -> ModuleOp | None:
         if (self.args.frontend or file_extension) != "mlir":
             return super().parse_chunk(chunk, file_extension, start_offset)
-        parser = LocatingParser(self.ctx, chunk.read(), self.get_input_name(),
-                                line_offset=start_offset)
-        module = parser.parse_module(not self.args.no_implicit_module)
+        text = chunk.read()
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UserError(f"{self.get_input_name()}: not UTF-8 text ({error.reason} at byte "
+                            f"{error.start})") from None
+        parser = LocatingParser(self.ctx, text, self.get_input_name(), line_offset=start_offset)
+        try:
+            module = parser.parse_module(not self.args.no_implicit_module)
+        except ParseError as error:
+            raise LocatedParseError(error.span, error.msg) from None
         self.spans = parser.spans
         return module
 
@@ -88,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DiagnosticException as error:
         return fail("tapeml-opt", str(error))
     except OSError as error:
-        return fail("tapeml-opt", f"cannot read {error.filename}: {error.strerror}")
+        return fail("tapeml-opt", f"cannot open {error.filename}: {error.strerror}")
     return 0
 
 

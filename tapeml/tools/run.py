@@ -49,7 +49,13 @@ def _context() -> Context:
 
 def _load_module(ctx: Context, path: str) -> ModuleOp:
     with open(path, "rb") as f:
-        parser = LocatingParser(ctx, f.read(), path)
+        text = f.read()
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InterpretError(f"{path}: not UTF-8 text ({error.reason} at byte "
+                             f"{error.start})") from None
+    parser = LocatingParser(ctx, text, path)
     module = parser.parse_module()
     verify_located(module, parser.spans, path)
     return module
@@ -70,8 +76,9 @@ def _parse_arg(ctx: Context, text: str, index: int) -> Any:
         return dense_to_numpy(attr)
     if isinstance(attr, FloatAttr):  # typed, so the interpreter can check it
         return np.dtype(f"float{attr.type.bitwidth}").type(attr.value.data)
-    if isinstance(attr, IntegerAttr):
-        return attr.value.data
+    if isinstance(attr, IntegerAttr):  # typed too: an i32 literal is no f32 tensor
+        width = attr.type.width.data if hasattr(attr.type, "width") else 64
+        return np.dtype(f"int{max(8, width)}").type(attr.value.data)
     raise InterpretError(f"argument {index}: expected a dense<...> literal, a number or a .npy "
                          f"file, got {text!r}")
 
@@ -124,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DiagnosticException, InterpretError) as error:
         return fail(TOOL, str(error))
     except OSError as error:
-        return fail(TOOL, f"cannot read {error.filename}: {error.strerror}")
+        return fail(TOOL, f"cannot open {error.filename}: {error.strerror}")
 
 
 if __name__ == "__main__":

@@ -29,13 +29,16 @@ from xdsl.utils.exceptions import DiagnosticException
 from tapeml.dialects import tape
 from tapeml.dialects.base import TapeOp
 from tapeml.frontend import ops
+from tapeml.frontend.program import (
+    IN_TREE_ATTR,
+    NAME_ATTR,
+    OUT_TREE_ATTR,
+    attr_text,
+    value_names,
+)
 from tapeml.frontend.pytree import LEAF, TreeDef
 from tapeml.frontend.trace import Trace, Tracer, new_trace
 from tapeml.transforms.pullbacks import NON_DIFFERENTIABLE, PULLBACKS
-
-NAME_ATTR = "tapeml.name"
-IN_TREE_ATTR = "tapeml.in_tree"
-OUT_TREE_ATTR = "tapeml.out_tree"
 
 
 class DifferentiateError(DiagnosticException):
@@ -162,25 +165,26 @@ def _update_signature(f: func.FuncOp, wrt: list[SSAValue], seeds: list[SSAValue]
     for k, value in enumerate(seeds):
         value.name_hint = f"seed{k}"
     own_args = list(block.args)[: len(block.args) - len(seeds)]
-    arg_names = _names(f.arg_attrs, own_args, "arg") + [f"seed{k}" for k in range(len(seeds))]
+    arg_names = value_names(f.arg_attrs, own_args, "arg") + [f"seed{k}" for k in range(len(seeds))]
     if f.arg_attrs is not None or seeds:
         f.arg_attrs = _name_attrs(arg_names)
     named = dict(zip(block.args, arg_names, strict=True))
     results = list(ret.operands)[: len(ret.operands) - len(wrt)]
-    result_names = _names(f.res_attrs, results, "result")
+    result_names = value_names(f.res_attrs, results, "result")
     f.res_attrs = _name_attrs(result_names + [f"grad.{named[v]}" for v in wrt])
 
 
 def _update_trees(f: func.FuncOp, n_grads: int, n_seeds: int) -> None:
     """Keep a traced function's pytree attributes true: it now returns (results, (grads...)),
     and seeds come as one more positional argument, a tuple."""
-    in_tree, out_tree = f.attributes.get(IN_TREE_ATTR), f.attributes.get(OUT_TREE_ATTR)
-    if isinstance(out_tree, StringAttr):
+    in_tree = attr_text(f.attributes.get(IN_TREE_ATTR))
+    out_tree = attr_text(f.attributes.get(OUT_TREE_ATTR))
+    if out_tree is not None:
         grads = _flat_tuple(n_grads)
-        new_out = TreeDef("tuple", (0, 1), (TreeDef.from_text(out_tree.data), grads))
+        new_out = TreeDef("tuple", (0, 1), (TreeDef.from_text(out_tree), grads))
         f.attributes[OUT_TREE_ATTR] = StringAttr(new_out.to_text())
-    if isinstance(in_tree, StringAttr) and n_seeds:
-        args, kwargs = TreeDef.from_text(in_tree.data).children
+    if in_tree is not None and n_seeds:
+        args, kwargs = TreeDef.from_text(in_tree).children
         args = TreeDef("tuple", tuple(range(len(args.children) + 1)),
                        (*args.children, _flat_tuple(n_seeds)))
         f.attributes[IN_TREE_ATTR] = StringAttr(
@@ -189,17 +193,6 @@ def _update_trees(f: func.FuncOp, n_grads: int, n_seeds: int) -> None:
 
 def _flat_tuple(n: int) -> TreeDef:
     return TreeDef("tuple", tuple(range(n)), (LEAF,) * n)
-
-
-def _names(attrs: ArrayAttr | None, values: list[SSAValue], default: str) -> list[str]:
-    """The tapeml.name of each value (from `attrs`), else its SSA name, else default + index."""
-    stored = [d.data.get(NAME_ATTR) for d in attrs.data] if attrs is not None else []
-    names = []
-    for i, value in enumerate(values):
-        attr = stored[i] if i < len(stored) else None
-        names.append(attr.data if isinstance(attr, StringAttr)
-                     else value.name_hint or f"{default}{i}")
-    return names
 
 
 def _name_attrs(names: list[str]) -> ArrayAttr:
