@@ -386,3 +386,80 @@ def avgpool2d(x: np.ndarray, kernel: Sequence[int], stride: Sequence[int],
         return sum(0.0 if v is None else v for v in window) / len(window)
 
     return _pool(x, kernel, stride, padding, mean, np.float64)
+
+
+# ----------------------------------------------------------------------------------------------
+# The backward ops, straight from the forward loops: each output element's window, visited as in
+# conv2d / _pool above, sends its cotangent back to the inputs it read.
+
+
+def _conv_taps(x_shape, w_shape, stride, padding, dilation, groups):
+    """(b, f, y, xx, ci, i, j, iy, ix) for every in-bounds tap of every conv output element."""
+    n, c, h, wd = x_shape
+    o, cg, kh, kw = w_shape
+    top, left, bottom, right = padding
+    oh = _out_size(h, top, bottom, kh, stride[0], dilation[0])
+    ow = _out_size(wd, left, right, kw, stride[1], dilation[1])
+    og = o // groups
+    for b, f, y, xx in positions((n, o, oh, ow)):
+        for ci, i, j in positions((cg, kh, kw)):
+            iy = y * stride[0] - top + i * dilation[0]
+            ix = xx * stride[1] - left + j * dilation[1]
+            if 0 <= iy < h and 0 <= ix < wd:
+                yield b, f, y, xx, (f // og) * cg + ci, ci, i, j, iy, ix
+
+
+def conv2d_backward_input(ct, w, stride, padding, dilation, groups, spatial):
+    n, o = ct.shape[:2]
+    cg = w.shape[1]
+    dx = np.zeros((n, cg * groups, *spatial))
+    for b, f, y, xx, c, ci, i, j, iy, ix in _conv_taps(dx.shape, w.shape, stride, padding,
+                                                        dilation, groups):
+        dx[b, c, iy, ix] += float(ct[b, f, y, xx]) * float(w[f, ci, i, j])
+    return dx
+
+
+def conv2d_backward_weight(x, ct, stride, padding, dilation, groups, kernel):
+    o = ct.shape[1]
+    dw = np.zeros((o, x.shape[1] // groups, *kernel))
+    for b, f, y, xx, c, ci, i, j, iy, ix in _conv_taps(x.shape, dw.shape, stride, padding,
+                                                        dilation, groups):
+        dw[f, ci, i, j] += float(ct[b, f, y, xx]) * float(x[b, c, iy, ix])
+    return dw
+
+
+def _pool_windows(x_shape, kernel, stride, padding):
+    """(b, ch, y, xx, taps) per pool output element; taps: in-bounds (iy, ix) or None (pad)."""
+    n, c, h, wd = x_shape
+    top, left, bottom, right = padding
+    oh = _out_size(h, top, bottom, kernel[0], stride[0], 1)
+    ow = _out_size(wd, left, right, kernel[1], stride[1], 1)
+    for b, ch, y, xx in positions((n, c, oh, ow)):
+        taps = []
+        for i, j in positions(kernel):
+            iy, ix = y * stride[0] - top + i, xx * stride[1] - left + j
+            taps.append((iy, ix) if 0 <= iy < h and 0 <= ix < wd else None)
+        yield b, ch, y, xx, taps
+
+
+def maxpool2d_backward(x, ct, kernel, stride, padding):
+    """Each window's cotangent split evenly among the taps holding its max (padding is -inf)."""
+    dx = np.zeros(x.shape)
+    for b, ch, y, xx, taps in _pool_windows(x.shape, kernel, stride, padding):
+        values = [float(x[b, ch, t[0], t[1]]) if t else -INF for t in taps]
+        top = max(values)
+        winners = [t for t, v in zip(taps, values, strict=True) if v == top]
+        for t in winners:
+            if t:
+                dx[b, ch, t[0], t[1]] += float(ct[b, ch, y, xx]) / len(winners)
+    return dx
+
+
+def avgpool2d_backward(ct, kernel, stride, padding, spatial):
+    n, c = ct.shape[:2]
+    dx = np.zeros((n, c, *spatial))
+    for b, ch, y, xx, taps in _pool_windows(dx.shape, kernel, stride, padding):
+        for t in taps:
+            if t:
+                dx[b, ch, t[0], t[1]] += float(ct[b, ch, y, xx]) / (kernel[0] * kernel[1])
+    return dx

@@ -99,6 +99,18 @@ CASES = {
     "avgpool2d_fused": (lambda x: ops.sum(ops.exp(bind(
         tape.AvgPool2dOp, x, kernel=(3, 2), stride=(1, 2), padding=(1, 1, 1, 0)))),
         (r(2, 1, 4, 5),)),
+    "conv2d_backward_input": (lambda ct, w: ops.sum(ops.tanh(bind(
+        tape.Conv2dBackwardInputOp, ct, w, stride=(2, 1), padding=(1, 0, 2, 1), dilation=(1, 2),
+        groups=2, spatial=(6, 5)))), (r(1, 4, 4, 4), r(4, 1, 3, 2))),
+    "conv2d_backward_weight": (lambda x, ct: ops.sum(ops.tanh(bind(
+        tape.Conv2dBackwardWeightOp, x, ct, stride=(2, 1), padding=(1, 0, 2, 1),
+        dilation=(1, 2), groups=2, kernel=(3, 2)))), (r(1, 2, 6, 5), r(1, 4, 4, 4))),
+    "maxpool2d_backward": (lambda ct: ops.sum(ops.exp(bind(
+        tape.MaxPool2dBackwardOp, np.arange(25.0).reshape(1, 1, 5, 5) % 7, ct, kernel=(2, 2),
+        stride=(2, 2), padding=(0, 0, 1, 1)))), (r(1, 1, 3, 3),)),
+    "avgpool2d_backward": (lambda ct: ops.sum(ops.exp(bind(
+        tape.AvgPool2dBackwardOp, ct, kernel=(3, 2), stride=(1, 2), padding=(1, 1, 1, 0),
+        spatial=(4, 5)))), (r(2, 1, 4, 3),)),
     "nn_conv2d_pools": (lambda x, w: ops.sum(nn.avg_pool2d(nn.max_pool2d(
         nn.conv2d(x, w, padding=1, groups=1), 2), 1)), (r(2, 3, 6, 6), r(4, 3, 3, 3))),
     "nn_conv2d_depthwise": (lambda x, w: ops.sum(ops.tanh(nn.conv2d(x, w, stride=2, groups=3))),

@@ -152,6 +152,19 @@ def _samples(rng: np.random.Generator) -> dict[type[TapeOp], tuple[tuple, dict]]
         tape.MaxPool2dOp: ((img,), {"kernel": (2, 3), "stride": (1, 2), "padding": (1, 1, 0, 1)}),
         tape.AvgPool2dOp: ((img,), {"kernel": (3, 2), "stride": (2, 1), "padding": (0, 1, 1, 0)}),
     }
+    # the backward ops take a cotangent shaped like their forward op's result
+    from tapeml.interpreters.tape import evaluate
+
+    (x4, w4), conv = samples[tape.Conv2dOp]
+    ct = uniform(rng, evaluate(tape.Conv2dOp, x4, w4, **conv).shape, np.float64)
+    samples[tape.Conv2dBackwardInputOp] = ((ct, w4), {**conv, "spatial": x4.shape[2:]})
+    samples[tape.Conv2dBackwardWeightOp] = ((x4, ct), {**conv, "kernel": w4.shape[2:]})
+    for forward, backward in [(tape.MaxPool2dOp, tape.MaxPool2dBackwardOp),
+                              (tape.AvgPool2dOp, tape.AvgPool2dBackwardOp)]:
+        (xp,), pool = samples[forward]
+        ct = uniform(rng, evaluate(forward, xp, **pool).shape, np.float64)
+        samples[backward] = (((xp, ct), pool) if backward is tape.MaxPool2dBackwardOp
+                             else ((ct,), {**pool, "spatial": xp.shape[2:]}))
     return samples
 
 

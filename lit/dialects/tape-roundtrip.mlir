@@ -1,4 +1,4 @@
-// Every tape op (all 32 of tape.OPS) in its custom syntax, printed back exactly.
+// Every tape op (all of tape.OPS) in its custom syntax, printed back exactly.
 //
 // custom -> custom, and custom -> generic -> custom, must both print the CHECK lines:
 // RUN: TAPE_ROUNDTRIP
@@ -290,5 +290,24 @@ func.func @reduce_matmul(%a: tensor<2x3xf32>, %n: tensor<3x4xf32>, %bm: tensor<5
   %10 = tape.max %a axes = [0, 1] : tensor<2x3xf32> -> tensor<f32>
   %11 = tape.matmul %a, %n : tensor<2x3xf32>, tensor<3x4xf32> -> tensor<2x4xf32>
   %12 = tape.matmul %bm, %bn : tensor<5x2x3xf64>, tensor<5x3x4xf64> -> tensor<5x2x4xf64>
+  func.return
+}
+
+// -----
+
+// The backward ops of conv2d and the poolings.
+
+// CHECK-LABEL: func.func @backward
+// CHECK-NEXT:    %0 = tape.conv2d_backward_input %ct, %w stride = [2, 1] padding = [1, 0, 2, 1] dilation = [1, 2] groups = 2 : tensor<1x4x4x4xf32>, tensor<4x1x3x2xf32> -> tensor<1x2x6x5xf32>
+// CHECK-NEXT:    %1 = tape.conv2d_backward_weight %x, %ct stride = [2, 1] padding = [1, 0, 2, 1] dilation = [1, 2] groups = 2 : tensor<1x2x6x5xf32>, tensor<1x4x4x4xf32> -> tensor<4x1x3x2xf32>
+// CHECK-NEXT:    %2 = tape.maxpool2d_backward %x, %pct kernel = [2, 2] stride = [2, 2] padding = [0, 0, 0, 1] : tensor<1x2x6x5xf32>, tensor<1x2x3x3xf32> -> tensor<1x2x6x5xf32>
+// CHECK-NEXT:    %3 = tape.avgpool2d_backward %pct kernel = [2, 2] stride = [2, 2] padding = [0, 0, 0, 1] : tensor<1x2x3x3xf32> -> tensor<1x2x6x5xf32>
+// CHECK-NEXT:    func.return
+
+func.func @backward(%x: tensor<1x2x6x5xf32>, %w: tensor<4x1x3x2xf32>, %ct: tensor<1x4x4x4xf32>, %pct: tensor<1x2x3x3xf32>) {
+  %0 = tape.conv2d_backward_input %ct, %w stride = [2, 1] padding = [1, 0, 2, 1] dilation = [1, 2] groups = 2 : tensor<1x4x4x4xf32>, tensor<4x1x3x2xf32> -> tensor<1x2x6x5xf32>
+  %1 = tape.conv2d_backward_weight %x, %ct stride = [2, 1] padding = [1, 0, 2, 1] dilation = [1, 2] groups = 2 : tensor<1x2x6x5xf32>, tensor<1x4x4x4xf32> -> tensor<4x1x3x2xf32>
+  %2 = tape.maxpool2d_backward %x, %pct kernel = [2, 2] stride = [2, 2] padding = [0, 0, 0, 1] : tensor<1x2x6x5xf32>, tensor<1x2x3x3xf32> -> tensor<1x2x6x5xf32>
+  %3 = tape.avgpool2d_backward %pct kernel = [2, 2] stride = [2, 2] padding = [0, 0, 0, 1] : tensor<1x2x3x3xf32> -> tensor<1x2x6x5xf32>
   func.return
 }

@@ -823,6 +823,139 @@ class AvgPool2dOp(_Pool2d):
     name = "tape.avgpool2d"
 
 
+# The backward ops of the convolution and the poolings: what their pullbacks produce, and what
+# tape-fuse raises the pullbacks of their unfold idioms to. Each states its shape rule through
+# the forward op's: its cotangent operand must have the forward result's type.
+
+
+def _expect_forward(op: str, ct: Attribute, forward: Attribute, role: str) -> None:
+    _check(ct == forward, op, f"{role} {ct} must have the type of the forward result, {forward}")
+
+
+@irdl_op_definition
+class Conv2dBackwardInputOp(TapeOp):
+    """The input cotangent of `tape.conv2d` (a transposed convolution): given the result's
+    cotangent (N, O, OH, OW) and the weight (O, C/groups, KH, KW), the (N, C, H, W) cotangent of
+    the input, H and W read off the result type."""
+
+    name = "tape.conv2d_backward_input"
+    cotangent = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    result = result_def(TensorType)
+    stride = IntList.prop()
+    padding = IntList.prop()
+    dilation = IntList.prop()
+    groups = Int.prop()
+    traits = traits_def(Pure())
+    CLAUSES: ClassVar = (IntList("stride"), IntList("padding"), IntList("dilation"), Int("groups"))
+    DERIVED: ClassVar = ("spatial",)
+
+    @classmethod
+    def infer(cls, cotangent: Attribute, weight: Attribute, *, stride: Sequence[int],
+              padding: Sequence[int], dilation: Sequence[int], groups: int,
+              spatial: Sequence[int]) -> Attribute:
+        n, _, _, _ = _rank4(cls.name, cotangent, "cotangent", "N, O, OH, OW")
+        _, cg, _, _ = _rank4(cls.name, weight, "weight", "O, C/groups, KH, KW")
+        _check(len(spatial) == 2, cls.name, f"spatial {list(spatial)} needs 2 dims")
+        x = tensor_type([n, cg * groups, *spatial], weight.get_element_type())
+        forward = Conv2dOp.infer(x, weight, stride=stride, padding=padding, dilation=dilation,
+                                 groups=groups)
+        _expect_forward(cls.name, cotangent, forward, "cotangent")
+        return x
+
+    def derived_params(self) -> dict[str, Any]:
+        return {"spatial": self.result.type.get_shape()[2:]}
+
+
+@irdl_op_definition
+class Conv2dBackwardWeightOp(TapeOp):
+    """The weight cotangent of `tape.conv2d`: given the input (N, C, H, W) and the result's
+    cotangent (N, O, OH, OW), the (O, C/groups, KH, KW) cotangent of the weight, the kernel size
+    read off the result type."""
+
+    name = "tape.conv2d_backward_weight"
+    input = operand_def(TensorType)
+    cotangent = operand_def(TensorType)
+    result = result_def(TensorType)
+    stride = IntList.prop()
+    padding = IntList.prop()
+    dilation = IntList.prop()
+    groups = Int.prop()
+    traits = traits_def(Pure())
+    CLAUSES: ClassVar = (IntList("stride"), IntList("padding"), IntList("dilation"), Int("groups"))
+    DERIVED: ClassVar = ("kernel",)
+
+    @classmethod
+    def infer(cls, input: Attribute, cotangent: Attribute, *, stride: Sequence[int],
+              padding: Sequence[int], dilation: Sequence[int], groups: int,
+              kernel: Sequence[int]) -> Attribute:
+        _, c, _, _ = _rank4(cls.name, input, "input", "N, C, H, W")
+        _, o, _, _ = _rank4(cls.name, cotangent, "cotangent", "N, O, OH, OW")
+        _check(len(kernel) == 2, cls.name, f"kernel {list(kernel)} needs 2 dims")
+        _check(groups >= 1 and c % groups == 0, cls.name,
+               f"groups={groups} must divide the input channels of {input}")
+        w = tensor_type([o, c // groups, *kernel], input.get_element_type())
+        forward = Conv2dOp.infer(input, w, stride=stride, padding=padding, dilation=dilation,
+                                 groups=groups)
+        _expect_forward(cls.name, cotangent, forward, "cotangent")
+        return w
+
+    def derived_params(self) -> dict[str, Any]:
+        return {"kernel": self.result.type.get_shape()[2:]}
+
+
+@irdl_op_definition
+class MaxPool2dBackwardOp(TapeOp):
+    """The input cotangent of `tape.maxpool2d`: each window's cotangent goes to the elements
+    that attain its max, split evenly among ties."""
+
+    name = "tape.maxpool2d_backward"
+    input = operand_def(TensorType)
+    cotangent = operand_def(TensorType)
+    result = result_def(TensorType)
+    kernel = IntList.prop()
+    stride = IntList.prop()
+    padding = IntList.prop()
+    traits = traits_def(Pure())
+    CLAUSES: ClassVar = (IntList("kernel"), IntList("stride"), IntList("padding"))
+
+    @classmethod
+    def infer(cls, input: Attribute, cotangent: Attribute, *, kernel: Sequence[int],
+              stride: Sequence[int], padding: Sequence[int]) -> Attribute:
+        forward = MaxPool2dOp.infer(input, kernel=kernel, stride=stride, padding=padding)
+        _expect_forward(cls.name, cotangent, forward, "cotangent")
+        return input
+
+
+@irdl_op_definition
+class AvgPool2dBackwardOp(TapeOp):
+    """The input cotangent of `tape.avgpool2d`: each window's cotangent, divided by kh * kw,
+    added to every element of the window (H and W read off the result type)."""
+
+    name = "tape.avgpool2d_backward"
+    cotangent = operand_def(TensorType)
+    result = result_def(TensorType)
+    kernel = IntList.prop()
+    stride = IntList.prop()
+    padding = IntList.prop()
+    traits = traits_def(Pure())
+    CLAUSES: ClassVar = (IntList("kernel"), IntList("stride"), IntList("padding"))
+    DERIVED: ClassVar = ("spatial",)
+
+    @classmethod
+    def infer(cls, cotangent: Attribute, *, kernel: Sequence[int], stride: Sequence[int],
+              padding: Sequence[int], spatial: Sequence[int]) -> Attribute:
+        n, c, _, _ = _rank4(cls.name, cotangent, "cotangent", "N, C, OH, OW")
+        _check(len(spatial) == 2, cls.name, f"spatial {list(spatial)} needs 2 dims")
+        x = tensor_type([n, c, *spatial], cotangent.get_element_type())
+        forward = AvgPool2dOp.infer(x, kernel=kernel, stride=stride, padding=padding)
+        _expect_forward(cls.name, cotangent, forward, "cotangent")
+        return x
+
+    def derived_params(self) -> dict[str, Any]:
+        return {"spatial": self.result.type.get_shape()[2:]}
+
+
 ELEMENTWISE_BINARY = (AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp)
 ELEMENTWISE_UNARY = (NegOp, ExpOp, LogOp, TanhOp, SigmoidOp, ReluOp, SqrtOp)
 OPS: tuple[type[TapeOp], ...] = (
@@ -846,6 +979,10 @@ OPS: tuple[type[TapeOp], ...] = (
     Conv2dOp,
     MaxPool2dOp,
     AvgPool2dOp,
+    Conv2dBackwardInputOp,
+    Conv2dBackwardWeightOp,
+    MaxPool2dBackwardOp,
+    AvgPool2dBackwardOp,
 )
 
 Tape = Dialect("tape", list(OPS), [])

@@ -24,6 +24,7 @@ import numpy as np
 from tapeml.dialects import tape
 from tapeml.dialects.base import TapeOp
 from tapeml.frontend import ops
+from tapeml.frontend.trace import bind
 
 Rule = Callable[..., tuple[Any, ...]]
 PULLBACKS: dict[type[TapeOp], Rule] = {}
@@ -37,10 +38,6 @@ def pullback(*op_types: type[TapeOp]) -> Callable[[Rule], Rule]:
         return rule
 
     return register
-
-
-def _zeros_like(x: Any) -> Any:
-    return ops.broadcast_to(np.zeros((), x.dtype), x.shape)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -236,6 +233,11 @@ def _max(ct, a, *, result, axes, keepdims):
     return (_even_split(_unreduce(ct, a, axes, keepdims), a, top, axes),)
 
 
+def _pad2d(x, padding: Sequence[int], value: float):
+    top, left, bottom, right = padding
+    return ops.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], value)
+
+
 def _swap_last(x):
     perm = list(range(x.ndim))
     perm[-1], perm[-2] = perm[-2], perm[-1]
@@ -247,54 +249,49 @@ def _matmul(ct, a, b, *, result):
     return ops.matmul(ct, _swap_last(b)), ops.matmul(_swap_last(a), ct)
 
 
-def _pad2d(x, padding: Sequence[int], value: float):
-    top, left, bottom, right = padding
-    return ops.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], value)
-
-
-def _unpad2d(x, padding: Sequence[int]):
-    top, left, bottom, right = padding
-    return ops.pad(x, [(0, 0), (0, 0), (-top, -bottom), (-left, -right)])
+# The convolution and its two backward ops are a closed family: each one's pullback is made of
+# the other two (all are linear in each operand).
 
 
 @pullback(tape.Conv2dOp)
-def _conv2d(ct, x, w, *, result, stride, padding, dilation, groups):
-    # y[n,g,o,p] = sum_{c,t} cols[n,g,c,p,t] w[g,o,c,t], cols = unfold(pad(x)); p: output
-    # positions, t: kernel taps. Both cotangents are matmuls over the groups.
-    n, c, _, _ = x.shape
-    o, cg, kh, kw = w.shape
-    g, og = groups, o // groups
-    _, _, oh, ow = ct.shape
-    xp = _pad2d(x, padding, 0.0)
-    cols = ops.unfold(xp, (kh, kw), stride, dilation)  # N, C, OH, OW, KH, KW
-    cols = ops.reshape(ops.transpose(ops.reshape(cols, (n, g, cg, oh, ow, kh, kw)),
-                                     (1, 0, 3, 4, 2, 5, 6)), (g, n * oh * ow, cg * kh * kw))
-    ct_rows = ops.reshape(ops.transpose(ops.reshape(ct, (n, g, og, oh, ow)), (1, 0, 3, 4, 2)),
-                          (g, n * oh * ow, og))  # G, N*OH*OW, O/G
-    wg = ops.reshape(w, (g, og, cg * kh * kw))
-    ct_cols = ops.matmul(ct_rows, wg)  # G, N*OH*OW, C/G*KH*KW
-    ct_cols = ops.transpose(ops.reshape(ct_cols, (g, n, oh, ow, cg, kh, kw)),
-                            (1, 0, 4, 2, 3, 5, 6))
-    ct_cols = ops.reshape(ct_cols, (n, c, oh, ow, kh, kw))
-    ct_x = _unpad2d(ops.fold(ct_cols, xp.shape[2:], (kh, kw), stride, dilation), padding)
-    ct_w = ops.matmul(_swap_last(ct_rows), cols)  # G, O/G, C/G*KH*KW
-    return ct_x, ops.reshape(ct_w, w.shape)
+def _conv2d(ct, x, w, *, result, **params):
+    return (bind(tape.Conv2dBackwardInputOp, ct, w, **params, spatial=x.shape[2:]),
+            bind(tape.Conv2dBackwardWeightOp, x, ct, **params, kernel=w.shape[2:]))
+
+
+@pullback(tape.Conv2dBackwardInputOp)
+def _conv2d_backward_input(g, ct, w, *, result, spatial, **params):
+    return (bind(tape.Conv2dOp, g, w, **params),
+            bind(tape.Conv2dBackwardWeightOp, g, ct, **params, kernel=w.shape[2:]))
+
+
+@pullback(tape.Conv2dBackwardWeightOp)
+def _conv2d_backward_weight(g, x, ct, *, result, kernel, **params):
+    return (bind(tape.Conv2dBackwardInputOp, ct, g, **params, spatial=x.shape[2:]),
+            bind(tape.Conv2dOp, x, g, **params))
 
 
 @pullback(tape.MaxPool2dOp)
-def _maxpool2d(ct, x, *, result, kernel, stride, padding):
-    xp = _pad2d(x, padding, -np.inf)
-    cols = ops.unfold(xp, kernel, stride)
-    top = ops.expand_dims(ops.expand_dims(result, -1), -1)
-    spread = ops.expand_dims(ops.expand_dims(ct, -1), -1)
-    ct_cols = _even_split(spread, cols, top, (-2, -1))
-    return (_unpad2d(ops.fold(ct_cols, xp.shape[2:], kernel, stride), padding),)
+def _maxpool2d(ct, x, *, result, **params):
+    return (bind(tape.MaxPool2dBackwardOp, x, ct, **params),)
+
+
+@pullback(tape.MaxPool2dBackwardOp)
+def _maxpool2d_backward(g, x, ct, *, result, kernel, stride, padding):
+    # linear in ct: each window gathers g over the elements that attain its max, as the forward
+    # scattered ct to them; the routing is piecewise constant in x, so x gets no cotangent
+    cols = ops.unfold(_pad2d(x, padding, -np.inf), kernel, stride)
+    top = ops.max(cols, axis=(-2, -1), keepdims=True)
+    share = _even_split(np.asarray(1.0, x.dtype), cols, top, (-2, -1))
+    g_cols = ops.unfold(_pad2d(g, padding, 0.0), kernel, stride)
+    return None, ops.sum(ops.multiply(g_cols, share), axis=(-2, -1))
 
 
 @pullback(tape.AvgPool2dOp)
-def _avgpool2d(ct, x, *, result, kernel, stride, padding):
-    n, c, oh, ow = ct.shape
-    share = ops.divide(ct, float(kernel[0] * kernel[1]))
-    ct_cols = ops.broadcast_to(ops.reshape(share, (n, c, oh, ow, 1, 1)), (n, c, oh, ow, *kernel))
-    padded = (x.shape[2] + padding[0] + padding[2], x.shape[3] + padding[1] + padding[3])
-    return (_unpad2d(ops.fold(ct_cols, padded, kernel, stride), padding),)
+def _avgpool2d(ct, x, *, result, **params):
+    return (bind(tape.AvgPool2dBackwardOp, ct, **params, spatial=x.shape[2:]),)
+
+
+@pullback(tape.AvgPool2dBackwardOp)
+def _avgpool2d_backward(g, ct, *, result, spatial, **params):
+    return (bind(tape.AvgPool2dOp, g, **params),)
