@@ -24,8 +24,17 @@ def _differentiate() -> type[ModulePass]:
     return DifferentiatePass
 
 
+def _fuse() -> type[ModulePass]:
+    from tapeml.transforms.fuse import FusePass
+
+    return FusePass
+
+
 DIALECTS: dict[str, Callable[[], Dialect]] = {"tape": _tape_dialect}
-PASSES: dict[str, Callable[[], type[ModulePass]]] = {"tape-differentiate": _differentiate}
+PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "tape-differentiate": _differentiate,
+    "tape-fuse": _fuse,
+}
 TARGETS: dict[str, Callable[[], type[Target]]] = {}
 
 TAPEML_UNIVERSE = Universe(all_dialects=DIALECTS, all_passes=PASSES, all_targets=TARGETS)

@@ -24,6 +24,7 @@ from xdsl.dialects.builtin import (
     f64,
     i1,
 )
+from xdsl.interfaces import HasCanonicalizationPatternsInterface
 from xdsl.ir import Attribute, Dialect
 from xdsl.irdl import (
     irdl_op_definition,
@@ -395,7 +396,7 @@ class CastOp(TapeOp):
 
 
 @irdl_op_definition
-class BroadcastOp(TapeOp):
+class BroadcastOp(TapeOp, HasCanonicalizationPatternsInterface):
     """Numpy broadcasting to the result shape: trailing dims align, each is equal or 1."""
 
     name = "tape.broadcast"
@@ -403,6 +404,12 @@ class BroadcastOp(TapeOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
     DERIVED: ClassVar = ("shape",)
+
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple:
+        from tapeml.dialects.tape_canonicalize import LAYOUT_PATTERNS
+
+        return LAYOUT_PATTERNS
 
     @classmethod
     def infer(cls, input: Attribute, *, shape: Sequence[int]) -> Attribute:
@@ -420,7 +427,7 @@ class BroadcastOp(TapeOp):
 
 
 @irdl_op_definition
-class ReshapeOp(TapeOp):
+class ReshapeOp(TapeOp, HasCanonicalizationPatternsInterface):
     """Row-major reshape to the result shape (same number of elements)."""
 
     name = "tape.reshape"
@@ -428,6 +435,12 @@ class ReshapeOp(TapeOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
     DERIVED: ClassVar = ("shape",)
+
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple:
+        from tapeml.dialects.tape_canonicalize import LAYOUT_PATTERNS
+
+        return LAYOUT_PATTERNS
 
     @classmethod
     def normalize(cls, operand_types: Sequence[Attribute], params: dict[str, Any]) -> dict:
@@ -452,7 +465,7 @@ class ReshapeOp(TapeOp):
 
 
 @irdl_op_definition
-class PermuteOp(TapeOp):
+class PermuteOp(TapeOp, HasCanonicalizationPatternsInterface):
     """Transpose: result dim i is input dim perm[i]."""
 
     name = "tape.permute"
@@ -461,6 +474,12 @@ class PermuteOp(TapeOp):
     perm = IntList.prop()
     traits = traits_def(Pure())
     CLAUSES: ClassVar = (IntList("perm"),)
+
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple:
+        from tapeml.dialects.tape_canonicalize import LAYOUT_PATTERNS
+
+        return LAYOUT_PATTERNS
 
     @classmethod
     def normalize(cls, operand_types: Sequence[Attribute], params: dict[str, Any]) -> dict:

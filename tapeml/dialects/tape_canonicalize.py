@@ -1,0 +1,48 @@
+"""Canonicalization patterns of the tape layout ops (xDSL's `canonicalize` runs them, and so does
+tape-fuse): chains of permutes and of reshapes become one op, and identities disappear, so the
+idioms tape-fuse matches have one spelling."""
+
+from __future__ import annotations
+
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
+
+from tapeml.dialects import tape
+
+
+class RemoveIdentityLayout(RewritePattern):
+    """permute by the identity, reshape or broadcast to the same type: the operand itself."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tape.PermuteOp | tape.ReshapeOp | tape.BroadcastOp,
+                          rewriter: PatternRewriter) -> None:
+        if op.input.type == op.result.type and (
+            not isinstance(op, tape.PermuteOp) or op.params["perm"] == tuple(range(len(
+                op.params["perm"])))):
+            rewriter.replace_op(op, [], [op.input])
+
+
+class ComposePermutes(RewritePattern):
+    """permute(permute(x, inner), outer) = permute(x, inner[outer[i]] for each i)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tape.PermuteOp, rewriter: PatternRewriter) -> None:
+        inner = op.input.owner
+        if not isinstance(inner, tape.PermuteOp):
+            return
+        first, then = inner.params["perm"], op.params["perm"]
+        rewriter.replace_op(op, tape.PermuteOp.build(inner.input,
+                                                     perm=tuple(first[i] for i in then)))
+
+
+class ComposeReshapes(RewritePattern):
+    """reshape(reshape(x)) = reshape(x)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tape.ReshapeOp, rewriter: PatternRewriter) -> None:
+        inner = op.input.owner
+        if isinstance(inner, tape.ReshapeOp):
+            rewriter.replace_op(op, tape.ReshapeOp.build(inner.input, shape=op.params["shape"]))
+
+
+LAYOUT_PATTERNS: tuple[RewritePattern, ...] = (
+    RemoveIdentityLayout(), ComposePermutes(), ComposeReshapes())

@@ -1,0 +1,290 @@
+"""`tape-fuse`: the fusion catalog. Idioms of the tape ops are raised to the fused ops that do the
+same work at once; nothing else changes meaning.
+
+Each idiom is a small `RewritePattern` that matches one exact spelling, checks every parameter,
+and declines when the idiom is not exactly what it claims, for instance when an intermediate
+value is used elsewhere, so that the fused op would not replace its work but repeat it. Layout
+ops on the weight side and on cotangents are cheap views and may be shared.
+
+    conv2d-forward     pad -> unfold -> permute/reshape -> matmul -> reshape/permute  => conv2d
+    maxpool2d-forward  pad(-inf) -> unfold -> max over the window axes               => maxpool2d
+    avgpool2d-forward  pad(0) -> unfold -> sum over the window axes / (kh * kw)       => avgpool2d
+
+The backward idioms are matched in a first phase, the forward ones in a second: the weight
+gradient of a convolution reads the forward's im2col rows, which become single-use only once it
+is raised.
+
+`tape-fuse{report=true}` prints what fired, per pattern, on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+
+from tapeml.dialects import tape
+from tapeml.dialects.tape_canonicalize import LAYOUT_PATTERNS
+
+# ----------------------------------------------------------------------------------------------
+# Matching helpers
+
+
+def producer(value: SSAValue, op_type: type[Operation]) -> Any:
+    """The op of type `op_type` that defines `value`, or None."""
+    owner = value.owner
+    return owner if isinstance(owner, op_type) else None
+
+
+def single_use(*values: SSAValue) -> bool:
+    return all(v.has_one_use() for v in values)
+
+
+def through_reshapes(value: SSAValue) -> SSAValue:
+    """`value` with any chain of reshapes feeding it skipped."""
+    while (op := producer(value, tape.ReshapeOp)) is not None:
+        value = op.input
+    return value
+
+
+@dataclass
+class Windows:
+    """An unfold over the two spatial dims of an NCHW tensor, with the pad feeding it."""
+
+    x: SSAValue  # the unpadded input
+    unfold: tape.UnfoldOp
+    pad: tape.PadOp | None
+    padding: tuple[int, int, int, int]  # top, left, bottom, right
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.unfold.params
+
+    def ops(self) -> list[Operation]:
+        return [self.unfold, *([self.pad] if self.pad else [])]
+
+
+def match_windows(value: SSAValue, pad_value: float) -> Windows | None:
+    """`value` = unfold(pad(x, pad_value) or x) over (H, W) of a rank-4 x, padding H and W only."""
+    unfold = producer(value, tape.UnfoldOp)
+    if unfold is None or len(unfold.params["kernel"]) != 2:
+        return None
+    source = unfold.input
+    if len(source.type.get_shape()) != 4:
+        return None
+    pad = producer(source, tape.PadOp)
+    if pad is None:
+        return Windows(source, unfold, None, (0, 0, 0, 0))
+    low, high, value_ = pad.params["low"], pad.params["high"], pad.params["value"]
+    same_value = value_ == pad_value or (np.isnan(value_) and np.isnan(pad_value))
+    if low[:2] != (0, 0) or high[:2] != (0, 0) or min(*low, *high) < 0 or not same_value:
+        return None
+    return Windows(pad.input, unfold, pad, (low[2], low[3], high[2], high[3]))
+
+
+# ----------------------------------------------------------------------------------------------
+# The patterns
+
+
+class FusionPattern(RewritePattern):
+    """A catalog entry: `name`, and `fired` counts (shared with the pass for its report)."""
+
+    name: str = ""
+
+    def __init__(self, fired: Counter[str]) -> None:
+        self.fired = fired
+
+    def replace(self, rewriter: PatternRewriter, root: Operation, new: Operation) -> None:
+        new.location = root.location
+        rewriter.replace_op(root, new)
+        self.fired[self.name] += 1
+
+
+class ConvForward(FusionPattern):
+    """The convolution nn.conv2d records, groups = 1:
+        permute(reshape(matmul(reshape(permute(W)), permute(reshape(w)))), (0, 3, 1, 2))
+    where W = unfold(pad(x)) is (N, C, OH, OW, KH, KW) and w is (O, C, KH, KW); and groups > 1:
+        reshape(permute(reshape(matmul(rows, permute(reshape(w))), (1, 0, 4, 2, 3)))
+    with rows the windows regrouped (G, N*OH*OW, C/G*KH*KW)."""
+
+    name = "conv2d-forward"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if isinstance(op, tape.PermuteOp) and op.params["perm"] == (0, 3, 1, 2):
+            match = self._grouped_1(op)
+        elif isinstance(op, tape.ReshapeOp):
+            match = self._grouped_g(op)
+        else:
+            return
+        if match is None:
+            return
+        windows, weight, groups = match
+        p = windows.params
+        if p["kernel"] != weight.type.get_shape()[2:]:
+            return
+        conv = tape.Conv2dOp.build(windows.x, weight, stride=p["stride"],
+                                   padding=windows.padding, dilation=p["dilation"],
+                                   groups=groups)
+        if conv.result.type != op.result.type:
+            return
+        self.replace(rewriter, op, conv)
+
+    def _grouped_1(self, op: tape.PermuteOp) -> tuple[Windows, SSAValue, int] | None:
+        y = producer(op.input, tape.ReshapeOp)  # N, OH, OW, O
+        mm = y and producer(y.input, tape.MatmulOp)
+        rows = mm and producer(mm.lhs, tape.ReshapeOp)  # N*OH*OW, C*KH*KW
+        moved = rows and producer(rows.input, tape.PermuteOp)  # N, OH, OW, C, KH, KW
+        wt = mm and producer(mm.rhs, tape.PermuteOp)  # C*KH*KW, O
+        if not (moved and wt and moved.params["perm"] == (0, 2, 3, 1, 4, 5)
+                and wt.params["perm"] == (1, 0)):
+            return None
+        windows = match_windows(moved.input, 0.0)
+        weight = through_reshapes(wt.input)
+        if windows is None or len(weight.type.get_shape()) != 4:
+            return None
+        if not single_use(y.results[0], mm.results[0], rows.results[0], moved.results[0],
+                          *(o.results[0] for o in windows.ops())):
+            return None
+        return windows, weight, 1
+
+    def _grouped_g(self, op: tape.ReshapeOp) -> tuple[Windows, SSAValue, int] | None:
+        moved_out = producer(op.input, tape.PermuteOp)  # N, G, O/G, OH, OW
+        y = moved_out and producer(moved_out.input, tape.ReshapeOp)  # G, N, OH, OW, O/G
+        mm = y and producer(y.input, tape.MatmulOp)
+        rows = mm and producer(mm.lhs, tape.ReshapeOp)  # G, N*OH*OW, C/G*KH*KW
+        moved = rows and producer(rows.input, tape.PermuteOp)  # G, N, OH, OW, C/G, KH, KW
+        split = moved and producer(moved.input, tape.ReshapeOp)  # N, G, C/G, OH, OW, KH, KW
+        wt = mm and producer(mm.rhs, tape.PermuteOp)  # G, C/G*KH*KW, O/G
+        if not (split and wt and moved_out.params["perm"] == (1, 0, 4, 2, 3)
+                and moved.params["perm"] == (1, 0, 3, 4, 2, 5, 6)
+                and wt.params["perm"] == (0, 2, 1)):
+            return None
+        windows = match_windows(split.input, 0.0)
+        weight = through_reshapes(wt.input)
+        if windows is None or len(weight.type.get_shape()) != 4:
+            return None
+        groups = split.result.type.get_shape()[1]
+        n, c, oh, ow, kh, kw = windows.unfold.result.type.get_shape()
+        if split.result.type.get_shape() != (n, groups, c // groups, oh, ow, kh, kw):
+            return None
+        o = weight.type.get_shape()[0]
+        if wt.input.type.get_shape() != (groups, o // groups, c // groups * kh * kw):
+            return None
+        if not single_use(moved_out.results[0], y.results[0], mm.results[0], rows.results[0],
+                          moved.results[0], split.results[0],
+                          *(o.results[0] for o in windows.ops())):
+            return None
+        return windows, weight, groups
+
+
+class MaxPoolForward(FusionPattern):
+    """max(unfold(pad(x, -inf)), axes = [4, 5]) over 2-D windows without dilation."""
+
+    name = "maxpool2d-forward"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, tape.MaxOp):
+            return
+        windows = _pool_windows(op, -np.inf)
+        if windows is None or not single_use(*(o.results[0] for o in windows.ops())):
+            return
+        p = windows.params
+        self.replace(rewriter, op, tape.MaxPool2dOp.build(
+            windows.x, kernel=p["kernel"], stride=p["stride"], padding=windows.padding))
+
+
+class AvgPoolForward(FusionPattern):
+    """sum(unfold(pad(x, 0)), axes = [4, 5]) / (kh * kw) over 2-D windows without dilation."""
+
+    name = "avgpool2d-forward"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, tape.DivOp):
+            return
+        total = producer(op.lhs, tape.SumOp)
+        divisor = producer(op.rhs, tape.ConstantOp)
+        windows = total and _pool_windows(total, 0.0)
+        if windows is None or divisor is None:
+            return
+        kh, kw = windows.params["kernel"]
+        if not np.all(divisor.params["value"] == kh * kw):
+            return
+        if not single_use(total.results[0], *(o.results[0] for o in windows.ops())):
+            return
+        p = windows.params
+        self.replace(rewriter, op, tape.AvgPool2dOp.build(
+            windows.x, kernel=p["kernel"], stride=p["stride"], padding=windows.padding))
+
+
+def _pool_windows(reduction: tape.SumOp | tape.MaxOp, pad_value: float) -> Windows | None:
+    p = reduction.params
+    if p["axes"] != (4, 5) or p["keepdims"]:
+        return None
+    windows = match_windows(reduction.input, pad_value)
+    if windows is None or windows.params["dilation"] != (1, 1):
+        return None
+    return windows
+
+
+FORWARD: tuple[type[FusionPattern], ...] = (ConvForward, MaxPoolForward, AvgPoolForward)
+BACKWARD: tuple[type[FusionPattern], ...] = ()
+
+
+# ----------------------------------------------------------------------------------------------
+# The pass
+
+
+@dataclass
+class FusionReport:
+    """What fired, per pattern, in catalog order."""
+
+    fired: Counter[str] = field(default_factory=Counter)
+
+    def __str__(self) -> str:
+        names = [p.name for p in (*BACKWARD, *FORWARD)]
+        total = sum(self.fired.values())
+        lines = [f"tape-fuse: {total} rewrite{'s' if total != 1 else ''}"]
+        lines += [f"  {name:<28}{self.fired[name]:>4}" for name in names]
+        return "\n".join(lines)
+
+
+def _run(module: ModuleOp, patterns: list[RewritePattern]) -> None:
+    PatternRewriteWalker(GreedyRewritePatternApplier(patterns)).rewrite_module(module)
+
+
+def fuse(module: ModuleOp) -> FusionReport:
+    """Apply the catalog to `module` in place; returns what fired."""
+    report = FusionReport()
+    make: Callable[[type[FusionPattern]], FusionPattern] = lambda p: p(report.fired)  # noqa: E731
+    _run(module, [*LAYOUT_PATTERNS, *map(make, BACKWARD)])
+    _run(module, [*LAYOUT_PATTERNS, *map(make, FORWARD)])
+    return report
+
+
+@dataclass(frozen=True)
+class FusePass(ModulePass):
+    """Raise idioms to fused ops (see the module doc)."""
+
+    name = "tape-fuse"
+
+    report: bool = False
+    """Print what fired, per pattern, on stderr."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        fired = fuse(op)
+        if self.report:
+            print(fired, file=sys.stderr)
