@@ -174,12 +174,19 @@ class Program:
             raise ValueError(f"no function @{name} in the module (functions: {known})")
         self.module = module
         self.function = named[0]
+
+    @property
+    def in_tree(self) -> TreeDef:
+        """The structure of (args, kwargs), as stored on the function (flat if it is not)."""
         n_in = len(self.function.function_type.inputs)
+        flat = TreeDef("tuple", tuple(range(n_in)), (LEAF,) * n_in)
+        return self._tree(IN_TREE_ATTR, TreeDef("tuple", (0, 1), (flat, TreeDef("dict"))))
+
+    @property
+    def out_tree(self) -> TreeDef:
+        """The structure of the results, as stored on the function (flat if it is not)."""
         n_out = len(self.function.function_type.outputs)
-        self.in_tree = self._tree(IN_TREE_ATTR, TreeDef(
-            "tuple", (0, 1), (TreeDef("tuple", tuple(range(n_in)), (LEAF,) * n_in),
-                              TreeDef("dict"))))
-        self.out_tree = self._tree(OUT_TREE_ATTR, LEAF if n_out == 1 else TreeDef(
+        return self._tree(OUT_TREE_ATTR, LEAF if n_out == 1 else TreeDef(
             "tuple", tuple(range(n_out)), (LEAF,) * n_out))
 
     def _tree(self, attr: str, default: TreeDef) -> TreeDef:
@@ -235,7 +242,6 @@ class Program:
 
     def set_trees(self, in_tree: TreeDef, out_tree: TreeDef) -> None:
         """Give the function new argument/result structures (after a pass changed them)."""
-        self.in_tree, self.out_tree = in_tree, out_tree
         self.function.attributes[IN_TREE_ATTR] = StringAttr(in_tree.to_text())
         self.function.attributes[OUT_TREE_ATTR] = StringAttr(out_tree.to_text())
 
