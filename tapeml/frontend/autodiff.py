@@ -77,11 +77,12 @@ def _differentiated(fn: Callable, args: tuple, kwargs: dict, argnums: int | Sequ
     nums = _argnums(argnums, len(args))
     program = trace(fn, *args, **kwargs)
     _check_scalar(program, has_aux, "grad")
+    in_tree, out_tree = program.in_tree, program.out_tree
     ranges = _leaf_ranges(args)
     differentiate(program.function, wrt=tuple(i for n in nums for i in ranges[n]), of=(0,))
     trees = [flatten(args[n])[1] for n in nums]
     grads_tree = trees[0] if isinstance(argnums, int) else _tuple_tree(trees)
-    program.set_trees(program.in_tree, _tuple_tree([program.out_tree, grads_tree]))
+    program.set_trees(in_tree, _tuple_tree([out_tree, grads_tree]))
     return program
 
 
@@ -102,18 +103,18 @@ def vjp(fn: Callable, *primals: Any) -> tuple[Any, Callable]:
     """`(fn(*primals), vjp_fn)`: `vjp_fn(cotangents)`, given cotangents structured like the
     outputs, returns one cotangent per primal, structured like it."""
     program = trace(fn, *primals)
-    n_out = program.out_tree.num_leaves
-    differentiate(program.function, of=tuple(range(n_out)), seed=True)
+    out_tree = program.out_tree
+    differentiate(program.function, of=tuple(range(out_tree.num_leaves)), seed=True)
     primal_trees = [flatten(p)[1] for p in primals]
-    args_tree = _tuple_tree([*primal_trees, program.out_tree])
+    args_tree = _tuple_tree([*primal_trees, out_tree])
     program.set_trees(_tuple_tree([args_tree, TreeDef("dict")]),
-                      _tuple_tree([program.out_tree, _tuple_tree(primal_trees)]))
+                      _tuple_tree([out_tree, _tuple_tree(primal_trees)]))
 
     def vjp_fn(cotangents: Any) -> tuple[Any, ...]:
         _, cotangent_tree = flatten(cotangents)
-        if cotangent_tree != program.out_tree.children[0]:
+        if cotangent_tree != out_tree:
             raise TypeError(f"vjp: cotangents must be structured like the outputs, "
-                            f"{program.out_tree.children[0]}, got {cotangent_tree}")
+                            f"{out_tree}, got {cotangent_tree}")
         return program(*primals, cotangents)[1]
 
     return fn(*primals), vjp_fn
