@@ -18,7 +18,7 @@ class RemoveIdentityLayout(RewritePattern):
         if op.input.type == op.result.type and (
             not isinstance(op, tape.PermuteOp) or op.params["perm"] == tuple(range(len(
                 op.params["perm"])))):
-            rewriter.replace_op(op, [], [op.input])
+            rewriter.replace(op, [], [op.input])
 
 
 class ComposePermutes(RewritePattern):
@@ -30,7 +30,7 @@ class ComposePermutes(RewritePattern):
         if not isinstance(inner, tape.PermuteOp):
             return
         first, then = inner.params["perm"], op.params["perm"]
-        rewriter.replace_op(op, tape.PermuteOp.build(inner.input,
+        rewriter.replace(op, tape.PermuteOp.build(inner.input,
                                                      perm=tuple(first[i] for i in then)))
 
 
@@ -41,7 +41,7 @@ class ComposeReshapes(RewritePattern):
     def match_and_rewrite(self, op: tape.ReshapeOp, rewriter: PatternRewriter) -> None:
         inner = op.input.owner
         if isinstance(inner, tape.ReshapeOp):
-            rewriter.replace_op(op, tape.ReshapeOp.build(inner.input, shape=op.params["shape"]))
+            rewriter.replace(op, tape.ReshapeOp.build(inner.input, shape=op.params["shape"]))
 
 
 LAYOUT_PATTERNS: tuple[RewritePattern, ...] = (

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,9 +108,12 @@ class FusionPattern(RewritePattern):
     def __init__(self, fired: Counter[str]) -> None:
         self.fired = fired
 
-    def replace(self, rewriter: PatternRewriter, root: Operation, new: Operation) -> None:
-        new.location = root.location
-        rewriter.replace_op(root, new)
+    def replace(self, rewriter: PatternRewriter, root: Operation, new: Operation,
+                before: Sequence[Operation] = ()) -> None:
+        """Replace `root` by `new` (with the ops `new` needs first, if any)."""
+        for op in (*before, new):
+            op.location = root.location
+        rewriter.replace(root, [*before, new], new.results)
         self.fired[self.name] += 1
 
 
@@ -363,13 +366,24 @@ class ConvBackwardWeight(FusionPattern):
             self.replace(rewriter, op, grad)
 
 
-def _unreduced(value: SSAValue) -> SSAValue | None:
-    """v = broadcast(reshape(r, (..., 1, 1))): the r a window reduction's pullback spreads."""
+def skip_broadcast(value: SSAValue) -> SSAValue:
+    """`value` without the broadcast that makes it (canonicalization drops identity ones)."""
     spread = producer(value, tape.BroadcastOp)
-    kept = spread and producer(spread.input, tape.ReshapeOp)
+    return spread.input if spread else value
+
+
+def _unreduced(value: SSAValue) -> tuple[SSAValue, list[Operation]] | None:
+    """v = broadcast(reshape(r, (..., 1, 1))): the r a window reduction's pullback spreads, and
+    the reshape to give it its own shape when canonicalization merged that into an earlier one
+    (r then comes from a flatter value, as when the pooled result was flattened for a linear)."""
+    kept = producer(skip_broadcast(value), tape.ReshapeOp)
     if kept is None or kept.result.type.get_shape()[-2:] != (1, 1):
         return None
-    return kept.input
+    shape = kept.result.type.get_shape()[:-2]
+    if kept.input.type.get_shape() == shape:
+        return kept.input, []
+    reshape = tape.ReshapeOp.build(kept.input, shape=shape)
+    return reshape.result, [reshape]
 
 
 def _splat(value: SSAValue, expected: float) -> bool:
@@ -395,12 +409,10 @@ class MaxPoolBackward(FusionPattern):
         if not (div and eq and eq.params["predicate"] == "eq"
                 and _splat(mask.on_true, 1.0) and _splat(mask.on_false, 0.0)):
             return
-        top = _unreduced(eq.rhs)
-        pooled = top and producer(top, tape.MaxOp)
+        top, ct = _unreduced(eq.rhs), _unreduced(div.lhs)
+        pooled = producer(top[0], tape.MaxOp) if top and not top[1] else None
         windows = pooled and _pool_windows(pooled, -np.inf)
-        ct = _unreduced(div.lhs)
-        count = producer(div.rhs, tape.BroadcastOp)
-        count = count and producer(count.input, tape.SumOp)
+        count = producer(skip_broadcast(div.rhs), tape.SumOp)
         if not (windows and ct and count and eq.lhs is pooled.input and count.input is mask.result
                 and count.params["axes"] == (4, 5) and count.params["keepdims"]):
             return
@@ -410,10 +422,10 @@ class MaxPoolBackward(FusionPattern):
                 folded.padding != windows.padding:
             return
         p = windows.params
-        grad = tape.MaxPool2dBackwardOp.build(windows.x, ct, kernel=p["kernel"],
+        grad = tape.MaxPool2dBackwardOp.build(windows.x, ct[0], kernel=p["kernel"],
                                               stride=p["stride"], padding=windows.padding)
         if grad.result.type == op.results[0].type:
-            self.replace(rewriter, op, grad)
+            self.replace(rewriter, op, grad, ct[1])
 
 
 class AvgPoolBackward(FusionPattern):
@@ -426,7 +438,7 @@ class AvgPoolBackward(FusionPattern):
         if not isinstance(op, tape.PadOp | tape.FoldOp) or (folded := match_folded(op)) is None:
             return
         share = _unreduced(folded.value)
-        div = share and producer(share, tape.DivOp)
+        div = producer(share[0], tape.DivOp) if share and not share[1] else None
         p = folded.params
         if div is None or p["dilation"] != (1, 1) or not _splat(div.rhs, p["kernel"][0] *
                                                                 p["kernel"][1]):
