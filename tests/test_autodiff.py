@@ -59,7 +59,23 @@ def _conv(x, w):
                 groups=2)
 
 
+def _fused_group():
+    """A traced elementwise group, fused: calling it inside a trace records the tape.fused."""
+    from tapeml.transforms.fuse import fuse
+
+    def group(a, b, c):
+        return ops.where(a > c, ops.tanh(a * b + c), ops.exp(-a) / (c * c + 1.0))
+
+    program = tapeml.trace(group, *(tapeml.Spec(s, np.float64) for s in [(3, 4), (4,), (3, 1)]))
+    fuse(program.module)
+    assert "tape.fused" in str(program)
+    return program
+
+
+FUSED_GROUP = _fused_group()
+
 CASES = {
+    "fused_group": (lambda a, b, c: ops.sum(FUSED_GROUP(a, b, c)), (r(3, 4), r(4), r(3, 1))),
     "add_sub_mul": (lambda a, b: ops.sum((a + b) * (a - b) * a), (r(3, 4), r(3, 4))),
     "div": (lambda a, b: ops.sum(a / b), (r(3, 4), r(3, 4, low=0.5))),
     "maximum_minimum": (lambda a, b: ops.sum(ops.maximum(a, b) * ops.minimum(a, b * 2.0)),

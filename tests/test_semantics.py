@@ -152,6 +152,12 @@ def _samples(rng: np.random.Generator) -> dict[type[TapeOp], tuple[tuple, dict]]
         tape.MaxPool2dOp: ((img,), {"kernel": (2, 3), "stride": (1, 2), "padding": (1, 1, 0, 1)}),
         tape.AvgPool2dOp: ((img,), {"kernel": (3, 2), "stride": (2, 1), "padding": (0, 1, 1, 0)}),
     }
+    # a fused elementwise group: tanh(x * row) over x (2, 3) and a row (3,) it broadcasts
+    body = Block(arg_types=[tape.tensor_type((), np.float32)] * 2)
+    product = tape.MulOp.build(*body.args)
+    activation = tape.TanhOp.build(product)
+    body.add_ops([product, activation, tape.YieldOp(activation)])
+    samples[tape.FusedOp] = ((x, uniform(rng, (3,), np.float32)), {"body": body})
     # the backward ops take a cotangent shaped like their forward op's result
     from tapeml.interpreters.tape import evaluate
 

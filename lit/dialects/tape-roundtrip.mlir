@@ -311,3 +311,30 @@ func.func @backward(%x: tensor<1x2x6x5xf32>, %w: tensor<4x1x3x2xf32>, %ct: tenso
   %3 = tape.avgpool2d_backward %pct kernel = [2, 2] stride = [2, 2] padding = [0, 0, 0, 1] : tensor<1x2x3x3xf32> -> tensor<1x2x6x5xf32>
   func.return
 }
+
+// -----
+
+// A fused elementwise group: inputs broadcast to the result; the body works on one element.
+
+// CHECK-LABEL: func.func @fused
+// CHECK-NEXT:    %0 = tape.fused %a, %row : tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32> {
+// CHECK-NEXT:    ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+// CHECK-NEXT:      %c = tape.constant dense<2.000000e+00> : tensor<f32>
+// CHECK-NEXT:      %m = tape.mul %x, %y : tensor<f32>
+// CHECK-NEXT:      %p = tape.cmp gt, %m, %c : tensor<f32> -> tensor<i1>
+// CHECK-NEXT:      %s = tape.select %p, %m, %c : tensor<i1>, tensor<f32>, tensor<f32> -> tensor<f32>
+// CHECK-NEXT:      tape.yield %s : tensor<f32>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return
+
+func.func @fused(%a: tensor<2x3xf32>, %row: tensor<3xf32>) {
+  %0 = tape.fused %a, %row : tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32> {
+  ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+    %c = tape.constant dense<2.0> : tensor<f32>
+    %m = tape.mul %x, %y : tensor<f32>
+    %p = tape.cmp gt, %m, %c : tensor<f32> -> tensor<i1>
+    %s = tape.select %p, %m, %c : tensor<i1>, tensor<f32>, tensor<f32> -> tensor<f32>
+    tape.yield %s : tensor<f32>
+  }
+  func.return
+}

@@ -1183,3 +1183,42 @@ func.func @case130(%x: tensor<1x1x4x4xf32>) {
   %0 = tape.avgpool2d %x kernel = [2, 2] stride = [2, 2] padding = [0, 0, 0, 0] : tensor<1x1x4x4xf32> -> tensor<1x1x3x3xf32>
   func.return
 }
+
+// -----
+
+// FusedOp: the body reads one rank-0 element per input
+func.func @fused_body_args(%a: tensor<2xf32>) {
+  // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.fused: body argument tensor<f64> must be the rank-0 f32 of input tensor<2xf32>
+  %0 = tape.fused %a : tensor<2xf32> -> tensor<2xf32> {
+  ^bb0(%x: tensor<f64>):
+    %n = tape.neg %x : tensor<f64>
+    tape.yield %n : tensor<f64>
+  }
+  func.return
+}
+
+// -----
+
+// FusedOp: elementwise ops only in the body
+func.func @fused_body_ops(%a: tensor<2xf32>) {
+  // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.fused: the body holds rank-0 elementwise ops only, not tape.sum
+  %0 = tape.fused %a : tensor<2xf32> -> tensor<2xf32> {
+  ^bb0(%x: tensor<f32>):
+    %s = tape.sum %x axes = [] : tensor<f32>
+    tape.yield %s : tensor<f32>
+  }
+  func.return
+}
+
+// -----
+
+// FusedOp: the inputs must broadcast together
+func.func @fused_broadcast(%a: tensor<2xf32>, %b: tensor<3xf32>) {
+  // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.fused: inputs tensor<2xf32>, tensor<3xf32> do not broadcast together
+  %0 = tape.fused %a, %b : tensor<2xf32>, tensor<3xf32> -> tensor<2xf32> {
+  ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+    %s = tape.add %x, %y : tensor<f32>
+    tape.yield %s : tensor<f32>
+  }
+  func.return
+}

@@ -37,7 +37,7 @@ print(program)
 # CHECK-NOT: tape.pad
 # CHECK:     func.return
 
-# REPORT:      tape-fuse: 9 rewrites
+# REPORT:      tape-fuse: 9 idioms raised, {{[0-9]+}} elementwise groups of {{[0-9]+}} ops
 # REPORT-NEXT:   conv2d-backward-input          1
 # REPORT-NEXT:   conv2d-backward-weight         2
 # REPORT-NEXT:   maxpool2d-backward             1

@@ -253,6 +253,18 @@ def avgpool2d_backward(ct: np.ndarray, *, kernel: Sequence[int], stride: Sequenc
     return np.ascontiguousarray(_unpad2d(folded, padding))
 
 
+@semantics(tape.FusedOp)
+def fused(*inputs: np.ndarray, body: Any) -> np.ndarray:
+    """The body's ops, each on whole arrays: the same numpy calls as the ops it fused."""
+    shape = np.broadcast_shapes(*(x.shape for x in inputs))
+    env = {arg: np.broadcast_to(x, shape) for arg, x in zip(body.args, inputs, strict=True)}
+    for op in body.ops:
+        if isinstance(op, tape.YieldOp):
+            return np.ascontiguousarray(np.broadcast_to(env[op.value], shape))
+        env[op.results[0]] = evaluate(type(op), *(env[o] for o in op.operands), **op.params)
+    raise AssertionError("a verified tape.fused body ends in tape.yield")
+
+
 def evaluate(op_type: type[TapeOp], *arrays: np.ndarray, **params: Any) -> np.ndarray:
     """Compute one op on arrays, under IEEE semantics (no numpy warnings for inf/nan)."""
     with np.errstate(all="ignore"):
