@@ -43,3 +43,9 @@ def test_example_mlir_parses(name):
     from tapeml.tools.opt import main
 
     assert main([str(EXAMPLES / name)]) == 0
+
+
+def test_cnn_step_prints_a_differentiated_program(capsys):
+    run_example("cnn_step.py")
+    text = capsys.readouterr().out
+    assert "tape.unfold" in text and 'tapeml.name = "grad.params.c1.W"' in text
