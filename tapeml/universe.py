@@ -30,10 +30,17 @@ def _fuse() -> type[ModulePass]:
     return FusePass
 
 
+def _to_loops() -> type[ModulePass]:
+    from tapeml.transforms.to_loops import ToLoopsPass
+
+    return ToLoopsPass
+
+
 DIALECTS: dict[str, Callable[[], Dialect]] = {"tape": _tape_dialect}
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tape-differentiate": _differentiate,
     "tape-fuse": _fuse,
+    "tape-to-loops": _to_loops,
 }
 TARGETS: dict[str, Callable[[], type[Target]]] = {}
 

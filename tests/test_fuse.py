@@ -163,3 +163,15 @@ def test_elementwise_groups_take_broadcasts_and_constants_and_stop_at_reductions
     np.testing.assert_array_equal(program(*args), before)
     again = tapeml.Program.parse(str(program))
     np.testing.assert_array_equal(again(*args), before)
+
+
+def test_a_group_keeps_its_shape_when_taking_broadcasts_and_constants_in():
+    b = np.arange(8, dtype=np.float32)
+    program = tapeml.trace(lambda b: (ops.exp(ops.broadcast_to(b, (4, 8))),
+                                      ops.add(np.full((4, 8), 2.0, np.float32), b)), b)
+    before = program(b)
+    fuse(program.module)
+    program.module.verify()
+    for got, expected in zip(program(b), before, strict=True):
+        assert got.shape == (4, 8)
+        np.testing.assert_array_equal(got, expected)

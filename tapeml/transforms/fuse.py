@@ -506,14 +506,23 @@ class GrowGroup(FusionPattern):
         if not isinstance(op, tape.FusedOp):
             return
         inputs = list(op.inputs)
+        shape = op.result.type.get_shape()
+
+        def keeps_shape(replace: SSAValue, by: Sequence[SSAValue]) -> bool:
+            """The group still spans its result shape with `replace`'s place taken by `by`."""
+            rest = [v.type.get_shape() for v in inputs if v is not replace]
+            rest += [v.type.get_shape() for v in by]
+            return bool(rest) and np.broadcast_shapes(*rest) == shape
+
         for value in dict.fromkeys(inputs):
             source = value.owner
             only_here = all(use.operation is op for use in value.uses)
-            if isinstance(source, tape.FusedOp) and only_here:
+            if isinstance(source, tape.FusedOp) and only_here and \
+                    keeps_shape(value, source.inputs):
                 return self._merge(op, value, source, rewriter)
-            if isinstance(source, tape.BroadcastOp):
+            if isinstance(source, tape.BroadcastOp) and keeps_shape(value, [source.input]):
                 return self._rewire(op, {value: source.input}, rewriter)
-            if isinstance(source, tape.ConstantOp) and source.value.data.data and \
+            if isinstance(source, tape.ConstantOp) and keeps_shape(value, []) and \
                     np.unique(source.params["value"]).size == 1:
                 return self._merge(op, value, None, rewriter)
         if len(set(inputs)) < len(inputs):

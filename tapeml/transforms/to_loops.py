@@ -1,0 +1,520 @@
+"""`tape-to-loops`: tape ops on tensors become loops over buffers (scf + memref + arith + math).
+
+Every tensor lives in a flat, row-major buffer `memref<N x T>` (a rank-0 tensor in one of one
+element), so a reshape is free: the same buffer read with other strides. A function
+
+    func.func @f(%x: tensor<...>, ...) -> (tensor<...>, ...)
+
+becomes, in destination-passing style,
+
+    func.func @f(%x: memref<N x T>, ..., %out0: memref<M x T>, ...)
+
+reading its inputs and writing its results into the caller's buffers. Intermediates are
+allocated (memref.alloc) and freed right after their last use (memref.dealloc), so at most the
+live ones are held; `plan_report` states the peak against keeping them all. Every op of the
+lowered function still runs on xDSL's interpreter (with tapeml's arith/math/scf additions) and
+computes what the tape ops compute; reductions sum in order (numpy sums pairwise), so sums agree
+within rounding and the rest bit for bit.
+
+Lowered here: the elementwise ops and `tape.fused` groups, constant, cast, broadcast, reshape,
+permute, pad, slice, concat, sum, max and matmul. The window ops (unfold, fold, conv2d, the pools
+and their backward ops) are not lowered yet: the pass says so and stops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.builder import Builder, InsertPoint
+from xdsl.context import Context
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseIntOrFPElementsAttr,
+    DictionaryAttr,
+    FloatAttr,
+    FunctionType,
+    IndexType,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    i1,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import DiagnosticException
+
+from tapeml.dialects import tape
+from tapeml.dialects.tape import numpy_to_dense
+
+INDEX = IndexType()
+
+
+class LoweringError(DiagnosticException):
+    """An op this lowering does not handle (yet)."""
+
+
+def buffer_type(t: TensorType) -> MemRefType:
+    """The flat buffer holding a tensor of type `t`."""
+    return MemRefType(t.get_element_type(), [max(1, math.prod(t.get_shape()))])
+
+
+def strides(shape: Sequence[int]) -> list[int]:
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return out[::-1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Emitting loops and scalar code
+
+
+@dataclass
+class Emitter:
+    """Builds loops, index arithmetic and scalar code at an insertion point (the constants it
+    repeats are left to cse and canonicalize)."""
+
+    builder: Builder
+
+    def insert(self, op: Operation) -> SSAValue:
+        self.builder.insert(op)
+        return op.results[0] if op.results else None
+
+    def index(self, value: int) -> SSAValue:
+        return self.insert(arith.ConstantOp.from_int_and_width(value, INDEX))
+
+    def scalar(self, value: float, t: Attribute) -> SSAValue:
+        if t == i1:
+            return self.insert(arith.ConstantOp.from_int_and_width(int(bool(value)), i1))
+        return self.insert(arith.ConstantOp(FloatAttr(float(value), t)))
+
+    def linear(self, ivs: Sequence[SSAValue | int], steps: Sequence[int],
+               offset: int = 0) -> SSAValue:
+        """offset + sum(iv * step), skipping zero steps."""
+        total: SSAValue | None = None
+        constant = offset
+        for iv, step in zip(ivs, steps, strict=True):
+            if step == 0:
+                continue
+            if isinstance(iv, int):
+                constant += iv * step
+                continue
+            term = iv if step == 1 else self.insert(arith.MuliOp(iv, self.index(step)))
+            total = term if total is None else self.insert(arith.AddiOp(total, term))
+        if total is None:
+            return self.index(constant)
+        return total if constant == 0 else self.insert(arith.AddiOp(total, self.index(constant)))
+
+    def loops(self, shape: Sequence[int], body: Callable[[Emitter, list[SSAValue]], None]) -> None:
+        """A nest of scf.for over `shape`, `body` emitted innermost with the induction vars."""
+        if not shape:
+            body(self, [])
+            return
+        zero, one = self.index(0), self.index(1)
+        block = Block(arg_types=[INDEX])
+        loop = scf.ForOp(zero, self.index(shape[0]), one, [], block)
+        self.insert(loop)
+        inner = Emitter(Builder(InsertPoint.at_end(block)))
+        inner.loops(shape[1:], lambda e, ivs: body(e, [block.args[0], *ivs]))
+        inner.insert(scf.YieldOp())
+
+    def reduce(self, shape: Sequence[int], init: SSAValue,
+               step: Callable[[Emitter, list[SSAValue], SSAValue], SSAValue]) -> SSAValue:
+        """Fold `step(ivs, acc)` over `shape` in row-major order, from `init`."""
+        if not shape:
+            return step(self, [], init)
+        block = Block(arg_types=[INDEX, init.type])
+        loop = scf.ForOp(self.index(0), self.index(shape[0]), self.index(1), [init], block)
+        self.insert(loop)
+        inner = Emitter(Builder(InsertPoint.at_end(block)))
+        acc = inner.reduce(shape[1:], block.args[1],
+                           lambda e, ivs, a: step(e, [block.args[0], *ivs], a))
+        inner.insert(scf.YieldOp(acc))
+        return loop.results[0]
+
+    def load(self, buffer: SSAValue, index: SSAValue) -> SSAValue:
+        return self.insert(memref.LoadOp.get(buffer, [index]))
+
+    def store(self, value: SSAValue, buffer: SSAValue, index: SSAValue) -> None:
+        self.insert(memref.StoreOp.get(value, buffer, [index]))
+
+
+_CMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+
+
+def scalar_op(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    """The scalar computation of one elementwise tape op on one element of each operand, as
+    numpy computes it (tapeml/interpreters/tape.py)."""
+    t = op.results[0].type.get_element_type()
+    binary = {tape.AddOp: arith.AddfOp, tape.SubOp: arith.SubfOp, tape.MulOp: arith.MulfOp,
+              tape.DivOp: arith.DivfOp, tape.MaximumOp: arith.MaximumfOp,
+              tape.MinimumOp: arith.MinimumfOp, tape.PowOp: xmath.PowFOp}
+    unary = {tape.ExpOp: xmath.ExpOp, tape.LogOp: xmath.LogOp, tape.TanhOp: xmath.TanhOp,
+             tape.SqrtOp: xmath.SqrtOp, tape.NegOp: arith.NegfOp}
+    kind = type(op)
+    if kind in binary:
+        return e.insert(binary[kind](*args))
+    if kind in unary:
+        return e.insert(unary[kind](*args))
+    if kind is tape.SigmoidOp:  # 1 / (1 + exp(-x))
+        one = e.scalar(1.0, t)
+        denominator = e.insert(arith.AddfOp(one, e.insert(xmath.ExpOp(e.insert(
+            arith.NegfOp(args[0]))))))
+        return e.insert(arith.DivfOp(one, denominator))
+    if kind is tape.ReluOp:  # maximum(x, 0), NaN propagating
+        return e.insert(arith.MaximumfOp(args[0], e.scalar(0.0, t)))
+    if kind is tape.CmpOp:
+        return e.insert(arith.CmpfOp(args[0], args[1], _CMP[op.params["predicate"]]))
+    if kind is tape.SelectOp:
+        return e.insert(arith.SelectOp(*args))
+    if kind is tape.CastOp:
+        source = op.operands[0].type.get_element_type()
+        if source == t:
+            return args[0]
+        wider = source.bitwidth < t.bitwidth
+        return e.insert((arith.ExtFOp if wider else arith.TruncFOp)(args[0], t))
+    if kind is tape.ConstantOp:
+        return e.scalar(float(op.params["value"].reshape(-1)[0]), t)
+    raise LoweringError(f"tape-to-loops: {op.name} is not elementwise")
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-op lowerings: each writes op's result into `out` (a fresh buffer) from `ins` (buffers)
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    return v.type.get_shape()
+
+
+def _broadcast_steps(source: Sequence[int], target: Sequence[int]) -> list[int]:
+    """Strides reading a row-major `source` broadcast (numpy rules) to `target`."""
+    lead = len(target) - len(source)
+    src = strides(source)
+    return [0 if i < lead or source[i - lead] == 1 else src[i - lead]
+            for i in range(len(target))]
+
+
+def lower_elementwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue) -> None:
+    shape = _shape(op.results[0])
+    steps = [_broadcast_steps(_shape(v), shape) for v in op.operands]
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        elements = [e.load(buf, e.linear(ivs, s)) for buf, s in zip(ins, steps, strict=True)]
+        if isinstance(op, tape.FusedOp):
+            value = _fused_body(e, op.body.block, elements)
+        else:
+            value = scalar_op(e, op, elements)
+        e.store(value, out, e.linear(ivs, strides(shape)))
+
+    e.loops(shape, body)
+
+
+def _fused_body(e: Emitter, block: Block, elements: list[SSAValue]) -> SSAValue:
+    env: dict[SSAValue, SSAValue] = dict(zip(block.args, elements, strict=True))
+    for inner in block.ops:
+        if isinstance(inner, tape.YieldOp):
+            return env[inner.value]
+        env[inner.results[0]] = scalar_op(e, inner, [env[o] for o in inner.operands])
+    raise AssertionError("a tape.fused body ends in tape.yield")
+
+
+def lower_copy(e: Emitter, out_shape: Sequence[int], source: SSAValue, out: SSAValue,
+               read: Callable[[Emitter, list[SSAValue]], SSAValue]) -> None:
+    """out[i] = read(i) for every index i of `out_shape`."""
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        e.store(read(e, ivs), out, e.linear(ivs, strides(out_shape)))
+
+    e.loops(out_shape, body)
+
+
+def lower_layout(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue) -> None:
+    shape = _shape(op.results[0])
+    p = op.params
+    if isinstance(op, tape.BroadcastOp):
+        steps = _broadcast_steps(_shape(op.input), shape)
+        lower_copy(e, shape, ins[0], out, lambda e, ivs: e.load(ins[0], e.linear(ivs, steps)))
+    elif isinstance(op, tape.PermuteOp):
+        src = strides(_shape(op.input))
+        steps = [src[axis] for axis in p["perm"]]
+        lower_copy(e, shape, ins[0], out, lambda e, ivs: e.load(ins[0], e.linear(ivs, steps)))
+    elif isinstance(op, tape.SliceOp):
+        src = strides(_shape(op.input))
+        offset = sum(a * s for a, s in zip(p["start"], src, strict=True))
+        steps = [st * s for st, s in zip(p["step"], src, strict=True)]
+        lower_copy(e, shape, ins[0], out,
+                   lambda e, ivs: e.load(ins[0], e.linear(ivs, steps, offset)))
+    elif isinstance(op, tape.PadOp):
+        lower_copy(e, shape, ins[0], out, lambda e, ivs: _padded_read(e, op, ins[0], ivs))
+    elif isinstance(op, tape.ConcatOp):
+        _lower_concat(e, op, ins, out)
+    else:
+        raise LoweringError(f"tape-to-loops: {op.name} is not a layout op")
+
+
+def _padded_read(e: Emitter, op: tape.PadOp, source: SSAValue, ivs: list[SSAValue]) -> SSAValue:
+    """source[ivs - low] where that is inside the source, else the pad value (the index is
+    clamped in bounds first, so nothing is read outside the buffer)."""
+    shape = _shape(op.input)
+    t = op.result.type.get_element_type()
+    inside: SSAValue | None = None
+    clamped = []
+    for iv, low, d in zip(ivs, op.params["low"], shape, strict=True):
+        src = e.insert(arith.SubiOp(iv, e.index(low))) if low else iv
+        ok = e.insert(arith.AndIOp(
+            e.insert(arith.CmpiOp(src, e.index(0), "sge")),
+            e.insert(arith.CmpiOp(src, e.index(d), "slt"))))
+        inside = ok if inside is None else e.insert(arith.AndIOp(inside, ok))
+        clamped.append(e.insert(arith.MinSIOp(e.insert(arith.MaxSIOp(src, e.index(0))),
+                                              e.index(max(d - 1, 0)))))
+    value = e.load(source, e.linear(clamped, strides(shape)))
+    if inside is None:
+        return value
+    return e.insert(arith.SelectOp(inside, value, e.scalar(op.params["value"], t)))
+
+
+def _lower_concat(e: Emitter, op: tape.ConcatOp, ins: list[SSAValue], out: SSAValue) -> None:
+    axis = op.params["axis"]
+    out_steps = strides(_shape(op.result))
+    offset = 0
+    for value, buf in zip(op.inputs, ins, strict=True):
+        shape = _shape(value)
+        here = offset * out_steps[axis]
+
+        def body(e: Emitter, ivs: list[SSAValue], buf=buf, shape=shape, here=here) -> None:
+            e.store(e.load(buf, e.linear(ivs, strides(shape))), out,
+                    e.linear(ivs, out_steps, here))
+
+        e.loops(shape, body)
+        offset += shape[axis]
+
+
+def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue],
+                    out: SSAValue) -> None:
+    shape = _shape(op.input)
+    axes = op.params["axes"]
+    kept = [i for i in range(len(shape)) if i not in axes]
+    src = strides(shape)
+    t = op.result.type.get_element_type()
+    out_shape = [shape[i] for i in kept]
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        init = e.scalar(0.0 if isinstance(op, tape.SumOp) else -np.inf, t)
+
+        def step(e: Emitter, inner: list[SSAValue], acc: SSAValue) -> SSAValue:
+            index: list[SSAValue] = [None] * len(shape)
+            for i, iv in zip(kept, ivs, strict=True):
+                index[i] = iv
+            for i, iv in zip(axes, inner, strict=True):
+                index[i] = iv
+            x = e.load(ins[0], e.linear(index, src))
+            combine = arith.AddfOp if isinstance(op, tape.SumOp) else arith.MaximumfOp
+            return e.insert(combine(acc, x))
+
+        total = e.reduce([shape[a] for a in axes], init, step)
+        e.store(total, out, e.linear(ivs, strides(out_shape)))
+
+    e.loops(out_shape, body)
+
+
+def lower_matmul(e: Emitter, op: tape.MatmulOp, ins: list[SSAValue], out: SSAValue) -> None:
+    a_shape, b_shape = _shape(op.lhs), _shape(op.rhs)
+    out_shape = _shape(op.result)
+    batch = list(out_shape[:-2])
+    k = a_shape[-1]
+    a_steps, b_steps, o_steps = strides(a_shape), strides(b_shape), strides(out_shape)
+    t = op.result.type.get_element_type()
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        *b, i, j = ivs
+
+        def step(e: Emitter, inner: list[SSAValue], acc: SSAValue) -> SSAValue:
+            (kk,) = inner
+            x = e.load(ins[0], e.linear([*b, i, kk], a_steps))
+            y = e.load(ins[1], e.linear([*b, kk, j], b_steps))
+            return e.insert(arith.AddfOp(acc, e.insert(arith.MulfOp(x, y))))
+
+        total = e.reduce([k], e.scalar(0.0, t), step)
+        e.store(total, out, e.linear(ivs, o_steps))
+
+    e.loops([*batch, out_shape[-2], out_shape[-1]], body)
+
+
+def lower_constant(e: Emitter, op: tape.ConstantOp, module: ModuleOp, out: SSAValue,
+                   names: Callable[[], str]) -> SSAValue:
+    """A splat fills `out`; any other constant becomes a memref.global read in place."""
+    value = op.params["value"]
+    flat = value.reshape(-1)
+    t = op.result.type.get_element_type()
+    if flat.size and np.unique(flat.view(np.uint8).reshape(flat.size, -1), axis=0).shape[0] == 1:
+        element = e.scalar(float(flat[0]), t)
+        e.loops([max(1, flat.size)], lambda e, ivs: e.store(element, out, ivs[0]))
+        return out
+    name = names()
+    kind = buffer_type(op.result.type)
+    module.body.block.add_op(memref.GlobalOp.get(StringAttr(name), kind,
+                                                 numpy_to_dense_flat(value, kind)))
+    return e.insert(memref.GetGlobalOp(name, kind))
+
+
+def numpy_to_dense_flat(value: np.ndarray, kind: MemRefType) -> DenseIntOrFPElementsAttr:
+    attr = numpy_to_dense(np.ascontiguousarray(value).reshape(-1))
+    return DenseIntOrFPElementsAttr(TensorType(kind.element_type, kind.get_shape()), attr.data)
+
+
+LAYOUT = (tape.BroadcastOp, tape.PermuteOp, tape.SliceOp, tape.PadOp, tape.ConcatOp)
+
+
+# ----------------------------------------------------------------------------------------------
+# The function
+
+
+@dataclass
+class PlanReport:
+    """Bytes of the intermediates: held at once at the peak, against all of them."""
+
+    peak_bytes: int = 0
+    total_bytes: int = 0
+
+    def __str__(self) -> str:
+        return (f"buffers: peak {self.peak_bytes:,} bytes of intermediates live at once, "
+                f"{self.total_bytes:,} if all were kept")
+
+
+def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport) -> None:
+    block = f.body.block
+    ret = block.last_op
+    assert isinstance(ret, func.ReturnOp)
+    unsupported = sorted({op.name for op in block.ops if isinstance(op, tape.TapeOp)
+                          and not _lowerable(op)})
+    if unsupported:
+        raise LoweringError(f"tape-to-loops: {', '.join(unsupported)} "
+                            f"{'is' if len(unsupported) == 1 else 'are'} not lowered yet "
+                            f"(@{f.sym_name.data})")
+    new_block = Block(arg_types=[buffer_type(a.type) for a in block.args]
+                      + [buffer_type(r.type) for r in ret.arguments])
+    for old, new in zip(block.args, new_block.args, strict=False):
+        new.name_hint = old.name_hint
+    e = Emitter(Builder(InsertPoint.at_end(new_block)))
+    env: dict[SSAValue, SSAValue] = dict(zip(block.args, new_block.args, strict=False))
+    allocated: list[SSAValue] = []
+    counter = iter(range(1 << 30))
+    names = lambda: f"{f.sym_name.data}_constant_{next(counter)}"  # noqa: E731
+
+    for op in block.ops:
+        if isinstance(op, func.ReturnOp):
+            break
+        result = op.results[0]
+        if isinstance(op, tape.ReshapeOp):  # flat buffers: the same buffer, other strides
+            env[result] = env[op.input]
+            continue
+        out = e.insert(memref.AllocOp.get(buffer_type(result.type).element_type,
+                                          shape=buffer_type(result.type).get_shape()))
+        out.name_hint = result.name_hint
+        ins = [env[o] for o in op.operands]
+        if isinstance(op, tape.ConstantOp):
+            written = lower_constant(e, op, module, out, names)
+            if written is not out:
+                new_block.erase_op(out.owner)
+                env[result] = written
+                continue
+        elif isinstance(op, (*tape.ELEMENTWISE, tape.FusedOp)):
+            lower_elementwise(e, op, ins, out)
+        elif isinstance(op, LAYOUT):
+            lower_layout(e, op, ins, out)
+        elif isinstance(op, tape.SumOp | tape.MaxOp):
+            lower_reduction(e, op, ins, out)
+        elif isinstance(op, tape.MatmulOp):
+            lower_matmul(e, op, ins, out)
+        env[result] = out
+        allocated.append(out)
+
+    outputs = list(new_block.args)[len(block.args):]
+    for value, target in zip(ret.arguments, outputs, strict=True):
+        source = env[value]
+        size = buffer_type(value.type).get_shape()[0]
+        e.loops([size], lambda e, ivs, source=source, target=target:
+                e.store(e.load(source, ivs[0]), target, ivs[0]))
+    e.insert(func.ReturnOp())
+    _free_after_last_use(new_block, allocated, report)
+
+    names_in = _names(f.arg_attrs, block.args, "arg")
+    names_out = [f"out.{n}" for n in _names(f.res_attrs, ret.arguments, "result")]
+    for arg, name in zip(outputs, names_out, strict=True):
+        arg.name_hint = _hint(name)
+    f.body.add_block(new_block)  # the buffer body takes the tensor body's place
+    f.body.erase_block(block, safe_erase=False)
+    f.function_type = FunctionType.from_lists([a.type for a in new_block.args], [])
+    f.arg_attrs = ArrayAttr([DictionaryAttr({"tapeml.name": StringAttr(n)})
+                             for n in [*names_in, *names_out]])
+    f.res_attrs = None
+
+
+def _lowerable(op: Operation) -> bool:
+    return isinstance(op, (*tape.ELEMENTWISE, tape.FusedOp, *LAYOUT, tape.ReshapeOp,
+                           tape.SumOp, tape.MaxOp, tape.MatmulOp))
+
+
+def _names(attrs: ArrayAttr | None, values: Sequence[SSAValue], default: str) -> list[str]:
+    from tapeml.frontend.program import value_names
+
+    return value_names(attrs, list(values), default)
+
+
+def _hint(name: str) -> str | None:
+    import re
+
+    hint = re.sub(r"[^A-Za-z0-9_$.-]", "_", name)
+    return hint if re.fullmatch(r"[A-Za-z_$.-][A-Za-z0-9_$.-]*", hint) else None
+
+
+def _free_after_last_use(block: Block, allocated: list[SSAValue], report: PlanReport) -> None:
+    """memref.dealloc each buffer after the last top-level op that reads or writes it."""
+    ops = list(block.ops)
+    position = {op: i for i, op in enumerate(ops)}
+    live_ranges = []
+    for buffer in allocated:
+        last = position[buffer.owner]
+        for use in buffer.uses:
+            top = use.operation
+            while top.parent_block() is not block:
+                top = top.parent_op()
+            last = max(last, position[top])
+        live_ranges.append((position[buffer.owner], last, buffer))
+    for _, last, buffer in live_ranges:
+        block.insert_op_after(memref.DeallocOp.get(buffer), ops[last])
+    sizes = {b: b.type.get_shape()[0] * b.type.element_type.bitwidth // 8
+             for _, _, b in live_ranges}
+    events = sorted([(start, 1, b) for start, _, b in live_ranges]
+                    + [(last, 2, b) for _, last, b in live_ranges], key=lambda x: (x[0], x[1]))
+    live = peak = 0
+    for _, kind, b in events:
+        live += sizes[b] if kind == 1 else -sizes[b]
+        peak = max(peak, live)
+    report.peak_bytes = max(report.peak_bytes, peak)
+    report.total_bytes += sum(sizes.values())
+
+
+def lower_module(module: ModuleOp) -> PlanReport:
+    """Lower every function of `module` in place; returns the buffer plan's report."""
+    report = PlanReport()
+    for f in [op for op in module.ops if isinstance(op, func.FuncOp)]:
+        lower_function(f, module, report)
+    return report
+
+
+@dataclass(frozen=True)
+class ToLoopsPass(ModulePass):
+    """Lower tape functions to loops over flat buffers (see the module doc)."""
+
+    name = "tape-to-loops"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        lower_module(op)
+

@@ -1,0 +1,135 @@
+"""tape-to-loops: the lowered program (loops over flat buffers) still runs on xDSL's interpreter
+and computes what the tape program computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_naturality import _replay, _step
+
+import tapeml
+from tapeml import Spec, nn, ops
+from tapeml.frontend.pytree import flatten
+from tapeml.transforms.differentiate import differentiate
+from tapeml.transforms.fuse import fuse
+from tapeml.transforms.to_loops import LoweringError, lower_module
+
+
+def run_lowered(program: tapeml.Program, *args):
+    """Lower a copy of `program` and interpret it on `args`: the flat results, reshaped."""
+    lowered = tapeml.Program.parse(str(program))
+    shapes = [s for s in flatten(lowered.shapes)[0]]
+    plan = lower_module(lowered.module)
+    lowered.module.verify()
+    leaves = [np.ascontiguousarray(a).reshape(-1) for a in flatten(args)[0]]
+    outs = [np.zeros(max(1, int(np.prod(s.shape))), s.dtype) for s in shapes]
+    tapeml.interpret(lowered.module, lowered.name, *leaves, *outs)
+    return [o.reshape(s.shape) for o, s in zip(outs, shapes, strict=True)], plan, lowered
+
+
+def check(program: tapeml.Program, *args, exact: bool = True):
+    expected = flatten(program(*args))[0]
+    got, plan, _ = run_lowered(program, *args)
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype
+        if exact:
+            np.testing.assert_array_equal(g, e)
+        else:  # the loops sum in order, numpy pairwise
+            np.testing.assert_allclose(g, e, rtol=1e-5 if g.dtype == np.float32 else 1e-12,
+                                       atol=1e-6 if g.dtype == np.float32 else 1e-12)
+    return plan
+
+
+RNG = np.random.default_rng(3)
+
+
+def r(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_elementwise_ops_and_groups_lower_exactly(dtype):
+    def f(a, b, c):
+        x = ops.where(a > b, ops.sigmoid(a) * ops.exp(b), ops.tanh(a - b))
+        y = ops.relu(x) / (ops.sqrt(ops.abs(c) + 1.0)) + ops.log(ops.abs(a) + 2.0)
+        return (ops.maximum(y, -x), ops.minimum(a, c), ops.power(ops.abs(a) + 0.5, b),
+                ops.astype(ops.astype(a, np.float32), np.float64) * 1.5)
+
+    args = (r(3, 4, dtype=dtype), r(4, dtype=dtype), r(3, 1, dtype=dtype))
+    program = tapeml.trace(f, *args)
+    check(program, *args)
+    fuse(program.module)
+    assert "tape.fused" in str(program)
+    check(program, *args)
+
+
+def test_layout_ops_lower_exactly():
+    def f(a, b):
+        return (ops.transpose(ops.reshape(a, (2, 2, 6)), (2, 0, 1)),
+                ops.pad(a, ((1, -1), (2, 3)), -np.inf)[:, ::3],
+                ops.concatenate([a, b, a], axis=1),
+                ops.broadcast_to(b, (2, 4, 2)),
+                a[1:, 2:7:2],
+                np.arange(24, dtype=np.float32).reshape(4, 6) - a)
+
+    args = (r(4, 6), r(4, 2))
+    check(tapeml.trace(f, *args), *args)
+
+
+def test_reductions_and_matmuls_lower_within_rounding():
+    def f(a, b, c):
+        return (ops.sum(a, axis=0), ops.max(a, axis=(0, 1)), ops.sum(a, axis=1, keepdims=True),
+                a @ b, ops.matmul(c, ops.transpose(c, (0, 2, 1))), ops.mean(a))
+
+    args = (r(5, 3), r(3, 4), r(2, 3, 4))
+    check(tapeml.trace(f, *args), *args, exact=False)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_an_mlp_training_step_lowers(fused):
+    params = nn.mlp_init(RNG, [4, 8, 3], dtype=np.float64)
+    x, y = r(6, 4, dtype=np.float64), np.eye(3)[[0, 1, 2, 0, 1, 2]]
+    step = tapeml.trace(lambda p, x, y: nn.softmax_cross_entropy(nn.mlp(p, x), y), params, x, y)
+    differentiate(step.function, wrt=(0, 1, 2, 3))
+    if fused:
+        fuse(step.module)
+    plan = check(step, params, x, y, exact=False)
+    assert 0 < plan.peak_bytes < plan.total_bytes
+
+
+def test_buffers_are_freed_after_their_last_use():
+    program = tapeml.trace(lambda a: ops.sum(ops.exp(ops.tanh(a) * 2.0) + 1.0), r(8))
+    _, plan, lowered = run_lowered(program, r(8))
+    text = str(lowered)
+    assert text.count("memref.alloc") == text.count("memref.dealloc") > 0
+    assert plan.peak_bytes < plan.total_bytes
+
+
+def test_unlowered_ops_are_a_clear_error():
+    program = tapeml.trace(lambda x, w: nn.conv2d(x, w), Spec((1, 1, 4, 4)), Spec((1, 1, 3, 3)))
+    with pytest.raises(LoweringError, match="tape-to-loops: tape.unfold is not lowered yet"):
+        lower_module(program.module)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
+def test_generated_programs_lower_to_the_same_values(data, dtype):
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    shapes = data.draw(st.lists(st.lists(st.integers(1, 4), max_size=3).map(tuple),
+                                min_size=1, max_size=3))
+    inputs = [rng.uniform(-1, 1, s).astype(dtype) for s in shapes]
+    values, steps = list(inputs), []
+    current = list(shapes)
+    for _ in range(data.draw(st.integers(1, 6))):
+        op, reads = _step(data, current)
+        value = op(*(values[k] for k in reads))
+        steps.append((op, reads))
+        values.append(value)
+        current.append(tuple(value.shape))
+    fn = _replay(steps, data.draw(st.integers(1, len(steps))))
+    program = tapeml.trace(fn, *(Spec(x.shape, x.dtype) for x in inputs))
+    if data.draw(st.booleans()):
+        fuse(program.module)
+    check(program, *inputs, exact=False)
