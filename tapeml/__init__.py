@@ -6,6 +6,7 @@ import sys
 from tapeml.errors import InterpretError, ShapeError, TracingError
 from tapeml.frontend import nn, ops, optim
 from tapeml.frontend.autodiff import grad, triangle_gradients, value_and_grad, vjp
+from tapeml.frontend.jit import jit
 from tapeml.frontend.ops import (
     abs,
     add,
@@ -64,5 +65,5 @@ __all__ = [
     "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "negative",
     "nn", "not_equal", "ops", "optim", "pad", "power", "relu", "reshape", "sigmoid", "softmax",
     "sqrt", "square", "stack", "subtract", "sum", "tanh", "trace", "transpose", "tree_map",
-    "unfold", "where", "grad", "value_and_grad", "vjp", "triangle_gradients",
+    "unfold", "where", "grad", "value_and_grad", "vjp", "triangle_gradients", "jit",
 ]

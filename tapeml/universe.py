@@ -36,11 +36,18 @@ def _to_loops() -> type[ModulePass]:
     return ToLoopsPass
 
 
+def _to_llvm() -> type[ModulePass]:
+    from tapeml.transforms.to_llvm import ConvertLoopsToLLVMPass
+
+    return ConvertLoopsToLLVMPass
+
+
 DIALECTS: dict[str, Callable[[], Dialect]] = {"tape": _tape_dialect}
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tape-differentiate": _differentiate,
     "tape-fuse": _fuse,
     "tape-to-loops": _to_loops,
+    "convert-loops-to-llvm": _to_llvm,
 }
 TARGETS: dict[str, Callable[[], type[Target]]] = {}
 

@@ -489,7 +489,7 @@ def _free_after_last_use(block: Block, allocated: list[SSAValue], report: PlanRe
         live_ranges.append((position[buffer.owner], last, buffer))
     for _, last, buffer in live_ranges:
         block.insert_op_after(memref.DeallocOp.get(buffer), ops[last])
-    sizes = {b: b.type.get_shape()[0] * b.type.element_type.bitwidth // 8
+    sizes = {b: b.type.get_shape()[0] * max(1, (b.type.element_type.bitwidth + 7) // 8)
              for _, _, b in live_ranges}
     events = sorted([(start, 1, b) for start, _, b in live_ranges]
                     + [(last, 2, b) for _, last, b in live_ranges], key=lambda x: (x[0], x[1]))

@@ -1,0 +1,38 @@
+"""Backends: a traced program in, a callable over flat arrays out.
+
+    backend.compile(program) -> Compiled    # Compiled(*leaves) -> tuple of output arrays
+
+`interp` runs the program on xDSL's interpreter (the reference); `cpu` compiles it through the
+loop form and LLVM to machine code for this CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from tapeml.frontend.program import Program
+
+
+class Compiled(Protocol):
+    stages: dict[str, str]
+    """Each stage of the compilation as text, in order (tape, fused tape, ...)."""
+
+    def __call__(self, *leaves: Any) -> tuple[Any, ...]: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def compile(self, program: Program) -> Compiled: ...
+
+
+def get_backend(name: str) -> Backend:
+    if name == "interp":
+        from tapeml.codegen.interp import InterpBackend
+
+        return InterpBackend()
+    if name == "cpu":
+        from tapeml.codegen.cpu import CPUBackend
+
+        return CPUBackend()
+    raise ValueError(f"unknown backend {name!r} (backends: interp, cpu)")

@@ -1,0 +1,129 @@
+"""The CPU backend: tape -> tape-fuse -> tape-to-loops -> convert-scf-to-cf, canonicalize, cse
+-> convert-loops-to-llvm -> LLVM IR (xDSL's convert_module) -> LLVM O3 for the host CPU and its
+features -> MCJIT -> a function over numpy buffers.
+
+The compiled function takes one pointer per input and per output buffer. `Native.__call__`
+checks every argument's shape and dtype against the program before any pointer is passed (a
+non-contiguous array is copied first), and returns fresh output arrays each call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import llvmlite.binding as llvm_binding
+import numpy as np
+from xdsl.backend.llvm.convert import convert_module
+from xdsl.context import Context
+from xdsl.passes import PassPipeline
+from xdsl.transforms import get_all_passes
+
+from tapeml.dialects import tape
+from tapeml.frontend.program import Program, value_names
+from tapeml.transforms.fuse import fuse
+from tapeml.transforms.to_llvm import convert_to_llvm
+from tapeml.transforms.to_loops import lower_module
+
+_LLVM_LOCK = threading.Lock()  # compiling with llvmlite is not thread-safe; running is
+_INITIALIZED = False
+
+
+def target_machine() -> llvm_binding.TargetMachine:
+    """A new machine for this CPU and all its features (AVX-512 where there is one), O3.
+    A new one each time: an MCJIT engine takes ownership of the machine it is given."""
+    global _INITIALIZED
+    if not _INITIALIZED:
+        llvm_binding.initialize_native_target()
+        llvm_binding.initialize_native_asmprinter()
+        _INITIALIZED = True
+    return llvm_binding.Target.from_default_triple().create_target_machine(
+        cpu=llvm_binding.get_host_cpu_name(),
+        features=llvm_binding.get_host_cpu_features().flatten(), opt=3, jit=True)
+
+
+@dataclass
+class Argument:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+@dataclass
+class Native:
+    """A compiled program: call it with the program's flat arguments."""
+
+    name: str
+    inputs: list[Argument]
+    outputs: list[Argument]
+    engine: Any
+    function: Any
+    stages: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self, *leaves: Any) -> tuple[np.ndarray, ...]:
+        if len(leaves) != len(self.inputs):
+            raise TypeError(f"@{self.name} takes {len(self.inputs)} arrays, got {len(leaves)}")
+        buffers = [_checked(leaf, arg, self.name) for leaf, arg in
+                   zip(leaves, self.inputs, strict=True)]
+        outputs = [np.empty(a.shape, a.dtype) for a in self.outputs]
+        self.function(*(b.ctypes.data for b in buffers), *(o.ctypes.data for o in outputs))
+        return tuple(outputs)
+
+
+def _checked(value: Any, arg: Argument, name: str) -> np.ndarray:
+    """`value` as a C-contiguous array of `arg`'s shape and dtype, or a clear error."""
+    typed = isinstance(value, np.ndarray | np.generic)
+    array = np.asarray(value) if typed else np.asarray(value, dtype=arg.dtype)
+    if array.dtype != arg.dtype:
+        raise TypeError(f"@{name}: argument `{arg.name}` must be {arg.dtype}, got {array.dtype}")
+    if array.shape != arg.shape:
+        raise ValueError(f"@{name}: argument `{arg.name}` must have shape {arg.shape}, got "
+                         f"{array.shape}")
+    return np.ascontiguousarray(array)
+
+
+class CPUBackend:
+    name = "cpu"
+
+    def __init__(self, fuse: bool = True) -> None:
+        self.fuse = fuse
+
+    def compile(self, program: Program) -> Native:
+        stages = {"tape": str(program)}
+        module = Program.parse(stages["tape"]).module  # a copy: the program stays as it was
+        f = next(op for op in module.ops if op.name == "func.func")
+        block = f.body.block
+        inputs = [Argument(n, a.type.get_shape(), tape.dtype_of(a.type)) for n, a in
+                  zip(value_names(f.arg_attrs, list(block.args), "arg"), block.args,
+                      strict=True)]
+        results = list(block.last_op.operands)
+        outputs = [Argument(n, r.type.get_shape(), tape.dtype_of(r.type)) for n, r in
+                   zip(value_names(f.res_attrs, results, "result"), results, strict=True)]
+        if self.fuse:
+            fuse(module)
+            stages["fused tape"] = str(module)
+        plan = lower_module(module)
+        stages["loops"] = f"// {plan}\n{module}"
+        PassPipeline.parse_spec(get_all_passes(), "convert-scf-to-cf,canonicalize,cse").apply(
+            Context(), module)
+        convert_to_llvm(module)
+        stages["llvm dialect"] = str(module)
+        with _LLVM_LOCK:
+            machine = target_machine()
+            ir_module = convert_module(module, fallback_target_triple=machine.triple)
+            ir_module.data_layout = str(machine.target_data)
+            stages["llvm ir"] = str(ir_module)
+            parsed = llvm_binding.parse_assembly(stages["llvm ir"])
+            parsed.verify()
+            passes = llvm_binding.create_pass_builder(
+                machine, llvm_binding.create_pipeline_tuning_options(speed_level=3))
+            passes.getModulePassManager().run(parsed, passes)
+            stages["optimized llvm ir"] = str(parsed)
+            stages["assembly"] = machine.emit_assembly(parsed)
+            engine = llvm_binding.create_mcjit_compiler(parsed, machine)
+            engine.finalize_object()
+            address = engine.get_function_address(program.name)
+        signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs)))
+        return Native(program.name, inputs, outputs, engine, signature(address), stages)

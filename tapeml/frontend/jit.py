@@ -1,0 +1,130 @@
+"""`tapeml.jit`: capture a function on its first call, compile it, replay it after.
+
+The cache key is the structure of the arguments, the shape and dtype of every array in them, and
+the static arguments (by value). A miss traces and compiles again (the cache keeps the
+`cache_size` most recent); `explain()` says why each compilation happened.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tapeml.codegen import Compiled, get_backend
+from tapeml.frontend.program import Program, Spec, trace
+from tapeml.frontend.pytree import flatten, unflatten
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple:
+    leaves, tree = flatten((args, kwargs))
+    return tree, tuple((Spec.of(x).shape, Spec.of(x).dtype.name) for x in leaves)
+
+
+def _describe(signature: tuple) -> str:
+    tree, specs = signature
+    return f"{tree} with " + ", ".join(f"{d}{list(s)}" for s, d in specs)
+
+
+class Jitted:
+    """A function compiled per argument signature (see the module doc)."""
+
+    def __init__(self, fn: Callable, backend: str, static_argnums: Sequence[int],
+                 cache_size: int) -> None:
+        self.fn = fn
+        self.backend = get_backend(backend)
+        self.static_argnums = tuple(static_argnums)
+        self.cache_size = cache_size
+        self.cache: OrderedDict[tuple, tuple[Program, Compiled]] = OrderedDict()
+        self.log: list[str] = []
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fn)
+
+    def _split(self, args: tuple) -> tuple[tuple, tuple]:
+        static = tuple(args[i] for i in self.static_argnums)
+        dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
+        return static, dynamic
+
+    def _entry(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple[Program, Compiled]]:
+        static, dynamic = self._split(args)
+        try:
+            key = (_signature(dynamic, kwargs), static)
+            hash(key)
+        except TypeError:
+            raise TypeError(f"jit: static arguments {self.static_argnums} must be hashable, "
+                            f"got {static!r}") from None
+        with self._lock:
+            if key in self.cache:
+                self.cache.move_to_end(key)
+                return dynamic, self.cache[key]
+            self.log.append(self._why(key))
+            program = trace(self._with_static(static), *dynamic, **kwargs)
+            entry = (program, self.backend.compile(program))
+            self.cache[key] = entry
+            if len(self.cache) > self.cache_size:
+                self.cache.popitem(last=False)
+            return dynamic, entry
+
+    def _with_static(self, static: tuple) -> Callable:
+        if not self.static_argnums:
+            return self.fn
+
+        def call(*dynamic: Any, **kwargs: Any) -> Any:
+            args, rest = [], iter(dynamic)
+            for i in range(len(dynamic) + len(static)):
+                args.append(static[self.static_argnums.index(i)] if i in self.static_argnums
+                            else next(rest))
+            return self.fn(*args, **kwargs)
+
+        call.__name__ = getattr(self.fn, "__name__", "f")
+        try:  # the traced arguments keep their names: the signature without the static ones
+            signature = inspect.signature(self.fn)
+            kept = [p for i, p in enumerate(signature.parameters.values())
+                    if i not in self.static_argnums]
+            call.__signature__ = signature.replace(parameters=kept)
+        except (TypeError, ValueError):
+            pass
+        return call
+
+    def _why(self, key: tuple) -> str:
+        (signature, static) = key
+        name = getattr(self.fn, "__name__", "f")
+        if not self.cache:
+            return f"{name}: compiled for {_describe(signature)} (first call)"
+        (last_signature, last_static) = next(reversed(self.cache))
+        if last_signature[0] != signature[0]:
+            reason = f"the argument structure changed from {last_signature[0]} to {signature[0]}"
+        elif last_signature != signature:
+            changes = [f"leaf {i}: {d0}{list(s0)} -> {d1}{list(s1)}" for i, ((s0, d0), (s1, d1))
+                       in enumerate(zip(last_signature[1], signature[1], strict=True))
+                       if (s0, d0) != (s1, d1)]
+            reason = "shapes or dtypes changed (" + "; ".join(changes) + ")"
+        else:
+            reason = f"static arguments changed from {last_static!r} to {static!r}"
+        return f"{name}: recompiled: {reason}"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        dynamic, (program, compiled) = self._entry(args, kwargs)
+        leaves, _ = flatten((dynamic, kwargs))
+        return unflatten(program.out_tree, list(compiled(*leaves)))
+
+    def lower(self, *args: Any, **kwargs: Any) -> dict[str, str]:
+        """Every stage of the compilation for these arguments, as text."""
+        _, (_, compiled) = self._entry(args, kwargs)
+        return dict(compiled.stages)
+
+    def explain(self) -> str:
+        """Why each compilation happened, oldest first."""
+        return "\n".join(self.log) if self.log else "not compiled yet"
+
+
+def jit(fn: Callable | None = None, *, backend: str = "cpu", static_argnums: Sequence[int] = (),
+        cache_size: int = 16) -> Any:
+    """Compile `fn` for `backend` ("cpu", or "interp" for the reference interpreter) on its
+    first call with each argument signature. Usable as `@jit` or `@jit(backend=...)`."""
+    if fn is None:
+        return lambda f: Jitted(f, backend, static_argnums, cache_size)
+    return Jitted(fn, backend, static_argnums, cache_size)

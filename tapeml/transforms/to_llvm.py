@@ -1,0 +1,230 @@
+"""`convert-loops-to-llvm`: the loop form that `tape-to-loops` and `convert-scf-to-cf` leave
+(func, cf, memref, arith, math on flat buffers) becomes the `llvm` dialect, which xDSL's
+`convert_module` turns into LLVM IR. xDSL 0.75 has none of these conversions.
+
+One pass converts all five dialects at once, so the IR is valid before and after it: first every
+`index` value becomes an i64 and every buffer an `!llvm.ptr`, then each op is replaced by its
+llvm counterpart. MLIR's own conversions are the semantics followed:
+
+  arith   integer ops on i64, float ops, cmpi/cmpf (same predicate numbering), select, extf/truncf,
+          maximumf/minimumf as llvm.maximum/llvm.minimum (NaN propagating, as numpy's), max/minsi
+  math    exp, log, sqrt, tanh, powf as LLVM intrinsics (libm on the CPU)
+  cf      br, cond_br
+  memref  load/store as a getelementptr (not inttoptr: LLVM vectorizes GEP loops) and load/store;
+          alloc/dealloc as malloc/free; get_global/global as llvm globals
+  func    func.func as an external llvm.func returning void, func.return as llvm.return
+
+No fast-math flags are set: float semantics stay IEEE, as the interpreter's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, cf, func, llvm, memref
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    i64,
+)
+from xdsl.ir import Attribute, Operation
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+from xdsl.rewriter import Rewriter
+
+from tapeml.transforms.to_loops import LoweringError
+
+PTR = llvm.LLVMPointerType()
+
+
+def _llvm_type(t: Attribute) -> Attribute:
+    if isinstance(t, IndexType):
+        return i64
+    if isinstance(t, MemRefType):
+        return PTR
+    return t
+
+
+def convert_types(module: ModuleOp) -> None:
+    """index -> i64 and memref -> !llvm.ptr for every result and block argument, in place."""
+    for op in module.walk():
+        for result in op.results:
+            if (new := _llvm_type(result.type)) is not result.type:
+                Rewriter.replace_value_with_new_type(result, new)
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.args:
+                    if (new := _llvm_type(arg.type)) is not arg.type:
+                        Rewriter.replace_value_with_new_type(arg, new)
+
+
+_BINARY = {
+    arith.AddiOp: llvm.AddOp, arith.SubiOp: llvm.SubOp, arith.MuliOp: llvm.MulOp,
+    arith.DivSIOp: llvm.SDivOp, arith.RemSIOp: llvm.SRemOp, arith.AndIOp: llvm.AndOp,
+    arith.OrIOp: llvm.OrOp, arith.XOrIOp: llvm.XOrOp,
+    arith.AddfOp: llvm.FAddOp, arith.SubfOp: llvm.FSubOp, arith.MulfOp: llvm.FMulOp,
+    arith.DivfOp: llvm.FDivOp,
+}
+_UNARY_INTRINSICS = {xmath.ExpOp: "exp", xmath.LogOp: "log", xmath.SqrtOp: "sqrt",
+                     xmath.TanhOp: "tanh"}
+_BINARY_INTRINSICS = {arith.MaximumfOp: "maximum", arith.MinimumfOp: "minimum",
+                      xmath.PowFOp: "pow"}
+_SIGNED_PICK = {arith.MaxSIOp: "sgt", arith.MinSIOp: "slt"}
+
+
+def _suffix(t: Attribute) -> str:
+    return {32: "f32", 64: "f64"}[t.bitwidth]
+
+
+class ArithMathToLLVM(RewritePattern):
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        kind = type(op)
+        if kind is arith.ConstantOp:
+            value = op.value
+            t = op.result.type
+            if isinstance(value, IntegerAttr):
+                value = IntegerAttr(value.value.data, t)
+            rewriter.replace(op, llvm.ConstantOp(value, t))
+        elif kind in _BINARY:
+            rewriter.replace(op, _BINARY[kind](*op.operands))
+        elif kind in _UNARY_INTRINSICS:
+            t = op.result.type
+            name = f"llvm.{_UNARY_INTRINSICS[kind]}.{_suffix(t)}"
+            rewriter.replace(op, llvm.CallIntrinsicOp(name, [op.operands[0]], [t]))
+        elif kind in _BINARY_INTRINSICS:
+            t = op.result.type
+            name = f"llvm.{_BINARY_INTRINSICS[kind]}.{_suffix(t)}"
+            rewriter.replace(op, llvm.CallIntrinsicOp(name, list(op.operands), [t]))
+        elif kind in _SIGNED_PICK:
+            a, b = op.operands
+            pick = llvm.ICmpOp(a, b, IntegerAttr(_ICMP[_SIGNED_PICK[kind]], 64))
+            rewriter.replace(op, [pick, llvm.SelectOp(pick, a, b)])
+        elif kind is arith.NegfOp:
+            rewriter.replace(op, llvm.FNegOp(op.operand))
+        elif kind is arith.CmpiOp:
+            predicate = IntegerAttr(op.predicate.value.data, 64)
+            rewriter.replace(op, llvm.ICmpOp(op.lhs, op.rhs, predicate))
+        elif kind is arith.CmpfOp:
+            predicate = IntegerAttr(op.predicate.value.data, 64)
+            rewriter.replace(op, llvm.FCmpOp(op.lhs, op.rhs, predicate))
+        elif kind is arith.SelectOp:
+            rewriter.replace(op, llvm.SelectOp(op.cond, op.lhs, op.rhs))
+        elif kind is arith.ExtFOp:
+            rewriter.replace(op, llvm.FPExtOp(op.input, op.result.type))
+        elif kind is arith.TruncFOp:
+            rewriter.replace(op, llvm.FPTruncOp(op.input, op.result.type))
+        elif kind is arith.IndexCastOp:
+            rewriter.replace(op, [], [op.input])  # index is i64 already
+
+
+_ICMP = {"eq": 0, "ne": 1, "slt": 2, "sle": 3, "sgt": 4, "sge": 5}
+
+
+class ControlFlowToLLVM(RewritePattern):
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if isinstance(op, cf.BranchOp):
+            rewriter.replace(op, llvm.BrOp(op.successor, *op.arguments))
+        elif isinstance(op, cf.ConditionalBranchOp):
+            rewriter.replace(op, llvm.CondBrOp(op.cond, op.then_block, op.then_arguments,
+                                               op.else_block, op.else_arguments))
+
+
+@dataclass
+class MemrefToLLVM(RewritePattern):
+    """Buffers are flat and contiguous: element i of a buffer is at ptr + i."""
+
+    sizes: dict[Operation, int]
+    """Bytes of each memref.alloc's buffer (read before the types become pointers)."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if isinstance(op, memref.LoadOp):
+            (index,) = op.indices
+            t = op.res.type
+            gep = llvm.GEPOp(op.memref, [llvm.GEP_USE_SSA_VAL], t, ssa_indices=[index],
+                             inbounds=True)
+            rewriter.replace(op, [gep, llvm.LoadOp(gep, t)])
+        elif isinstance(op, memref.StoreOp):
+            (index,) = op.indices
+            t = op.value.type
+            gep = llvm.GEPOp(op.memref, [llvm.GEP_USE_SSA_VAL], t, ssa_indices=[index],
+                             inbounds=True)
+            rewriter.replace(op, [gep, llvm.StoreOp(op.value, gep)])
+        elif isinstance(op, memref.AllocOp):
+            size = llvm.ConstantOp(IntegerAttr(self.sizes[op], i64), i64)
+            call = llvm.CallOp("malloc", size, return_type=PTR)
+            rewriter.replace(op, [size, call])
+        elif isinstance(op, memref.DeallocOp):
+            rewriter.replace(op, llvm.CallOp("free", op.memref))
+        elif isinstance(op, memref.GetGlobalOp):
+            rewriter.replace(op, llvm.AddressOfOp(op.name_.root_reference, PTR))
+        elif isinstance(op, memref.GlobalOp):
+            t = op.type
+            value = op.initial_value
+            assert isinstance(value, DenseIntOrFPElementsAttr)
+            array = llvm.LLVMArrayType(math.prod(t.get_shape()), t.element_type)
+            rewriter.replace(op, llvm.GlobalOp(array, op.sym_name, "internal", constant=True,
+                                               value=value, alignment=64))
+
+
+class FuncToLLVM(RewritePattern):
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if isinstance(op, func.ReturnOp):
+            if op.arguments:
+                raise LoweringError("convert-loops-to-llvm: functions write their results to "
+                                    "output buffers and return nothing (run tape-to-loops)")
+            rewriter.replace(op, llvm.ReturnOp())
+        elif isinstance(op, func.FuncOp) and not op.is_declaration:
+            inputs = [_llvm_type(t) for t in op.function_type.inputs]
+            fty = llvm.LLVMFunctionType(inputs, None)
+            rewriter.replace(op, llvm.FuncOp(op.sym_name.data, fty,
+                                             linkage=llvm.LinkageAttr("external"),
+                                             body=op.detach_region(op.body)))
+
+
+def _element_bytes(t: Attribute) -> int:
+    """Bytes one element takes in memory (an i1 takes a byte, as LLVM stores it)."""
+    return max(1, (t.bitwidth + 7) // 8)
+
+
+def convert_to_llvm(module: ModuleOp) -> None:
+    """Convert a loop-form module (after convert-scf-to-cf) to the llvm dialect, in place."""
+    leftover = {op.name for op in module.walk() if op.dialect_name() in ("scf", "tape")}
+    if leftover:
+        raise LoweringError(f"convert-loops-to-llvm: {', '.join(sorted(leftover))} must be "
+                            "lowered first (tape-to-loops, convert-scf-to-cf)")
+    sizes = {op: op.memref.type.get_shape()[0] * _element_bytes(op.memref.type.element_type)
+             for op in module.walk() if isinstance(op, memref.AllocOp)}
+    convert_types(module)
+    PatternRewriteWalker(GreedyRewritePatternApplier([
+        ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes), FuncToLLVM(),
+    ]), apply_recursively=False).rewrite_module(module)
+    uses = {op.callee.root_reference.data for op in module.walk() if isinstance(op, llvm.CallOp)}
+    for name, fty in (("malloc", llvm.LLVMFunctionType([i64], PTR)),
+                      ("free", llvm.LLVMFunctionType([PTR], None))):
+        if name in uses:
+            module.body.block.add_op(llvm.FuncOp(name, fty, linkage=llvm.LinkageAttr("external")))
+    bad = {op.name for op in module.walk() if op.dialect_name() not in ("llvm", "builtin")}
+    if bad:
+        raise LoweringError(f"convert-loops-to-llvm: no conversion for {', '.join(sorted(bad))}")
+
+
+@dataclass(frozen=True)
+class ConvertLoopsToLLVMPass(ModulePass):
+    """func/cf/memref/arith/math on flat buffers -> the llvm dialect (see the module doc)."""
+
+    name = "convert-loops-to-llvm"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        convert_to_llvm(op)
+

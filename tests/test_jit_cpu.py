@@ -1,0 +1,163 @@
+"""tapeml.jit on the CPU backend: compiled code against the interpreter, argument checking,
+the cache and its explanations, every stage as text."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_naturality import _replay, _step
+
+import tapeml
+from tapeml import Spec, nn, ops
+from tapeml.frontend.pytree import flatten
+from tapeml.transforms.to_loops import LoweringError
+
+RNG = np.random.default_rng(11)
+
+
+def r(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def close(got, expected):
+    """Compiled code calls libm for exp/log/tanh/pow where numpy has its own kernels, and sums in
+    order where numpy sums pairwise: a few ulps apart."""
+    for g, e in zip(flatten(got)[0], flatten(expected)[0], strict=True):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        f32 = g.dtype == np.float32
+        np.testing.assert_allclose(g, e, rtol=2e-6 if f32 else 1e-13, atol=1e-6 if f32 else 1e-13)
+
+
+def both(fn, *args):
+    return tapeml.jit(fn)(*args), tapeml.jit(fn, backend="interp")(*args)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_elementwise_layout_and_reductions_match_the_interpreter(dtype):
+    def f(a, b, c):
+        x = ops.where(a > b, ops.sigmoid(a) * ops.exp(b), ops.tanh(a - b))
+        return (ops.relu(x) / (ops.sqrt(ops.abs(c) + 1.0)) + ops.log(ops.abs(a) + 2.0),
+                ops.power(ops.abs(a) + 0.5, b), ops.maximum(a, -x), ops.minimum(x, c),
+                ops.transpose(ops.pad(a, ((1, -1), (2, 0)), -1.0))[::2],
+                ops.concatenate([a, ops.broadcast_to(b, (3, 4))], axis=0),
+                ops.sum(a, axis=0), ops.max(a, axis=1, keepdims=True), a @ ops.transpose(a),
+                ops.astype(a, np.float32 if dtype == np.float64 else np.float64))
+
+    close(*both(f, r(3, 4, dtype=dtype), r(4, dtype=dtype), r(3, 1, dtype=dtype)))
+
+
+def test_nan_and_inf_propagate_as_in_numpy():
+    a = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0], np.float32)
+    b = np.array([1.0, np.nan, 2.0, -0.0, 0.0, np.inf], np.float32)
+
+    def f(a, b):
+        return ops.maximum(a, b), ops.minimum(a, b), a / b, ops.relu(a), ops.max(a), a > b
+
+    for got, expected in zip(*both(f, a, b), strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_jit_of_value_and_grad_of_an_mlp_is_one_compiled_program():
+    params = nn.mlp_init(RNG, [6, 16, 3])
+    x, y = r(8, 6), np.eye(3, dtype=np.float32)[RNG.integers(0, 3, 8)]
+
+    def loss(p, x, y):
+        return nn.softmax_cross_entropy(nn.mlp(p, x), y)
+
+    step = tapeml.jit(tapeml.value_and_grad(loss))
+    close(step(params, x, y), tapeml.value_and_grad(loss)(params, x, y))
+    stages = step.lower(params, x, y)
+    assert list(stages) == ["tape", "fused tape", "loops", "llvm dialect", "llvm ir",
+                            "optimized llvm ir", "assembly"]
+    assert "tape.fused" in stages["fused tape"] and "scf.for" in stages["loops"]
+    assert "llvm.getelementptr" in stages["llvm dialect"] and "define void" in stages["llvm ir"]
+    assert "inttoptr" not in stages["llvm ir"]
+
+
+def test_arguments_are_checked_before_any_memory_is_touched():
+    f = tapeml.jit(lambda a, b: a * b)
+    a, b = r(3, 4), r(3, 4)
+    f(a, b)
+    compiled = f.cache[next(reversed(f.cache))][1]  # what a cached signature calls
+    with pytest.raises(TypeError, match=r"argument `b` must be float32, got float64"):
+        compiled(a, b.astype(np.float64))
+    with pytest.raises(ValueError, match=r"argument `a` must have shape \(3, 4\), got \(4, 3\)"):
+        compiled(a.T.copy(), b)
+    with pytest.raises(TypeError, match="takes 2 arrays, got 1"):
+        compiled(a)
+    np.testing.assert_array_equal(f(np.asfortranarray(a), b[:, ::1]), a * b)  # copied first
+
+
+def test_outputs_are_fresh_arrays_every_call():
+    f = tapeml.jit(lambda a: a + 1.0)
+    a = r(5)
+    first, second = f(a), f(a)
+    assert not np.shares_memory(first, second) and not np.shares_memory(first, a)
+    first[:] = 0
+    np.testing.assert_array_equal(second, a + np.float32(1))
+
+
+def test_the_cache_and_its_explanations():
+    calls = []
+
+    def g(a, scale):
+        calls.append(1)
+        return a * scale
+
+    f = tapeml.jit(g, static_argnums=(1,), cache_size=2)
+    f(r(3), 2.0), f(r(3), 2.0)
+    assert len(calls) == 1
+    f(r(4), 2.0)
+    f(r(4), 3.0)
+    log = f.explain().splitlines()
+    assert log[0].startswith("g: compiled for ((...,), {}) with float32[3] (first call)")
+    assert "shapes or dtypes changed (leaf 0: float32[3] -> float32[4])" in log[1]
+    assert "static arguments changed from (2.0,) to (3.0,)" in log[2]
+    assert len(f.cache) == 2  # bounded
+    np.testing.assert_allclose(f(np.ones(4, np.float32), 3.0), 3.0)
+
+
+def test_two_threads_may_call_one_jitted_function():
+    f = tapeml.jit(lambda a: ops.sum(ops.tanh(a)))
+    inputs = [r(1000) for _ in range(8)]
+    f(inputs[0])
+    results = [None] * len(inputs)
+
+    def work(i):
+        for _ in range(20):
+            results[i] = f(inputs[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for x, got in zip(inputs, results, strict=True):
+        np.testing.assert_allclose(got, np.sum(np.tanh(x)), rtol=1e-5)
+
+
+def test_ops_not_lowered_yet_are_a_clear_error():
+    f = tapeml.jit(lambda x, w: nn.conv2d(x, w))
+    with pytest.raises(LoweringError, match="not lowered yet"):
+        f(r(1, 1, 4, 4), r(1, 1, 3, 3))
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
+def test_generated_programs_compile_to_what_the_interpreter_computes(data, dtype):
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    shapes = data.draw(st.lists(st.lists(st.integers(1, 5), max_size=3).map(tuple),
+                                min_size=1, max_size=3))
+    inputs = [rng.uniform(-1, 1, s).astype(dtype) for s in shapes]
+    values, steps, current = list(inputs), [], list(shapes)
+    for _ in range(data.draw(st.integers(1, 6))):
+        op, reads = _step(data, current)
+        value = op(*(values[k] for k in reads))
+        steps.append((op, reads))
+        values.append(value)
+        current.append(tuple(value.shape))
+    fn = _replay(steps, data.draw(st.integers(1, len(steps))))
+    close(tapeml.jit(fn)(*inputs), tapeml.trace(fn, *(Spec(x.shape, x.dtype) for x in inputs))(
+        *inputs))
