@@ -42,12 +42,19 @@ def _to_llvm() -> type[ModulePass]:
     return ConvertLoopsToLLVMPass
 
 
+def _tape_to_llvm() -> type[ModulePass]:
+    from tapeml.transforms.to_llvm import TapeToLLVMPass
+
+    return TapeToLLVMPass
+
+
 DIALECTS: dict[str, Callable[[], Dialect]] = {"tape": _tape_dialect}
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tape-differentiate": _differentiate,
     "tape-fuse": _fuse,
     "tape-to-loops": _to_loops,
     "convert-loops-to-llvm": _to_llvm,
+    "tape-to-llvm": _tape_to_llvm,
 }
 TARGETS: dict[str, Callable[[], type[Target]]] = {}
 

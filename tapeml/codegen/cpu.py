@@ -107,7 +107,7 @@ class CPUBackend:
         plan = lower_module(module)
         stages["loops"] = f"// {plan}\n{module}"
         PassPipeline.parse_spec(get_all_passes(), "convert-scf-to-cf,canonicalize,cse").apply(
-            Context(), module)
+            Context(), module)  # the rest of tape-to-llvm, stage by stage
         convert_to_llvm(module)
         stages["llvm dialect"] = str(module)
         with _LLVM_LOCK:

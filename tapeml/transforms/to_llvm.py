@@ -228,3 +228,28 @@ class ConvertLoopsToLLVMPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         convert_to_llvm(op)
 
+
+
+@dataclass(frozen=True)
+class TapeToLLVMPass(ModulePass):
+    """The whole way from tape to the llvm dialect: tape-fuse, tape-to-loops,
+    convert-scf-to-cf, canonicalize, cse, convert-loops-to-llvm (`-t llvm` prints LLVM IR)."""
+
+    name = "tape-to-llvm"
+
+    fuse: bool = True
+    """Run tape-fuse first."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from xdsl.passes import PassPipeline
+        from xdsl.transforms import get_all_passes
+
+        from tapeml.transforms.fuse import fuse
+        from tapeml.transforms.to_loops import lower_module
+
+        if self.fuse:
+            fuse(op)
+        lower_module(op)
+        PassPipeline.parse_spec(get_all_passes(), "convert-scf-to-cf,canonicalize,cse").apply(
+            ctx, op)
+        convert_to_llvm(op)
