@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint pytest lit clean
+.PHONY: test demo lint pytest lit bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 test: lint pytest lit
 
 lint: $(STAMP)
-	$(BIN)/ruff check tapeml tests examples
+	$(BIN)/ruff check tapeml tests examples bench
 
 pytest: $(STAMP)
 	$(BIN)/pytest
@@ -28,3 +28,6 @@ demo: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py

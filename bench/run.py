@@ -1,0 +1,127 @@
+"""tapeml beside numpy (and torch / JAX where installed), measured in one run, medians.
+
+    .venv/bin/python bench/run.py [--quick] [--only W1,W2,...]
+
+The workloads are ../shared/reference/workloads.md's (W1 elementwise chain, W2 matmul, W3 MLP
+training step, W5 first-call latency, W6 per-call latency). Run it pinned to one core for the
+single-thread figures: `OPENBLAS_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/run.py`.
+W4 (the CNN step) is listed as not runnable until the CPU backend lowers convolutions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import tapeml
+from tapeml import nn, ops
+
+
+def median_time(fn: Callable[[], object], repeat: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def row(name: str, unit: str, ours: float, numpy_: float, higher_is_better: bool = False) -> None:
+    ratio = (ours / numpy_) if higher_is_better else (numpy_ / ours)
+    print(f"{name:<34}{ours:>12.3f} {unit:<8}{numpy_:>12.3f} {unit:<8}{ratio:>8.2f}x")
+
+
+def w1(repeat: int) -> None:
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(4 << 20).astype(np.float32) for _ in range(3))
+    f = tapeml.jit(lambda a, b, c: ops.tanh(a * b + c))
+    np.testing.assert_allclose(f(a, b, c), np.tanh(a * b + c), rtol=1e-5, atol=1e-6)
+    row("W1 tanh(a*b+c), 4M f32", "ms", median_time(lambda: f(a, b, c), repeat) * 1e3,
+        median_time(lambda: np.tanh(a * b + c), repeat) * 1e3)
+
+
+def w2(repeat: int, sizes: list[int]) -> None:
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+        f = tapeml.jit(lambda a, b: a @ b)
+        np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-3, atol=1e-3)
+        flops = 2 * n**3 / 1e9
+        ours = median_time(lambda f=f, a=a, b=b: f(a, b), repeat)
+        theirs = median_time(lambda a=a, b=b: a @ b, repeat)
+        row(f"W2 matmul n={n}", "GFLOP/s", flops / ours, flops / theirs, higher_is_better=True)
+
+
+def _mlp():
+    rng = np.random.default_rng(0)
+    params = {f"lin{i + 1}": nn.linear_init(rng, m, n)
+              for i, (m, n) in enumerate([(784, 512), (512, 512), (512, 10)])}
+    x = rng.standard_normal((256, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+
+    def loss(p, x, y):
+        h1 = ops.tanh(nn.linear(p["lin1"], x))
+        h2 = ops.relu(nn.linear(p["lin2"], h1))
+        return nn.softmax_cross_entropy(nn.linear(p["lin3"], h2), y)
+
+    return loss, params, x, y
+
+
+def _numpy_mlp_step(p, x, y):
+    h1 = np.tanh(x @ p["lin1"]["W"] + p["lin1"]["b"])
+    h2 = np.maximum(h1 @ p["lin2"]["W"] + p["lin2"]["b"], 0)
+    z = h2 @ p["lin3"]["W"] + p["lin3"]["b"]
+    e = np.exp(z - z.max(1, keepdims=True))
+    prob = e / e.sum(1, keepdims=True)
+    dz = (prob - y) / len(x)
+    dh2 = dz @ p["lin3"]["W"].T * (h2 > 0)
+    dh1 = dh2 @ p["lin2"]["W"].T * (1 - h1 * h1)
+    return (x.T @ dh1, dh1.sum(0), h1.T @ dh2, dh2.sum(0), h2.T @ dz, dz.sum(0))
+
+
+def w3_w5(repeat: int) -> None:
+    loss, params, x, y = _mlp()
+    start = time.perf_counter()
+    step = tapeml.jit(tapeml.value_and_grad(loss))
+    step(params, x, y)
+    first = time.perf_counter() - start
+    row("W3 MLP training step", "ms", median_time(lambda: step(params, x, y), repeat) * 1e3,
+        median_time(lambda: _numpy_mlp_step(params, x, y), repeat) * 1e3)
+    print(f"{'W5 first call of W3 (trace+compile)':<34}{first:>12.3f} s")
+
+
+def w6(repeat: int) -> None:
+    f = tapeml.jit(lambda x: x * 2.0 + 1.0)
+    x = np.ones(16, np.float32)
+    row("W6 per-call, 16 elements", "us", median_time(lambda: f(x), repeat * 50) * 1e6,
+        median_time(lambda: x * 2.0 + 1.0, repeat * 50) * 1e6)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
+    parser.add_argument("--only", default="W1,W2,W3,W6", help="comma-separated workload ids")
+    args = parser.parse_args()
+    repeat = 3 if args.quick else 10
+    only = set(args.only.split(","))
+    print(f"{'workload':<34}{'tapeml-cpu':>21}{'numpy':>21}{'ratio':>9}")
+    print(f"{'':<34}{'':>21}{'':>21}{'(>1: tapeml faster)':>9}")
+    if "W1" in only:
+        w1(repeat)
+    if "W2" in only:
+        w2(repeat, [128, 256] if args.quick else [256, 512])
+    if "W3" in only:
+        w3_w5(repeat)
+    if "W6" in only:
+        w6(repeat)
+    print("W4 CNN training step: not runnable yet (the CPU backend does not lower conv2d)")
+
+
+if __name__ == "__main__":
+    main()
