@@ -14,7 +14,6 @@ from test_naturality import _replay, _step
 import tapeml
 from tapeml import Spec, nn, ops
 from tapeml.frontend.pytree import flatten
-from tapeml.transforms.to_loops import LoweringError
 
 RNG = np.random.default_rng(11)
 
@@ -138,10 +137,49 @@ def test_two_threads_may_call_one_jitted_function():
         np.testing.assert_allclose(got, np.sum(np.tanh(x)), rtol=1e-5)
 
 
-def test_ops_not_lowered_yet_are_a_clear_error():
-    f = tapeml.jit(lambda x, w: nn.conv2d(x, w))
-    with pytest.raises(LoweringError, match="not lowered yet"):
-        f(r(1, 1, 4, 4), r(1, 1, 3, 3))
+def test_jit_of_value_and_grad_of_a_cnn_runs_on_the_cpu():
+    def loss(params, x, labels):
+        h = nn.max_pool2d(ops.relu(nn.conv2d(x, params["c1"]["W"], params["c1"]["b"],
+                                             padding=1)), 2)
+        h = nn.avg_pool2d(ops.relu(nn.conv2d(h, params["c2"]["W"], params["c2"]["b"],
+                                             padding=(1, 0, 2, 1), stride=2, groups=2)),
+                          2, padding=1)
+        return nn.softmax_cross_entropy(nn.linear(params["out"], ops.reshape(h, (3, -1))),
+                                        labels)
+
+    params = {"c1": nn.conv2d_init(RNG, 1, 4, 3), "c2": nn.conv2d_init(RNG, 4, 8, 3, groups=2),
+              "out": nn.linear_init(RNG, 32, 10)}
+    x, labels = r(3, 1, 8, 8), np.eye(10, dtype=np.float32)[[1, 2, 3]]
+    step = tapeml.jit(tapeml.value_and_grad(loss))
+    close(step(params, x, labels), tapeml.value_and_grad(loss)(params, x, labels))
+    fused = step.lower(params, x, labels)["fused tape"]
+    assert "tape.conv2d " in fused and "tape.maxpool2d_backward" in fused
+
+
+CONVS = [  # x, w, stride, padding, dilation, groups
+    ((2, 3, 9, 8), (4, 3, 3, 2), (1, 1), (1, 0, 1, 1), (1, 1), 1),
+    ((1, 4, 11, 10), (6, 2, 2, 3), (2, 1), (0, 2, 1, 0), (2, 1), 2),
+    ((2, 4, 7, 7), (4, 1, 3, 3), (3, 3), (1, 1, 1, 1), (1, 1), 4),
+]
+
+
+@pytest.mark.parametrize("case", CONVS, ids=str)
+@pytest.mark.parametrize("fused", [False, True])
+def test_convolutions_pools_and_their_gradients_compile(case, fused):
+    from tapeml.codegen.cpu import CPUBackend
+    from tapeml.transforms.differentiate import differentiate
+
+    xs, ws, stride, padding, dilation, groups = case
+
+    def loss(x, w):
+        y = nn.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        pooled = nn.avg_pool2d(y, 2, 1, 1)[:, :, 1:, 1:]  # the shape of y again
+        return ops.sum(ops.tanh(nn.max_pool2d(y, 2, 1, 1))) + ops.sum(pooled * y)
+
+    args = (r(*xs, dtype=np.float64), r(*ws, dtype=np.float64))
+    step = tapeml.trace(loss, *args)
+    differentiate(step.function)
+    close(CPUBackend(fuse=fused).compile(step)(*args), step(*args))
 
 
 @settings(max_examples=15, deadline=None)

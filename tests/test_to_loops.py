@@ -14,7 +14,7 @@ from tapeml import Spec, nn, ops
 from tapeml.frontend.pytree import flatten
 from tapeml.transforms.differentiate import differentiate
 from tapeml.transforms.fuse import fuse
-from tapeml.transforms.to_loops import LoweringError, lower_module
+from tapeml.transforms.to_loops import lower_module
 
 
 def run_lowered(program: tapeml.Program, *args):
@@ -107,10 +107,32 @@ def test_buffers_are_freed_after_their_last_use():
     assert plan.peak_bytes < plan.total_bytes
 
 
-def test_unlowered_ops_are_a_clear_error():
-    program = tapeml.trace(lambda x, w: nn.conv2d(x, w), Spec((1, 1, 4, 4)), Spec((1, 1, 3, 3)))
-    with pytest.raises(LoweringError, match="tape-to-loops: tape.unfold is not lowered yet"):
-        lower_module(program.module)
+WINDOWS = [  # x, w, stride, padding, dilation, groups, pool kernel and padding: tiny shapes,
+    # the interpreter runs the loops one scalar op at a time (the CPU tests take real sizes)
+    ((1, 1, 4, 3), (2, 1, 2, 2), (1, 1), (1, 0, 1, 1), (1, 1), 1, 2, 0),
+    ((1, 2, 4, 4), (2, 1, 2, 1), (2, 1), (0, 1, 1, 0), (1, 2), 2, 2, 1),
+]
+
+
+@pytest.mark.parametrize("case", WINDOWS, ids=str)
+@pytest.mark.parametrize("fused", [False, True])
+def test_window_ops_and_their_gradients_lower(case, fused):
+    xs, ws, stride, padding, dilation, groups, pool_kernel, pool_pad = case
+
+    def loss(x, w):
+        y = nn.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        return ops.sum(nn.max_pool2d(y, pool_kernel, 1, pool_pad) * 0.5
+                       + nn.avg_pool2d(y, pool_kernel, 1, pool_pad))
+
+    args = (r(*xs, dtype=np.float64), r(*ws, dtype=np.float64))
+    step = tapeml.trace(loss, *args)
+    differentiate(step.function)
+    if fused:
+        fuse(step.module)
+        names = {op.name for op in step.function.body.ops}
+        assert "tape.maxpool2d_backward" in names
+        assert ("tape.conv2d_backward_input" in names) == (groups == 1)  # grouped: unfolded
+    check(step, *args, exact=False)
 
 
 @settings(max_examples=40, deadline=None)

@@ -16,9 +16,10 @@ lowered function still runs on xDSL's interpreter (with tapeml's arith/math/scf 
 computes what the tape ops compute; reductions sum in order (numpy sums pairwise), so sums agree
 within rounding and the rest bit for bit.
 
-Lowered here: the elementwise ops and `tape.fused` groups, constant, cast, broadcast, reshape,
-permute, pad, slice, concat, sum, max and matmul. The window ops (unfold, fold, conv2d, the pools
-and their backward ops) are not lowered yet: the pass says so and stops.
+Every tape op is lowered: the elementwise ops and `tape.fused` groups, constant, cast, the layout
+ops, sum, max, matmul, and the window ops (unfold, fold, conv2d, the pools and their backward
+ops, which read the padded input through a bounds check). These are plain loops, correct first:
+blocking, vectorization and threads are the CPU performance work's.
 """
 
 from __future__ import annotations
@@ -138,6 +139,25 @@ class Emitter:
                            lambda e, ivs, a: step(e, [block.args[0], *ivs], a))
         inner.insert(scf.YieldOp(acc))
         return loop.results[0]
+
+    def if_(self, cond: SSAValue, body: Callable[[Emitter], None]) -> None:
+        """scf.if without results: `body` runs where `cond` holds."""
+        block = Block()
+        inner = Emitter(Builder(InsertPoint.at_end(block)))
+        body(inner)
+        inner.insert(scf.YieldOp())
+        self.insert(scf.IfOp(cond, [], [block]))
+
+    def in_range(self, value: SSAValue, size: int) -> SSAValue:
+        """0 <= value < size."""
+        return self.insert(arith.AndIOp(
+            self.insert(arith.CmpiOp(value, self.index(0), "sge")),
+            self.insert(arith.CmpiOp(value, self.index(size), "slt"))))
+
+    def clamp(self, value: SSAValue, size: int) -> SSAValue:
+        """value clamped into [0, size): an address that is always in bounds."""
+        return self.insert(arith.MinSIOp(self.insert(arith.MaxSIOp(value, self.index(0))),
+                                         self.index(max(size - 1, 0))))
 
     def load(self, buffer: SSAValue, index: SSAValue) -> SSAValue:
         return self.insert(memref.LoadOp.get(buffer, [index]))
@@ -368,6 +388,216 @@ def numpy_to_dense_flat(value: np.ndarray, kind: MemRefType) -> DenseIntOrFPElem
     return DenseIntOrFPElementsAttr(TensorType(kind.element_type, kind.get_shape()), attr.data)
 
 
+# ----------------------------------------------------------------------------------------------
+# Window ops: unfold and fold index linearly; the convolutions and the pools read (or write) the
+# padded input through a bounds check, so nothing outside a buffer is ever addressed.
+
+
+def lower_unfold(e: Emitter, op: tape.UnfoldOp, ins: list[SSAValue], out: SSAValue) -> None:
+    shape = _shape(op.input)
+    k = len(op.params["kernel"])
+    src = strides(shape)
+    batch = len(shape) - k
+    steps = (src[:batch] + [s * st for s, st in zip(op.params["stride"], src[batch:],
+                                                    strict=True)]
+             + [d * st for d, st in zip(op.params["dilation"], src[batch:], strict=True)])
+    out_shape = _shape(op.result)
+    lower_copy(e, out_shape, ins[0], out,
+               lambda e, ivs: e.load(ins[0], e.linear(ivs, steps)))
+
+
+def _zero(e: Emitter, out: SSAValue, size: int, t: Attribute) -> None:
+    zero = e.scalar(0.0, t)
+    e.loops([max(1, size)], lambda e, ivs: e.store(zero, out, ivs[0]))
+
+
+def _accumulate(e: Emitter, out: SSAValue, index: SSAValue, value: SSAValue) -> None:
+    e.store(e.insert(arith.AddfOp(e.load(out, index), value)), out, index)
+
+
+def lower_fold(e: Emitter, op: tape.FoldOp, ins: list[SSAValue], out: SSAValue) -> None:
+    """out[window position + tap] += in[window, tap], for every window and tap in order."""
+    in_shape, out_shape = _shape(op.input), _shape(op.result)
+    k = len(op.params["kernel"])
+    dst = strides(out_shape)
+    batch = len(out_shape) - k
+    steps = (dst[:batch] + [s * st for s, st in zip(op.params["stride"], dst[batch:],
+                                                    strict=True)]
+             + [d * st for d, st in zip(op.params["dilation"], dst[batch:], strict=True)])
+    _zero(e, out, math.prod(out_shape), op.result.type.get_element_type())
+    e.loops(in_shape, lambda e, ivs: _accumulate(
+        e, out, e.linear(ivs, steps), e.load(ins[0], e.linear(ivs, strides(in_shape)))))
+
+
+def _tap(e: Emitter, position: SSAValue, stride: int, tap: SSAValue, dilation: int,
+         pad: int) -> SSAValue:
+    """position * stride + tap * dilation - pad: the input row (or column) a tap reads."""
+    return e.linear([position, tap], [stride, dilation], -pad)
+
+
+def lower_conv2d(e: Emitter, op: tape.Conv2dOp, ins: list[SSAValue], out: SSAValue) -> None:
+    n, c, h, w = _shape(op.input)
+    o, cg, kh, kw = _shape(op.weight)
+    p = op.params
+    g = p["groups"]
+    og = o // g
+    (sh, sw), (dh, dw), (top, left, _, _) = p["stride"], p["dilation"], p["padding"]
+    _, _, oh, ow = _shape(op.result)
+    x_steps, w_steps = strides((n, c, h, w)), strides((o, cg, kh, kw))
+    t = op.result.type.get_element_type()
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        b, gi, oi, y, xx = ivs
+
+        def step(e: Emitter, inner: list[SSAValue], acc: SSAValue) -> SSAValue:
+            ci, i, j = inner
+            iy, ix = _tap(e, y, sh, i, dh, top), _tap(e, xx, sw, j, dw, left)
+            inside = e.insert(arith.AndIOp(e.in_range(iy, h), e.in_range(ix, w)))
+            channel = e.linear([gi, ci], [cg, 1])
+            x = e.load(ins[0], e.linear([b, channel, e.clamp(iy, h), e.clamp(ix, w)], x_steps))
+            weight = e.load(ins[1], e.linear([gi, oi, ci, i, j], [og * w_steps[0], *w_steps]))
+            product = e.insert(arith.MulfOp(x, weight))
+            return e.insert(arith.SelectOp(inside, e.insert(arith.AddfOp(acc, product)), acc))
+
+        total = e.reduce([cg, kh, kw], e.scalar(0.0, t), step)
+        e.store(total, out, e.linear([b, gi, oi, y, xx], [o * oh * ow, og * oh * ow, oh * ow,
+                                                           ow, 1]))
+
+    e.loops([n, g, og, oh, ow], body)
+
+
+def lower_conv2d_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue) -> None:
+    """Both cotangents of conv2d by scattering, tap by tap: for every output element and tap
+    that reads the input inside its bounds, dx[tap] += ct * w, or dw[tap] += ct * x."""
+    weight_grad = isinstance(op, tape.Conv2dBackwardWeightOp)
+    p = op.params
+    g = p["groups"]
+    if weight_grad:
+        x_buf, ct_buf = ins
+        n, c, h, w = _shape(op.input)
+        o, cg, kh, kw = _shape(op.result)
+        other = x_buf
+    else:
+        ct_buf, w_buf = ins
+        n, c, h, w = _shape(op.result)
+        o, cg, kh, kw = _shape(op.weight)
+        other = w_buf
+    og = o // g
+    (sh, sw), (dh, dw), (top, left, _, _) = p["stride"], p["dilation"], p["padding"]
+    _, _, oh, ow = _shape(op.cotangent)
+    x_steps, w_steps = strides((n, c, h, w)), strides((o, cg, kh, kw))
+    ct_steps = [o * oh * ow, og * oh * ow, oh * ow, ow, 1]
+    _zero(e, out, math.prod(_shape(op.result)), op.result.type.get_element_type())
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        b, gi, oi, y, xx, ci, i, j = ivs
+        iy, ix = _tap(e, y, sh, i, dh, top), _tap(e, xx, sw, j, dw, left)
+        inside = e.insert(arith.AndIOp(e.in_range(iy, h), e.in_range(ix, w)))
+        x_index = e.linear([b, e.linear([gi, ci], [cg, 1]), iy, ix], x_steps)
+        w_index = e.linear([gi, oi, ci, i, j], [og * w_steps[0], *w_steps])
+
+        def add(e: Emitter) -> None:
+            ct = e.load(ct_buf, e.linear([b, gi, oi, y, xx], ct_steps))
+            if weight_grad:
+                _accumulate(e, out, w_index, e.insert(arith.MulfOp(ct, e.load(other, x_index))))
+            else:
+                _accumulate(e, out, x_index, e.insert(arith.MulfOp(ct, e.load(other, w_index))))
+
+        e.if_(inside, add)
+
+    e.loops([n, g, og, oh, ow, cg, kh, kw], body)
+
+
+def _window(e: Emitter, op: Operation, x_buf: SSAValue, x_shape: Sequence[int],
+            ivs: Sequence[SSAValue], taps: Sequence[SSAValue]) -> tuple[SSAValue, SSAValue]:
+    """Whether a pool window's tap is inside the input, and its (clamped) input index."""
+    b, ch, y, xx = ivs
+    i, j = taps
+    (sh, sw), (top, left, _, _) = op.params["stride"], op.params["padding"]
+    _, _, h, w = x_shape
+    iy, ix = _tap(e, y, sh, i, 1, top), _tap(e, xx, sw, j, 1, left)
+    inside = e.insert(arith.AndIOp(e.in_range(iy, h), e.in_range(ix, w)))
+    index = e.linear([b, ch, e.clamp(iy, h), e.clamp(ix, w)], strides(x_shape))
+    return inside, index
+
+
+def _window_max(e: Emitter, op: Operation, x_buf: SSAValue, x_shape: Sequence[int],
+                ivs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    def step(e: Emitter, taps: list[SSAValue], acc: SSAValue) -> SSAValue:
+        inside, index = _window(e, op, x_buf, x_shape, ivs, taps)
+        value = e.insert(arith.SelectOp(inside, e.load(x_buf, index), e.scalar(-np.inf, t)))
+        return e.insert(arith.MaximumfOp(acc, value))
+
+    return e.reduce(op.params["kernel"], e.scalar(-np.inf, t), step)
+
+
+def lower_pool(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue) -> None:
+    x_shape, out_shape = _shape(op.input), _shape(op.result)
+    t = op.result.type.get_element_type()
+    kh, kw = op.params["kernel"]
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        if isinstance(op, tape.MaxPool2dOp):
+            value = _window_max(e, op, ins[0], x_shape, ivs, t)
+        else:
+            def step(e: Emitter, taps: list[SSAValue], acc: SSAValue) -> SSAValue:
+                inside, index = _window(e, op, ins[0], x_shape, ivs, taps)
+                x = e.insert(arith.SelectOp(inside, e.load(ins[0], index), e.scalar(0.0, t)))
+                return e.insert(arith.AddfOp(acc, x))
+
+            total = e.reduce([kh, kw], e.scalar(0.0, t), step)
+            value = e.insert(arith.DivfOp(total, e.scalar(kh * kw, t)))
+        e.store(value, out, e.linear(ivs, strides(out_shape)))
+
+    e.loops(out_shape, body)
+
+
+def lower_pool_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue) -> None:
+    x_shape = _shape(op.result)
+    ct_shape = _shape(op.cotangent)
+    t = op.result.type.get_element_type()
+    kh, kw = op.params["kernel"]
+    _zero(e, out, math.prod(x_shape), t)
+    ct_buf = ins[1] if isinstance(op, tape.MaxPool2dBackwardOp) else ins[0]
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        ct = e.load(ct_buf, e.linear(ivs, strides(ct_shape)))
+        if isinstance(op, tape.MaxPool2dBackwardOp):  # ct split evenly among the maxima
+            x_buf = ins[0]
+            top = _window_max(e, op, x_buf, x_shape, ivs, t)
+
+            def count(e: Emitter, taps: list[SSAValue], acc: SSAValue) -> SSAValue:
+                inside, index = _window(e, op, x_buf, x_shape, ivs, taps)
+                hit = e.insert(arith.AndIOp(inside, e.insert(arith.CmpfOp(
+                    e.load(x_buf, index), top, "oeq"))))
+                return e.insert(arith.AddfOp(acc, e.insert(arith.SelectOp(
+                    hit, e.scalar(1.0, t), e.scalar(0.0, t)))))
+
+            share = e.insert(arith.DivfOp(ct, e.reduce([kh, kw], e.scalar(0.0, t), count)))
+        else:
+            share = e.insert(arith.DivfOp(ct, e.scalar(kh * kw, t)))
+
+        def scatter(e: Emitter, taps: list[SSAValue]) -> None:
+            inside, index = _window(e, op, ins[0], x_shape, ivs, taps)
+            if isinstance(op, tape.MaxPool2dBackwardOp):
+                inside = e.insert(arith.AndIOp(inside, e.insert(arith.CmpfOp(
+                    e.load(ins[0], index), top, "oeq"))))
+            e.if_(inside, lambda e: _accumulate(e, out, index, share))
+
+        e.loops([kh, kw], scatter)
+
+    e.loops(ct_shape, body)
+
+
+WINDOW = {
+    tape.UnfoldOp: lower_unfold, tape.FoldOp: lower_fold, tape.Conv2dOp: lower_conv2d,
+    tape.Conv2dBackwardInputOp: lower_conv2d_backward,
+    tape.Conv2dBackwardWeightOp: lower_conv2d_backward,
+    tape.MaxPool2dOp: lower_pool, tape.AvgPool2dOp: lower_pool,
+    tape.MaxPool2dBackwardOp: lower_pool_backward, tape.AvgPool2dBackwardOp: lower_pool_backward,
+}
+
+
 LAYOUT = (tape.BroadcastOp, tape.PermuteOp, tape.SliceOp, tape.PadOp, tape.ConcatOp)
 
 
@@ -432,6 +662,8 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport) -> None
             lower_reduction(e, op, ins, out)
         elif isinstance(op, tape.MatmulOp):
             lower_matmul(e, op, ins, out)
+        elif type(op) in WINDOW:
+            WINDOW[type(op)](e, op, ins, out)
         env[result] = out
         allocated.append(out)
 
@@ -458,7 +690,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport) -> None
 
 def _lowerable(op: Operation) -> bool:
     return isinstance(op, (*tape.ELEMENTWISE, tape.FusedOp, *LAYOUT, tape.ReshapeOp,
-                           tape.SumOp, tape.MaxOp, tape.MatmulOp))
+                           tape.SumOp, tape.MaxOp, tape.MatmulOp, *WINDOW))
 
 
 def _names(attrs: ArrayAttr | None, values: Sequence[SSAValue], default: str) -> list[str]:
