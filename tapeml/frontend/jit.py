@@ -14,14 +14,22 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from tapeml.codegen import Compiled, get_backend
-from tapeml.frontend.program import Program, Spec, trace
-from tapeml.frontend.pytree import flatten, unflatten
+from tapeml.frontend.program import Spec, trace
+from tapeml.frontend.pytree import TreeDef, flatten, unflatten
 
 
-def _signature(args: tuple, kwargs: dict) -> tuple:
-    leaves, tree = flatten((args, kwargs))
-    return tree, tuple((Spec.of(x).shape, Spec.of(x).dtype.name) for x in leaves)
+def _leaf_key(x: Any) -> tuple:
+    if isinstance(x, np.ndarray):
+        return x.shape, x.dtype.name
+    spec = Spec.of(x)
+    return spec.shape, spec.dtype.name
+
+
+def _signature(leaves: list[Any], tree: TreeDef) -> tuple:
+    return tree, tuple(_leaf_key(x) for x in leaves)
 
 
 def _describe(signature: tuple) -> str:
@@ -38,7 +46,7 @@ class Jitted:
         self.backend = get_backend(backend)
         self.static_argnums = tuple(static_argnums)
         self.cache_size = cache_size
-        self.cache: OrderedDict[tuple, tuple[Program, Compiled]] = OrderedDict()
+        self.cache: OrderedDict[tuple, tuple[TreeDef, Compiled]] = OrderedDict()
         self.log: list[str] = []
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
@@ -48,10 +56,12 @@ class Jitted:
         dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
         return static, dynamic
 
-    def _entry(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple[Program, Compiled]]:
+    def _entry(self, args: tuple, kwargs: dict
+               ) -> tuple[tuple, list[Any], tuple[TreeDef, Compiled]]:
         static, dynamic = self._split(args)
+        leaves, tree = flatten((dynamic, kwargs))
         try:
-            key = (_signature(dynamic, kwargs), static)
+            key = (_signature(leaves, tree), static)
             hash(key)
         except TypeError:
             raise TypeError(f"jit: static arguments {self.static_argnums} must be hashable, "
@@ -59,14 +69,14 @@ class Jitted:
         with self._lock:
             if key in self.cache:
                 self.cache.move_to_end(key)
-                return dynamic, self.cache[key]
+                return dynamic, leaves, self.cache[key]
             self.log.append(self._why(key))
             program = trace(self._with_static(static), *dynamic, **kwargs)
-            entry = (program, self.backend.compile(program))
+            entry = (program.out_tree, self.backend.compile(program))
             self.cache[key] = entry
             if len(self.cache) > self.cache_size:
                 self.cache.popitem(last=False)
-            return dynamic, entry
+            return dynamic, leaves, entry
 
     def _with_static(self, static: tuple) -> Callable:
         if not self.static_argnums:
@@ -107,13 +117,12 @@ class Jitted:
         return f"{name}: recompiled: {reason}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        dynamic, (program, compiled) = self._entry(args, kwargs)
-        leaves, _ = flatten((dynamic, kwargs))
-        return unflatten(program.out_tree, list(compiled(*leaves)))
+        _, leaves, (out_tree, compiled) = self._entry(args, kwargs)
+        return unflatten(out_tree, list(compiled(*leaves)))
 
     def lower(self, *args: Any, **kwargs: Any) -> dict[str, str]:
         """Every stage of the compilation for these arguments, as text."""
-        _, (_, compiled) = self._entry(args, kwargs)
+        _, _, (_, compiled) = self._entry(args, kwargs)
         return dict(compiled.stages)
 
     def explain(self) -> str:

@@ -12,13 +12,20 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=True)
 class TreeDef:
     """The structure of a pytree: `kind` is "leaf", "none", "tuple", "list" or "dict"."""
 
     kind: str
     keys: tuple[Any, ...] = ()
     children: tuple[TreeDef, ...] = ()
+
+    def __hash__(self) -> int:  # trees are keys of every cache lookup: hash them once
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.kind, self.keys, self.children))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     @property
     def num_leaves(self) -> int:
