@@ -3,9 +3,9 @@
     .venv/bin/python bench/run.py [--quick] [--only W1,W2,...]
 
 The workloads are ../shared/reference/workloads.md's (W1 elementwise chain, W2 matmul, W3 MLP
-training step, W5 first-call latency, W6 per-call latency). Run it pinned to one core for the
-single-thread figures: `OPENBLAS_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/run.py`.
-W4 (the CNN step) is listed as not runnable until the CPU backend lowers convolutions.
+training step, W4 CNN training step, W5 first-call latency, W6 per-call latency); each checks
+tapeml's result against numpy's first. Run it pinned to one core for the single-thread figures:
+`OPENBLAS_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/run.py`.
 """
 
 from __future__ import annotations
@@ -96,6 +96,90 @@ def w3_w5(repeat: int) -> None:
     print(f"{'W5 first call of W3 (trace+compile)':<34}{first:>12.3f} s")
 
 
+def _cnn():
+    rng = np.random.default_rng(0)
+    params = {"c1": nn.conv2d_init(rng, 1, 16, 3), "c2": nn.conv2d_init(rng, 16, 32, 3),
+              "out": nn.linear_init(rng, 32 * 7 * 7, 10)}
+    x = rng.standard_normal((64, 1, 28, 28)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 64)]
+
+    def loss(p, x, y):
+        h = nn.max_pool2d(ops.relu(nn.conv2d(x, p["c1"]["W"], p["c1"]["b"], padding=1)), 2)
+        h = nn.max_pool2d(ops.relu(nn.conv2d(h, p["c2"]["W"], p["c2"]["b"], padding=1)), 2)
+        return nn.softmax_cross_entropy(nn.linear(p["out"], ops.reshape(h, (64, -1))), y)
+
+    return loss, params, x, y
+
+
+def _windows(x, k=3):  # (N, C, H, W) padded by 1 -> (N, H, W, C*k*k)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    cols = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))
+    return cols.transpose(0, 2, 3, 1, 4, 5).reshape(*x.shape[:1], *x.shape[2:], -1)
+
+
+def _numpy_cnn_step(p, x, y):
+    """The same step written plainly with numpy: im2col convolutions, explicit backward."""
+    def conv(x, layer):
+        cols = _windows(x)
+        out = cols @ layer["W"].reshape(len(layer["W"]), -1).T + layer["b"]
+        return cols, out.transpose(0, 3, 1, 2)
+
+    def pool(a):
+        n, c, h, w = a.shape
+        blocks = a.reshape(n, c, h // 2, 2, w // 2, 2)
+        m = blocks.max(axis=(3, 5))
+        return m, blocks == m[:, :, :, None, :, None]
+
+    def unpool(d, mask):
+        share = mask / mask.sum(axis=(3, 5), keepdims=True)
+        return (share * d[:, :, :, None, :, None]).reshape(*d.shape[:2], d.shape[2] * 2, -1)
+
+    def conv_back(d, cols, layer, x_shape):
+        d_rows = d.transpose(0, 2, 3, 1)  # N, H, W, O
+        dw = np.tensordot(d_rows, cols, axes=([0, 1, 2], [0, 1, 2])).reshape(layer["W"].shape)
+        dcols = d_rows @ layer["W"].reshape(len(layer["W"]), -1)  # N, H, W, C*9
+        n, c, h, w = x_shape
+        dcols = dcols.reshape(n, h, w, c, 3, 3)
+        dxp = np.zeros((n, c, h + 2, w + 2), x.dtype)
+        for i in range(3):
+            for j in range(3):
+                dxp[:, :, i:i + h, j:j + w] += dcols[..., i, j].transpose(0, 3, 1, 2)
+        return dw, d.sum(axis=(0, 2, 3)), dxp[:, :, 1:-1, 1:-1]
+
+    cols1, z1 = conv(x, p["c1"])
+    a1 = np.maximum(z1, 0)
+    h1, m1 = pool(a1)
+    cols2, z2 = conv(h1, p["c2"])
+    a2 = np.maximum(z2, 0)
+    h2, m2 = pool(a2)
+    flat = h2.reshape(len(x), -1)
+    z = flat @ p["out"]["W"] + p["out"]["b"]
+    e = np.exp(z - z.max(1, keepdims=True))
+    dz = (e / e.sum(1, keepdims=True) - y) / len(x)
+    d_flat = dz @ p["out"]["W"].T
+    dz2 = unpool(d_flat.reshape(h2.shape), m2) * (z2 > 0)
+    dw2, db2, dh1 = conv_back(dz2, cols2, p["c2"], h1.shape)
+    dz1 = unpool(dh1, m1) * (z1 > 0)
+    dw1, db1, _ = conv_back(dz1, cols1, p["c1"], x.shape)
+    return dw1, db1, dw2, db2, flat.T @ dz, dz.sum(0)
+
+
+def w4(repeat: int) -> None:
+    loss, params, x, y = _cnn()
+    start = time.perf_counter()
+    step = tapeml.jit(tapeml.value_and_grad(loss))
+    _, grads = step(params, x, y)
+    first = time.perf_counter() - start
+    expected = _numpy_cnn_step(params, x, y)
+    got = (grads["c1"]["W"], grads["c1"]["b"], grads["c2"]["W"], grads["c2"]["b"],
+           grads["out"]["W"], grads["out"]["b"])
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-5)
+    row("W4 CNN training step", "ms", median_time(lambda: step(params, x, y), repeat, 1) * 1e3,
+        median_time(lambda: _numpy_cnn_step(params, x, y), repeat) * 1e3)
+    print(f"{'W5 first call of W4 (trace+compile)':<34}{first:>12.3f} s")
+
+
 def w6(repeat: int) -> None:
     f = tapeml.jit(lambda x: x * 2.0 + 1.0)
     x = np.ones(16, np.float32)
@@ -106,7 +190,7 @@ def w6(repeat: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
-    parser.add_argument("--only", default="W1,W2,W3,W6", help="comma-separated workload ids")
+    parser.add_argument("--only", default="W1,W2,W3,W4,W6", help="comma-separated workload ids")
     args = parser.parse_args()
     repeat = 3 if args.quick else 10
     only = set(args.only.split(","))
@@ -118,9 +202,10 @@ def main() -> None:
         w2(repeat, [128, 256] if args.quick else [256, 512])
     if "W3" in only:
         w3_w5(repeat)
+    if "W4" in only:
+        w4(3 if args.quick else 5)
     if "W6" in only:
         w6(repeat)
-    print("W4 CNN training step: not runnable yet (the CPU backend does not lower conv2d)")
 
 
 if __name__ == "__main__":
