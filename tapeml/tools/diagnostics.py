@@ -21,6 +21,14 @@ class UserError(Exception):
     """A mistake in the tool's input or arguments; reported as one message, no traceback."""
 
 
+def require_utf8(text: bytes, name: str) -> None:
+    """A UserError unless `text` is UTF-8 (the parser would fail with a traceback)."""
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(f"{name}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+
+
 def located(span: Span | None, message: str, name: str = "<input>") -> str:
     """`file:line:col: error: message` and the source line with the span underlined."""
     if span is None:

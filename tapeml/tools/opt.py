@@ -25,6 +25,7 @@ from tapeml.tools.diagnostics import (
     UserError,
     fail,
     format_parse_error,
+    require_utf8,
     verify_located,
 )
 
@@ -58,11 +59,7 @@ class TapeOptMain(xDSLOptMain):
         if (self.args.frontend or file_extension) != "mlir":
             return super().parse_chunk(chunk, file_extension, start_offset)
         text = chunk.read()
-        try:
-            text.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise UserError(f"{self.get_input_name()}: not UTF-8 text ({error.reason} at byte "
-                            f"{error.start})") from None
+        require_utf8(text, self.get_input_name())
         parser = LocatingParser(self.ctx, text, self.get_input_name(), line_offset=start_offset)
         try:
             module = parser.parse_module(not self.args.no_implicit_module)

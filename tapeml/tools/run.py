@@ -34,7 +34,14 @@ from tapeml import universe
 from tapeml.dialects.tape import dense_to_numpy, element_type, numpy_to_dense, print_dense
 from tapeml.errors import InterpretError
 from tapeml.interpreters import interpret
-from tapeml.tools.diagnostics import LocatingParser, fail, format_parse_error, verify_located
+from tapeml.tools.diagnostics import (
+    LocatingParser,
+    UserError,
+    fail,
+    format_parse_error,
+    require_utf8,
+    verify_located,
+)
 
 TOOL = "tapeml-run"
 
@@ -50,11 +57,7 @@ def _context() -> Context:
 def _load_module(ctx: Context, path: str) -> ModuleOp:
     with open(path, "rb") as f:
         text = f.read()
-    try:
-        text.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise InterpretError(f"{path}: not UTF-8 text ({error.reason} at byte "
-                             f"{error.start})") from None
+    require_utf8(text, path)
     parser = LocatingParser(ctx, text, path)
     module = parser.parse_module()
     verify_located(module, parser.spans, path)
@@ -128,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(argv)
     except ParseError as error:
         return fail(TOOL, format_parse_error(error))
-    except (DiagnosticException, InterpretError) as error:
+    except (DiagnosticException, InterpretError, UserError) as error:
         return fail(TOOL, str(error))
     except OSError as error:
         return fail(TOOL, f"cannot open {error.filename}: {error.strerror}")
