@@ -17,11 +17,13 @@ from tapeml.transforms.fuse import fuse
 from tapeml.transforms.to_loops import lower_module
 
 
-def run_lowered(program: tapeml.Program, *args):
-    """Lower a copy of `program` and interpret it on `args`: the flat results, reshaped."""
+def run_lowered(program: tapeml.Program, *args, libm: bool = True):
+    """Lower a copy of `program` and interpret it on `args`: the flat results, reshaped.
+    With libm, exp/tanh/sigmoid are the math dialect's ops, which the interpreter computes as
+    numpy does (bit for bit); without, the vectorizable arithmetic (transcendentals.py)."""
     lowered = tapeml.Program.parse(str(program))
     shapes = [s for s in flatten(lowered.shapes)[0]]
-    plan = lower_module(lowered.module)
+    plan = lower_module(lowered.module, libm=libm)
     lowered.module.verify()
     leaves = [np.ascontiguousarray(a).reshape(-1) for a in flatten(args)[0]]
     outs = [np.zeros(max(1, int(np.prod(s.shape))), s.dtype) for s in shapes]
@@ -63,6 +65,16 @@ def test_elementwise_ops_and_groups_lower_exactly(dtype):
     fuse(program.module)
     assert "tape.fused" in str(program)
     check(program, *args)
+
+
+def test_vectorizable_transcendentals_interpret_within_their_bound():
+    x = np.concatenate([np.linspace(-12, 12, 61), [0.0, -0.0, np.inf, -np.inf, np.nan]])
+    program = tapeml.trace(lambda x: (ops.exp(x), ops.tanh(x), ops.sigmoid(x)),
+                           x.astype(np.float32))
+    got, _, lowered = run_lowered(program, x.astype(np.float32), libm=False)
+    assert "math.tanh" not in str(lowered) and "arith.bitcast" in str(lowered)
+    for g, e in zip(got, program(x.astype(np.float32)), strict=True):
+        np.testing.assert_array_max_ulp(g, e, maxulp=4)
 
 
 def test_layout_ops_lower_exactly():

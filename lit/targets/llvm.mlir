@@ -1,5 +1,6 @@
 // The whole way to LLVM IR: tape-to-llvm, then -t llvm.
-// RUN: tapeml-opt %s -p tape-to-llvm -t llvm | filecheck %s
+// RUN: tapeml-opt %s -p 'tape-to-llvm{libm=true}' -t llvm | filecheck %s
+// RUN: tapeml-opt %s -p tape-to-llvm -t llvm | filecheck %s --check-prefix=VECTOR
 // RUN: tapeml-opt %s -p tape-to-llvm | filecheck %s --check-prefix=DIALECT
 
 // The function writes its result into the caller's buffer: one pointer per input and output.
@@ -10,6 +11,12 @@
 // CHECK:       call float @"llvm.tanh.f32"
 // CHECK:       ret void
 // CHECK-NOT:   inttoptr
+
+// By default tanh is arithmetic (no libm call), so the loop vectorizes.
+// VECTOR:      define void @"scaled_tanh"
+// VECTOR-NOT:  @"llvm.tanh
+// VECTOR:      bitcast
+// VECTOR:      ret void
 
 // DIALECT:     llvm.func @scaled_tanh(%x: !llvm.ptr, %s: !llvm.ptr, %{{.*}}: !llvm.ptr)
 // DIALECT-NOT: memref.

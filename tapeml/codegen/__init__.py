@@ -26,13 +26,16 @@ class Backend(Protocol):
     def compile(self, program: Program) -> Compiled: ...
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, **options: Any) -> Backend:
+    """A backend by name; options go to its constructor (cpu: fuse=, libm=)."""
     if name == "interp":
         from tapeml.codegen.interp import InterpBackend
 
+        if options:
+            raise TypeError(f"the interp backend takes no options, got {sorted(options)}")
         return InterpBackend()
     if name == "cpu":
         from tapeml.codegen.cpu import CPUBackend
 
-        return CPUBackend()
+        return CPUBackend(**options)
     raise ValueError(f"unknown backend {name!r} (backends: interp, cpu)")

@@ -87,8 +87,9 @@ def _checked(value: Any, arg: Argument, name: str) -> np.ndarray:
 class CPUBackend:
     name = "cpu"
 
-    def __init__(self, fuse: bool = True) -> None:
+    def __init__(self, fuse: bool = True, libm: bool = False) -> None:
         self.fuse = fuse
+        self.libm = libm
 
     def compile(self, program: Program) -> Native:
         stages = {"tape": str(program)}
@@ -104,7 +105,7 @@ class CPUBackend:
         if self.fuse:
             fuse(module)
             stages["fused tape"] = str(module)
-        plan = lower_module(module)
+        plan = lower_module(module, self.libm)
         stages["loops"] = f"// {plan}\n{module}"
         PassPipeline.parse_spec(get_all_passes(), "convert-scf-to-cf,canonicalize,cse").apply(
             Context(), module)  # the rest of tape-to-llvm, stage by stage

@@ -116,6 +116,18 @@ def _int_to_fp(signed: bool) -> Callable:
     return run
 
 
+def _bitcast(self: InterpreterFunctions, interpreter: Interpreter, op: Operation, args: tuple):
+    """Reinterpret the bits: a float as the integer of its width, or back."""
+    (value,), t = args, op.results[0].type
+    if isinstance(value, FloatAttr):
+        bits = np.array(value.value.data, dtype=_NP_FLOAT[str(value.type)]).view(
+            f"int{value.type.bitwidth}")
+        return (IntegerAttr(int(bits), t, truncate_bits=True),)
+    width = value.type.width.data
+    raw = np.array(_signed(value), dtype=f"int{width}").view(_NP_FLOAT[str(t)])
+    return (FloatAttr(float(raw), t),)
+
+
 _table = {f"run_float_{op.__name__}": impl(op)(_float_op(fn)) for op, fn in _FLOAT_OPS.items()}
 _table |= {f"run_int_{op.__name__}": impl(op)(_int_op(fn)) for op, fn in _INT_OPS.items()}
 _table |= {
@@ -123,6 +135,7 @@ _table |= {
     "run_uitofp": impl(arith.UIToFPOp)(_int_to_fp(signed=False)),
     "run_fptosi": impl(arith.FPToSIOp)(_fp_to_int(signed=True)),
     "run_fptoui": impl(arith.FPToUIOp)(_fp_to_int(signed=False)),
+    "run_bitcast": impl(arith.BitcastOp)(_bitcast),
 }
 
 ScalarFunctions = register_impls(type("ScalarFunctions", (InterpreterFunctions,), _table))

@@ -74,7 +74,7 @@ _BINARY = {
     arith.DivSIOp: llvm.SDivOp, arith.RemSIOp: llvm.SRemOp, arith.AndIOp: llvm.AndOp,
     arith.OrIOp: llvm.OrOp, arith.XOrIOp: llvm.XOrOp,
     arith.AddfOp: llvm.FAddOp, arith.SubfOp: llvm.FSubOp, arith.MulfOp: llvm.FMulOp,
-    arith.DivfOp: llvm.FDivOp,
+    arith.DivfOp: llvm.FDivOp, arith.ShLIOp: llvm.ShlOp, arith.ShRSIOp: llvm.AShrOp,
 }
 _UNARY_INTRINSICS = {xmath.ExpOp: "exp", xmath.LogOp: "log", xmath.SqrtOp: "sqrt",
                      xmath.TanhOp: "tanh"}
@@ -124,6 +124,8 @@ class ArithMathToLLVM(RewritePattern):
             rewriter.replace(op, llvm.FPExtOp(op.input, op.result.type))
         elif kind is arith.TruncFOp:
             rewriter.replace(op, llvm.FPTruncOp(op.input, op.result.type))
+        elif kind is arith.BitcastOp:
+            rewriter.replace(op, llvm.BitcastOp(op.input, op.result.type))
         elif kind is arith.IndexCastOp:
             rewriter.replace(op, [], [op.input])  # index is i64 already
 
@@ -239,6 +241,8 @@ class TapeToLLVMPass(ModulePass):
 
     fuse: bool = True
     """Run tape-fuse first."""
+    libm: bool = False
+    """Call libm for exp, tanh and sigmoid (default: vectorizable arithmetic)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from xdsl.passes import PassPipeline
@@ -249,7 +253,7 @@ class TapeToLLVMPass(ModulePass):
 
         if self.fuse:
             fuse(op)
-        lower_module(op)
+        lower_module(op, self.libm)
         PassPipeline.parse_spec(get_all_passes(), "convert-scf-to-cf,canonicalize,cse").apply(
             ctx, op)
         convert_to_llvm(op)

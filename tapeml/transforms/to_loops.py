@@ -9,9 +9,10 @@ becomes, in destination-passing style,
 
     func.func @f(%x: memref<N x T>, ..., %out0: memref<M x T>, ...)
 
-reading its inputs and writing its results into the caller's buffers. Intermediates are
-allocated (memref.alloc) and freed right after their last use (memref.dealloc), so at most the
-live ones are held; `plan_report` states the peak against keeping them all. Every op of the
+reading its inputs and writing its results into the caller's buffers (computed there directly
+when nothing else shares them). Intermediates are allocated (memref.alloc) and freed right after
+their last use (memref.dealloc), so at most the live ones are held; the plan's report states the
+peak against keeping them all. Every op of the
 lowered function still runs on xDSL's interpreter (with tapeml's arith/math/scf additions) and
 computes what the tape ops compute; reductions sum in order (numpy sums pairwise), so sums agree
 within rounding and the rest bit for bit.
@@ -52,6 +53,7 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from tapeml.dialects import tape
 from tapeml.dialects.tape import numpy_to_dense
+from tapeml.transforms.transcendentals import Math
 
 INDEX = IndexType()
 
@@ -83,6 +85,8 @@ class Emitter:
     repeats are left to cse and canonicalize)."""
 
     builder: Builder
+    libm: bool = False
+    """Call libm for exp, tanh and sigmoid instead of the vectorizable arithmetic."""
 
     def insert(self, op: Operation) -> SSAValue:
         self.builder.insert(op)
@@ -122,7 +126,7 @@ class Emitter:
         block = Block(arg_types=[INDEX])
         loop = scf.ForOp(zero, self.index(shape[0]), one, [], block)
         self.insert(loop)
-        inner = Emitter(Builder(InsertPoint.at_end(block)))
+        inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
         inner.loops(shape[1:], lambda e, ivs: body(e, [block.args[0], *ivs]))
         inner.insert(scf.YieldOp())
 
@@ -134,7 +138,7 @@ class Emitter:
         block = Block(arg_types=[INDEX, init.type])
         loop = scf.ForOp(self.index(0), self.index(shape[0]), self.index(1), [init], block)
         self.insert(loop)
-        inner = Emitter(Builder(InsertPoint.at_end(block)))
+        inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
         acc = inner.reduce(shape[1:], block.args[1],
                            lambda e, ivs, a: step(e, [block.args[0], *ivs], a))
         inner.insert(scf.YieldOp(acc))
@@ -143,7 +147,7 @@ class Emitter:
     def if_(self, cond: SSAValue, body: Callable[[Emitter], None]) -> None:
         """scf.if without results: `body` runs where `cond` holds."""
         block = Block()
-        inner = Emitter(Builder(InsertPoint.at_end(block)))
+        inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
         body(inner)
         inner.insert(scf.YieldOp())
         self.insert(scf.IfOp(cond, [], [block]))
@@ -181,6 +185,10 @@ def scalar_op(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
     kind = type(op)
     if kind in binary:
         return e.insert(binary[kind](*args))
+    if not e.libm and kind in (tape.ExpOp, tape.TanhOp, tape.SigmoidOp):
+        approximate = Math(e, t)
+        return {tape.ExpOp: approximate.exp, tape.TanhOp: approximate.tanh,
+                tape.SigmoidOp: approximate.sigmoid}[kind](args[0])
     if kind in unary:
         return e.insert(unary[kind](*args))
     if kind is tape.SigmoidOp:  # 1 / (1 + exp(-x))
@@ -617,7 +625,8 @@ class PlanReport:
                 f"{self.total_bytes:,} if all were kept")
 
 
-def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport) -> None:
+def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
+                   libm: bool = False) -> None:
     block = f.body.block
     ret = block.last_op
     assert isinstance(ret, func.ReturnOp)
@@ -631,7 +640,15 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport) -> None
                       + [buffer_type(r.type) for r in ret.arguments])
     for old, new in zip(block.args, new_block.args, strict=False):
         new.name_hint = old.name_hint
-    e = Emitter(Builder(InsertPoint.at_end(new_block)))
+    e = Emitter(Builder(InsertPoint.at_end(new_block)), libm)
+    outputs = list(new_block.args)[len(block.args):]
+    returned = list(ret.arguments)
+    # results returned once, made by an op that writes a buffer of its own (not a reshape's
+    # alias, an argument or a constant), are computed straight into the caller's buffer
+    direct = {value: target for value, target in zip(returned, outputs, strict=True)
+              if returned.count(value) == 1 and isinstance(value.owner, Operation)
+              and not isinstance(value.owner, tape.ReshapeOp | tape.ConstantOp)
+              and value.owner.parent_block() is block}
     env: dict[SSAValue, SSAValue] = dict(zip(block.args, new_block.args, strict=False))
     allocated: list[SSAValue] = []
     counter = iter(range(1 << 30))
@@ -644,9 +661,12 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport) -> None
         if isinstance(op, tape.ReshapeOp):  # flat buffers: the same buffer, other strides
             env[result] = env[op.input]
             continue
-        out = e.insert(memref.AllocOp.get(buffer_type(result.type).element_type,
-                                          shape=buffer_type(result.type).get_shape()))
-        out.name_hint = result.name_hint
+        if result in direct:  # a result the caller keeps: computed in its buffer
+            out = direct[result]
+        else:
+            out = e.insert(memref.AllocOp.get(buffer_type(result.type).element_type,
+                                              shape=buffer_type(result.type).get_shape()))
+            out.name_hint = result.name_hint
         ins = [env[o] for o in op.operands]
         if isinstance(op, tape.ConstantOp):
             written = lower_constant(e, op, module, out, names)
@@ -665,11 +685,13 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport) -> None
         elif type(op) in WINDOW:
             WINDOW[type(op)](e, op, ins, out)
         env[result] = out
-        allocated.append(out)
+        if result not in direct:
+            allocated.append(out)
 
-    outputs = list(new_block.args)[len(block.args):]
     for value, target in zip(ret.arguments, outputs, strict=True):
         source = env[value]
+        if source is target:
+            continue
         size = buffer_type(value.type).get_shape()[0]
         e.loops([size], lambda e, ivs, source=source, target=target:
                 e.store(e.load(source, ivs[0]), target, ivs[0]))
@@ -677,7 +699,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport) -> None
     _free_after_last_use(new_block, allocated, report)
 
     names_in = _names(f.arg_attrs, block.args, "arg")
-    names_out = [f"out.{n}" for n in _names(f.res_attrs, ret.arguments, "result")]
+    names_out = [f"out.{n}" for n in _names(f.res_attrs, returned, "result")]
     for arg, name in zip(outputs, names_out, strict=True):
         arg.name_hint = _hint(name)
     f.body.add_block(new_block)  # the buffer body takes the tensor body's place
@@ -733,11 +755,13 @@ def _free_after_last_use(block: Block, allocated: list[SSAValue], report: PlanRe
     report.total_bytes += sum(sizes.values())
 
 
-def lower_module(module: ModuleOp) -> PlanReport:
-    """Lower every function of `module` in place; returns the buffer plan's report."""
+def lower_module(module: ModuleOp, libm: bool = False) -> PlanReport:
+    """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
+    call libm for exp, tanh and sigmoid (default: vectorizable arithmetic, see
+    transcendentals.py)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp)]:
-        lower_function(f, module, report)
+        lower_function(f, module, report, libm)
     return report
 
 
@@ -747,6 +771,9 @@ class ToLoopsPass(ModulePass):
 
     name = "tape-to-loops"
 
+    libm: bool = False
+    """Call libm for exp, tanh and sigmoid (default: vectorizable arithmetic)."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        lower_module(op)
+        lower_module(op, self.libm)
 
