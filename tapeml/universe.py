@@ -48,6 +48,12 @@ def _tape_to_llvm() -> type[ModulePass]:
     return TapeToLLVMPass
 
 
+def _host_asm() -> type[Target]:
+    from tapeml.codegen.cpu import HostAsmTarget
+
+    return HostAsmTarget
+
+
 DIALECTS: dict[str, Callable[[], Dialect]] = {"tape": _tape_dialect}
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tape-differentiate": _differentiate,
@@ -56,6 +62,6 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "convert-loops-to-llvm": _to_llvm,
     "tape-to-llvm": _tape_to_llvm,
 }
-TARGETS: dict[str, Callable[[], type[Target]]] = {}
+TARGETS: dict[str, Callable[[], type[Target]]] = {"host-asm": _host_asm}
 
 TAPEML_UNIVERSE = Universe(all_dialects=DIALECTS, all_passes=PASSES, all_targets=TARGETS)

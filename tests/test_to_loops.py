@@ -8,6 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_naturality import _replay, _step
+from xdsl.context import Context
+from xdsl.passes import PassPipeline
+from xdsl.transforms import get_all_passes
 
 import tapeml
 from tapeml import Spec, nn, ops
@@ -17,13 +20,17 @@ from tapeml.transforms.fuse import fuse
 from tapeml.transforms.to_loops import lower_module
 
 
-def run_lowered(program: tapeml.Program, *args, libm: bool = True):
+def run_lowered(program: tapeml.Program, *args, libm: bool = True, cf: bool = False):
     """Lower a copy of `program` and interpret it on `args`: the flat results, reshaped.
     With libm, exp/tanh/sigmoid are the math dialect's ops, which the interpreter computes as
     numpy does (bit for bit); without, the vectorizable arithmetic (transcendentals.py)."""
     lowered = tapeml.Program.parse(str(program))
     shapes = [s for s in flatten(lowered.shapes)[0]]
     plan = lower_module(lowered.module, libm=libm)
+    if cf:  # the next stage too: branches instead of structured loops
+        PassPipeline.parse_spec(get_all_passes(), "convert-scf-to-cf,canonicalize,cse").apply(
+            Context(), lowered.module)
+        assert "scf." not in str(lowered)
     lowered.module.verify()
     leaves = [np.ascontiguousarray(a).reshape(-1) for a in flatten(args)[0]]
     outs = [np.zeros(max(1, int(np.prod(s.shape))), s.dtype) for s in shapes]
@@ -31,9 +38,9 @@ def run_lowered(program: tapeml.Program, *args, libm: bool = True):
     return [o.reshape(s.shape) for o, s in zip(outs, shapes, strict=True)], plan, lowered
 
 
-def check(program: tapeml.Program, *args, exact: bool = True):
+def check(program: tapeml.Program, *args, exact: bool = True, cf: bool = False):
     expected = flatten(program(*args))[0]
-    got, plan, _ = run_lowered(program, *args)
+    got, plan, _ = run_lowered(program, *args, cf=cf)
     for g, e in zip(got, expected, strict=True):
         assert g.dtype == e.dtype
         if exact:
@@ -100,14 +107,14 @@ def test_reductions_and_matmuls_lower_within_rounding():
 
 
 @pytest.mark.parametrize("fused", [False, True])
-def test_an_mlp_training_step_lowers(fused):
+def test_an_mlp_training_step_lowers_and_its_cf_form_too(fused):
     params = nn.mlp_init(RNG, [4, 8, 3], dtype=np.float64)
     x, y = r(6, 4, dtype=np.float64), np.eye(3)[[0, 1, 2, 0, 1, 2]]
     step = tapeml.trace(lambda p, x, y: nn.softmax_cross_entropy(nn.mlp(p, x), y), params, x, y)
     differentiate(step.function, wrt=(0, 1, 2, 3))
     if fused:
         fuse(step.module)
-    plan = check(step, params, x, y, exact=False)
+    plan = check(step, params, x, y, exact=False, cf=fused)
     assert 0 < plan.peak_bytes < plan.total_bytes
 
 

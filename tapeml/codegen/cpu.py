@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import llvmlite.binding as llvm_binding
 import numpy as np
@@ -20,6 +20,7 @@ from xdsl.backend.llvm.convert import convert_module
 from xdsl.context import Context
 from xdsl.passes import PassPipeline
 from xdsl.transforms import get_all_passes
+from xdsl.utils.target import Target
 
 from tapeml.dialects import tape
 from tapeml.frontend.program import Program, value_names
@@ -42,6 +43,32 @@ def target_machine() -> llvm_binding.TargetMachine:
     return llvm_binding.Target.from_default_triple().create_target_machine(
         cpu=llvm_binding.get_host_cpu_name(),
         features=llvm_binding.get_host_cpu_features().flatten(), opt=3, jit=True)
+
+
+def optimize(module: Any, machine: llvm_binding.TargetMachine) -> tuple[str, Any]:
+    """An llvm-dialect module as LLVM IR text, and parsed, verified and optimized at O3."""
+    ir_module = convert_module(module, fallback_target_triple=machine.triple)
+    ir_module.data_layout = str(machine.target_data)
+    text = str(ir_module)
+    parsed = llvm_binding.parse_assembly(text)
+    parsed.verify()
+    passes = llvm_binding.create_pass_builder(
+        machine, llvm_binding.create_pipeline_tuning_options(speed_level=3))
+    passes.getModulePassManager().run(parsed, passes)
+    return text, parsed
+
+
+@dataclass(frozen=True)
+class HostAsmTarget(Target):
+    """`-t host-asm`: an llvm-dialect module as assembly for this CPU (LLVM O3, its features)."""
+
+    name = "host-asm"
+
+    def emit(self, ctx: Context, module: Any, output: IO[str]) -> None:
+        with _LLVM_LOCK:
+            machine = target_machine()
+            _, parsed = optimize(module, machine)
+            output.write(machine.emit_assembly(parsed))
 
 
 @dataclass
@@ -113,14 +140,7 @@ class CPUBackend:
         stages["llvm dialect"] = str(module)
         with _LLVM_LOCK:
             machine = target_machine()
-            ir_module = convert_module(module, fallback_target_triple=machine.triple)
-            ir_module.data_layout = str(machine.target_data)
-            stages["llvm ir"] = str(ir_module)
-            parsed = llvm_binding.parse_assembly(stages["llvm ir"])
-            parsed.verify()
-            passes = llvm_binding.create_pass_builder(
-                machine, llvm_binding.create_pipeline_tuning_options(speed_level=3))
-            passes.getModulePassManager().run(parsed, passes)
+            stages["llvm ir"], parsed = optimize(module, machine)
             stages["optimized llvm ir"] = str(parsed)
             stages["assembly"] = machine.emit_assembly(parsed)
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)

@@ -112,7 +112,7 @@ def interpret(module: ModuleOp, name: str, *args: Any) -> tuple[Any, ...]:
     inputs: Sequence[Attribute] = f.function_type.inputs.data
     if len(args) != len(inputs):
         raise InterpretError(f"@{name} takes {len(inputs)} arguments, got {len(args)}")
-    names = [f" (%{a.name_hint})" if a.name_hint else "" for a in f.body.block.args]
+    names = [f" (%{a.name_hint})" if a.name_hint else "" for a in f.body.blocks[0].args]
     values = tuple(
         _to_runtime(a, t, f"argument {i}{names[i]} of @{name}")
         for i, (a, t) in enumerate(zip(args, inputs, strict=True))
