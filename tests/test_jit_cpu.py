@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_naturality import _replay, _step
+from test_naturality import generated_program
 
 import tapeml
 from tapeml import Spec, nn, ops
@@ -185,17 +185,6 @@ def test_convolutions_pools_and_their_gradients_compile(case, fused):
 @settings(max_examples=15, deadline=None)
 @given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
 def test_generated_programs_compile_to_what_the_interpreter_computes(data, dtype):
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
-    shapes = data.draw(st.lists(st.lists(st.integers(1, 5), max_size=3).map(tuple),
-                                min_size=1, max_size=3))
-    inputs = [rng.uniform(-1, 1, s).astype(dtype) for s in shapes]
-    values, steps, current = list(inputs), [], list(shapes)
-    for _ in range(data.draw(st.integers(1, 6))):
-        op, reads = _step(data, current)
-        value = op(*(values[k] for k in reads))
-        steps.append((op, reads))
-        values.append(value)
-        current.append(tuple(value.shape))
-    fn = _replay(steps, data.draw(st.integers(1, len(steps))))
+    fn, inputs = generated_program(data, dtype, max_dim=5, max_steps=6)
     close(tapeml.jit(fn)(*inputs), tapeml.trace(fn, *(Spec(x.shape, x.dtype) for x in inputs))(
         *inputs))

@@ -70,28 +70,29 @@ def _replay(steps: list[tuple[Callable, list[int]]], n_outputs: int) -> Callable
     return fn
 
 
-dims = st.integers(1, 4)
-
-
-@settings(max_examples=60, deadline=None)
-@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
-def test_evaluating_then_forgetting_values_is_propagating_shapes(data, dtype):
+def generated_program(data: st.DataObject, dtype, max_dim: int = 4, max_steps: int = 8
+                      ) -> tuple[Callable, list[np.ndarray]]:
+    """A random program of 1 to `max_steps` ops over 1 to 3 random inputs (the ops chosen by
+    shape, each step run eagerly to know the next shapes), and its inputs. Shared by the tests
+    that compare a program's forms: traced, lowered, compiled."""
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
-    input_shapes = data.draw(st.lists(st.lists(dims, max_size=3).map(tuple), min_size=1,
-                                      max_size=3))
+    input_shapes = data.draw(st.lists(st.lists(st.integers(1, max_dim), max_size=3).map(tuple),
+                                      min_size=1, max_size=3))
     inputs = [rng.uniform(-1, 1, s).astype(dtype) for s in input_shapes]
-    shapes = list(input_shapes)
-    steps = []
-    values = list(inputs)
-    for _ in range(data.draw(st.integers(1, 8))):
+    shapes, steps, values = list(input_shapes), [], list(inputs)
+    for _ in range(data.draw(st.integers(1, max_steps))):
         op, reads = _step(data, shapes)
         value = op(*(values[r] for r in reads))  # eager: also gives the next shape
         steps.append((op, reads))
         values.append(value)
         shapes.append(tuple(value.shape))
-    n_outputs = data.draw(st.integers(1, len(steps)))
-    fn = _replay(steps, n_outputs)
+    return _replay(steps, data.draw(st.integers(1, len(steps)))), inputs
 
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
+def test_evaluating_then_forgetting_values_is_propagating_shapes(data, dtype):
+    fn, inputs = generated_program(data, dtype)
     specs = [Spec(x.shape, x.dtype) for x in inputs]
     program = tapeml.trace(fn, *specs)
     traced = program(*inputs)

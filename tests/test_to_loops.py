@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_naturality import _replay, _step
+from test_naturality import generated_program
 from xdsl.context import Context
 from xdsl.passes import PassPipeline
 from xdsl.transforms import get_all_passes
@@ -157,19 +157,7 @@ def test_window_ops_and_their_gradients_lower(case, fused):
 @settings(max_examples=40, deadline=None)
 @given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
 def test_generated_programs_lower_to_the_same_values(data, dtype):
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
-    shapes = data.draw(st.lists(st.lists(st.integers(1, 4), max_size=3).map(tuple),
-                                min_size=1, max_size=3))
-    inputs = [rng.uniform(-1, 1, s).astype(dtype) for s in shapes]
-    values, steps = list(inputs), []
-    current = list(shapes)
-    for _ in range(data.draw(st.integers(1, 6))):
-        op, reads = _step(data, current)
-        value = op(*(values[k] for k in reads))
-        steps.append((op, reads))
-        values.append(value)
-        current.append(tuple(value.shape))
-    fn = _replay(steps, data.draw(st.integers(1, len(steps))))
+    fn, inputs = generated_program(data, dtype, max_steps=6)
     program = tapeml.trace(fn, *(Spec(x.shape, x.dtype) for x in inputs))
     if data.draw(st.booleans()):
         fuse(program.module)
