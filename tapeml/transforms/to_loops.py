@@ -352,26 +352,22 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
 
 
 def lower_matmul(e: Emitter, op: tape.MatmulOp, ins: list[SSAValue], out: SSAValue) -> None:
+    """out[i, :] += a[i, k] * b[k, :] for k in order (i-k-j): the innermost loop runs along
+    rows of b and out, which LLVM vectorizes; each element still sums its k terms in order."""
     a_shape, b_shape = _shape(op.lhs), _shape(op.rhs)
     out_shape = _shape(op.result)
     batch = list(out_shape[:-2])
-    k = a_shape[-1]
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
     a_steps, b_steps, o_steps = strides(a_shape), strides(b_shape), strides(out_shape)
-    t = op.result.type.get_element_type()
+    _zero(e, out, math.prod(out_shape), op.result.type.get_element_type())
 
     def body(e: Emitter, ivs: list[SSAValue]) -> None:
-        *b, i, j = ivs
+        *b, i, kk, j = ivs
+        x = e.load(ins[0], e.linear([*b, i, kk], a_steps))
+        y = e.load(ins[1], e.linear([*b, kk, j], b_steps))
+        _accumulate(e, out, e.linear([*b, i, j], o_steps), e.insert(arith.MulfOp(x, y)))
 
-        def step(e: Emitter, inner: list[SSAValue], acc: SSAValue) -> SSAValue:
-            (kk,) = inner
-            x = e.load(ins[0], e.linear([*b, i, kk], a_steps))
-            y = e.load(ins[1], e.linear([*b, kk, j], b_steps))
-            return e.insert(arith.AddfOp(acc, e.insert(arith.MulfOp(x, y))))
-
-        total = e.reduce([k], e.scalar(0.0, t), step)
-        e.store(total, out, e.linear(ivs, o_steps))
-
-    e.loops([*batch, out_shape[-2], out_shape[-1]], body)
+    e.loops([*batch, m, k, n], body)
 
 
 def lower_constant(e: Emitter, op: tape.ConstantOp, module: ModuleOp, out: SSAValue,
