@@ -107,12 +107,16 @@ class Native:
         buffers = [_checked(leaf, arg, self.name) for leaf, arg in
                    zip(leaves, self.inputs, strict=True)]
         outputs = [np.empty(a.shape, a.dtype) for a in self.outputs]
-        self.function(*(b.ctypes.data for b in buffers), *(o.ctypes.data for o in outputs))
+        self.function(*(b.__array_interface__["data"][0] for b in buffers),
+                      *(o.__array_interface__["data"][0] for o in outputs))
         return tuple(outputs)
 
 
 def _checked(value: Any, arg: Argument, name: str) -> np.ndarray:
     """`value` as a C-contiguous array of `arg`'s shape and dtype, or a clear error."""
+    if (type(value) is np.ndarray and value.dtype == arg.dtype and value.shape == arg.shape
+            and value.flags.c_contiguous):
+        return value  # the common case, checked in one line
     typed = isinstance(value, np.ndarray | np.generic)
     array = np.asarray(value) if typed else np.asarray(value, dtype=arg.dtype)
     if array.dtype != arg.dtype:

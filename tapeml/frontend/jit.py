@@ -2,7 +2,7 @@
 
 The cache key is the structure of the arguments, the shape and dtype of every array in them, and
 the static arguments (by value). A miss traces and compiles again (the cache keeps the
-`cache_size` most recent); `explain()` says why each compilation happened.
+`cache_size` latest compilations); `explain()` says why each compilation happened.
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ class Jitted:
         self.static_argnums = tuple(static_argnums)
         self.cache_size = cache_size
         self.cache: OrderedDict[tuple, tuple[TreeDef, Compiled]] = OrderedDict()
+        """Compilations by signature; the oldest is dropped past `cache_size`."""
         self.log: list[str] = []
+        self._last: tuple | None = None  # the signature of the latest compilation
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
@@ -59,22 +61,29 @@ class Jitted:
     def _entry(self, args: tuple, kwargs: dict
                ) -> tuple[tuple, list[Any], tuple[TreeDef, Compiled]]:
         static, dynamic = self._split(args)
-        leaves, tree = flatten((dynamic, kwargs))
+        if not kwargs and all(type(a) is np.ndarray for a in dynamic):
+            # the common call, arrays only: keyed without walking a pytree
+            leaves: list[Any] = list(dynamic)
+            key = (len(leaves), tuple((a.shape, a.dtype) for a in leaves), static)
+        else:
+            leaves, tree = flatten((dynamic, kwargs))
+            key = (tree, tuple(_leaf_key(x) for x in leaves), static)
         try:
-            key = (_signature(leaves, tree), static)
-            hash(key)
+            entry = self.cache.get(key)
         except TypeError:
             raise TypeError(f"jit: static arguments {self.static_argnums} must be hashable, "
                             f"got {static!r}") from None
+        if entry is not None:
+            return dynamic, leaves, entry
         with self._lock:
-            if key in self.cache:
-                self.cache.move_to_end(key)
-                return dynamic, leaves, self.cache[key]
-            self.log.append(self._why(key))
+            if (entry := self.cache.get(key)) is not None:  # compiled meanwhile
+                return dynamic, leaves, entry
+            leaves, tree = flatten((dynamic, kwargs))
+            self.log.append(self._why(_signature(leaves, tree), static))
             program = trace(self._with_static(static), *dynamic, **kwargs)
             entry = (program.out_tree, self.backend.compile(program))
             self.cache[key] = entry
-            if len(self.cache) > self.cache_size:
+            if len(self.cache) > self.cache_size:  # the oldest compilation goes first
                 self.cache.popitem(last=False)
             return dynamic, leaves, entry
 
@@ -99,12 +108,12 @@ class Jitted:
             pass
         return call
 
-    def _why(self, key: tuple) -> str:
-        (signature, static) = key
+    def _why(self, signature: tuple, static: tuple) -> str:
         name = getattr(self.fn, "__name__", "f")
-        if not self.cache:
+        last, self._last = self._last, (signature, static)
+        if last is None:
             return f"{name}: compiled for {_describe(signature)} (first call)"
-        (last_signature, last_static) = next(reversed(self.cache))
+        last_signature, last_static = last
         if last_signature[0] != signature[0]:
             reason = f"the argument structure changed from {last_signature[0]} to {signature[0]}"
         elif last_signature != signature:
