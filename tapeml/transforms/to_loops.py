@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from xdsl.builder import Builder, InsertPoint
@@ -439,77 +440,147 @@ def _tap(e: Emitter, position: SSAValue, stride: int, tap: SSAValue, dilation: i
     return e.linear([position, tap], [stride, dilation], -pad)
 
 
+def _valid(count: int, size: int, stride: int, offset: int) -> tuple[int, int]:
+    """The output positions o in [0, count) whose input o * stride + offset is in [0, size)."""
+    low = max(0, -(offset // stride))  # ceil(-offset / stride)
+    high = min(count, (size - 1 - offset) // stride + 1) if size - 1 - offset >= 0 else 0
+    return low, max(low, high)
+
+
+@dataclass
+class _ConvGeometry:
+    """conv2d's shapes and, per kernel tap, the output rows and columns it reads inside the
+    input: loops over exactly those need no bounds checks."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    cg: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    groups: int
+    params: dict[str, Any]
+
+    @classmethod
+    def of(cls, x_shape: Sequence[int], w_shape: Sequence[int], y_shape: Sequence[int],
+           params: dict[str, Any]) -> _ConvGeometry:
+        n, c, h, w = x_shape
+        o, cg, kh, kw = w_shape
+        return cls(n, c, h, w, o, cg, kh, kw, y_shape[2], y_shape[3], params["groups"], params)
+
+    def taps(self):
+        """(i, j, rows, columns, input offset of the first position) per tap reading input."""
+        (sh, sw), (dh, dw) = self.params["stride"], self.params["dilation"]
+        top, left = self.params["padding"][:2]
+        for i in range(self.kh):
+            for j in range(self.kw):
+                y0, y1 = _valid(self.oh, self.h, sh, i * dh - top)
+                x0, x1 = _valid(self.ow, self.w, sw, j * dw - left)
+                if y0 < y1 and x0 < x1:
+                    first = (y0 * sh + i * dh - top) * self.w + x0 * sw + j * dw - left
+                    yield i, j, (y0, y1), (x0, x1), first
+
+    def x_steps(self) -> list[int]:  # over (b, group, channel in group, row, column)
+        sh, sw = self.params["stride"]
+        return [self.c * self.h * self.w, self.cg * self.h * self.w, self.h * self.w,
+                sh * self.w, sw]
+
+    def y_steps(self) -> list[int]:  # over (b, group, output channel in group, row, column)
+        og = self.o // self.groups
+        return [self.o * self.oh * self.ow, og * self.oh * self.ow, self.oh * self.ow,
+                self.ow, 1]
+
+    def w_steps(self) -> list[int]:  # over (group, output channel in group, channel in group)
+        og = self.o // self.groups
+        return [og * self.cg * self.kh * self.kw, self.cg * self.kh * self.kw,
+                self.kh * self.kw]
+
+
 def lower_conv2d(e: Emitter, op: tape.Conv2dOp, ins: list[SSAValue], out: SSAValue) -> None:
-    n, c, h, w = _shape(op.input)
-    o, cg, kh, kw = _shape(op.weight)
-    p = op.params
-    g = p["groups"]
-    og = o // g
-    (sh, sw), (dh, dw), (top, left, _, _) = p["stride"], p["dilation"], p["padding"]
-    _, _, oh, ow = _shape(op.result)
-    x_steps, w_steps = strides((n, c, h, w)), strides((o, cg, kh, kw))
-    t = op.result.type.get_element_type()
+    """out[b, o, y, :] += in[...] * w[o, c, i, j]: per output row, the taps that read inside
+    the input (the padding contributes nothing) and their channels; the innermost loop runs
+    along the row, which stays in cache, and LLVM vectorizes it."""
+    geo = _ConvGeometry.of(_shape(op.input), _shape(op.weight), _shape(op.result), op.params)
+    og = geo.o // geo.groups
+    _zero(e, out, math.prod(_shape(op.result)), op.result.type.get_element_type())
 
-    def body(e: Emitter, ivs: list[SSAValue]) -> None:
-        b, gi, oi, y, xx = ivs
+    def row(e: Emitter, ivs: list[SSAValue]) -> None:
+        b, gi, oi, y = ivs
+        for i, j, (y0, y1), (x0, x1), first in geo.taps():
+            def tap(e: Emitter, i=i, j=j, y0=y0, x0=x0, x1=x1, first=first) -> None:
+                def body(e: Emitter, inner: list[SSAValue]) -> None:
+                    ci, xx = inner
+                    x = e.load(ins[0], e.linear([b, gi, ci, y, xx], geo.x_steps(),
+                                                first - y0 * geo.x_steps()[3]))
+                    weight = e.load(ins[1], e.linear([gi, oi, ci], geo.w_steps(),
+                                                     i * geo.kw + j))
+                    index = e.linear([b, gi, oi, y, xx], geo.y_steps(), x0)
+                    _accumulate(e, out, index, e.insert(arith.MulfOp(x, weight)))
 
-        def step(e: Emitter, inner: list[SSAValue], acc: SSAValue) -> SSAValue:
-            ci, i, j = inner
-            iy, ix = _tap(e, y, sh, i, dh, top), _tap(e, xx, sw, j, dw, left)
-            inside = e.insert(arith.AndIOp(e.in_range(iy, h), e.in_range(ix, w)))
-            channel = e.linear([gi, ci], [cg, 1])
-            x = e.load(ins[0], e.linear([b, channel, e.clamp(iy, h), e.clamp(ix, w)], x_steps))
-            weight = e.load(ins[1], e.linear([gi, oi, ci, i, j], [og * w_steps[0], *w_steps]))
-            product = e.insert(arith.MulfOp(x, weight))
-            return e.insert(arith.SelectOp(inside, e.insert(arith.AddfOp(acc, product)), acc))
+                e.loops([geo.cg, x1 - x0], body)
 
-        total = e.reduce([cg, kh, kw], e.scalar(0.0, t), step)
-        e.store(total, out, e.linear([b, gi, oi, y, xx], [o * oh * ow, og * oh * ow, oh * ow,
-                                                           ow, 1]))
+            e.if_(e.in_range(e.linear([y], [1], -y0), y1 - y0), tap)
 
-    e.loops([n, g, og, oh, ow], body)
+    e.loops([geo.n, geo.groups, og, geo.oh], row)
 
 
 def lower_conv2d_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue) -> None:
-    """Both cotangents of conv2d by scattering, tap by tap: for every output element and tap
-    that reads the input inside its bounds, dx[tap] += ct * w, or dw[tap] += ct * x."""
+    """conv2d's cotangents, tap by tap over the positions whose tap is inside the input: per
+    output row, dx[tap row] += ct * w along the row (vectorized); or dw[o, c, i, j] as the sum
+    of ct * x over the positions."""
     weight_grad = isinstance(op, tape.Conv2dBackwardWeightOp)
-    p = op.params
-    g = p["groups"]
     if weight_grad:
-        x_buf, ct_buf = ins
-        n, c, h, w = _shape(op.input)
-        o, cg, kh, kw = _shape(op.result)
-        other = x_buf
+        x_shape, w_shape = _shape(op.input), _shape(op.result)
     else:
+        x_shape, w_shape = _shape(op.result), _shape(op.weight)
+    geo = _ConvGeometry.of(x_shape, w_shape, _shape(op.cotangent), op.params)
+    og = geo.o // geo.groups
+    t = op.result.type.get_element_type()
+    if not weight_grad:
         ct_buf, w_buf = ins
-        n, c, h, w = _shape(op.result)
-        o, cg, kh, kw = _shape(op.weight)
-        other = w_buf
-    og = o // g
-    (sh, sw), (dh, dw), (top, left, _, _) = p["stride"], p["dilation"], p["padding"]
-    _, _, oh, ow = _shape(op.cotangent)
-    x_steps, w_steps = strides((n, c, h, w)), strides((o, cg, kh, kw))
-    ct_steps = [o * oh * ow, og * oh * ow, oh * ow, ow, 1]
-    _zero(e, out, math.prod(_shape(op.result)), op.result.type.get_element_type())
+        _zero(e, out, math.prod(x_shape), t)
 
-    def body(e: Emitter, ivs: list[SSAValue]) -> None:
-        b, gi, oi, y, xx, ci, i, j = ivs
-        iy, ix = _tap(e, y, sh, i, dh, top), _tap(e, xx, sw, j, dw, left)
-        inside = e.insert(arith.AndIOp(e.in_range(iy, h), e.in_range(ix, w)))
-        x_index = e.linear([b, e.linear([gi, ci], [cg, 1]), iy, ix], x_steps)
-        w_index = e.linear([gi, oi, ci, i, j], [og * w_steps[0], *w_steps])
+        def row(e: Emitter, ivs: list[SSAValue]) -> None:
+            b, gi, ci, y = ivs
+            for i, j, (y0, y1), (x0, x1), first in geo.taps():
+                def tap(e: Emitter, i=i, j=j, y0=y0, x0=x0, x1=x1, first=first) -> None:
+                    def body(e: Emitter, inner: list[SSAValue]) -> None:
+                        oi, xx = inner
+                        ct = e.load(ct_buf, e.linear([b, gi, oi, y, xx], geo.y_steps(), x0))
+                        weight = e.load(w_buf, e.linear([gi, oi, ci], geo.w_steps(),
+                                                        i * geo.kw + j))
+                        index = e.linear([b, gi, ci, y, xx], geo.x_steps(),
+                                         first - y0 * geo.x_steps()[3])
+                        _accumulate(e, out, index, e.insert(arith.MulfOp(ct, weight)))
 
-        def add(e: Emitter) -> None:
-            ct = e.load(ct_buf, e.linear([b, gi, oi, y, xx], ct_steps))
-            if weight_grad:
-                _accumulate(e, out, w_index, e.insert(arith.MulfOp(ct, e.load(other, x_index))))
-            else:
-                _accumulate(e, out, x_index, e.insert(arith.MulfOp(ct, e.load(other, w_index))))
+                    e.loops([og, x1 - x0], body)
 
-        e.if_(inside, add)
+                e.if_(e.in_range(e.linear([y], [1], -y0), y1 - y0), tap)
 
-    e.loops([n, g, og, oh, ow, cg, kh, kw], body)
+        e.loops([geo.n, geo.groups, geo.cg, geo.oh], row)
+        return
+    x_buf, ct_buf = ins
+    _zero(e, out, math.prod(w_shape), t)
+    for i, j, (y0, y1), (x0, x1), first in geo.taps():
+        def body(e: Emitter, ivs: list[SSAValue], i=i, j=j, y0=y0, y1=y1, x0=x0, x1=x1,
+                 first=first) -> None:
+            gi, oi, ci = ivs
+
+            def step(e: Emitter, inner: list[SSAValue], acc: SSAValue) -> SSAValue:
+                b, y, xx = inner
+                ct = e.load(ct_buf, e.linear([b, gi, oi, y, xx], geo.y_steps(),
+                                             y0 * geo.ow + x0))
+                x = e.load(x_buf, e.linear([b, gi, ci, y, xx], geo.x_steps(), first))
+                return e.insert(arith.AddfOp(acc, e.insert(arith.MulfOp(ct, x))))
+
+            total = e.reduce([geo.n, y1 - y0, x1 - x0], e.scalar(0.0, t), step)
+            _accumulate(e, out, e.linear([gi, oi, ci], geo.w_steps(), i * geo.kw + j), total)
+
+        e.loops([geo.groups, og, geo.cg], body)
 
 
 def _window(e: Emitter, op: Operation, x_buf: SSAValue, x_shape: Sequence[int],
