@@ -188,3 +188,41 @@ def test_generated_programs_compile_to_what_the_interpreter_computes(data, dtype
     fn, inputs = generated_program(data, dtype, max_dim=5, max_steps=6)
     close(tapeml.jit(fn)(*inputs), tapeml.trace(fn, *(Spec(x.shape, x.dtype) for x in inputs))(
         *inputs))
+
+
+def test_zero_size_arrays_compile_and_run():
+    def f(x, y):
+        return ops.sum(x, axis=0), x * 2.0, ops.exp(x) @ y, ops.max(y, axis=0)
+
+    x, y = np.zeros((0, 3), np.float32), np.zeros((3, 0), np.float32)
+    for got, expected in zip(*both(f, x, y), strict=True):
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_a_long_f32_sum_keeps_its_small_terms():
+    # summed in f32 one after another, 2**24 terms of 0.1 would stop growing at 2**21
+    x = np.full(2**24, 0.1, np.float32)
+    np.testing.assert_allclose(tapeml.jit(ops.mean)(x), 0.1, rtol=1e-6)
+    np.testing.assert_allclose(tapeml.jit(ops.sum)(x), 2**24 * np.float64(x[0]), rtol=1e-7)
+
+
+def test_a_jitted_function_called_while_tracing_joins_the_trace():
+    inner = tapeml.jit(lambda a: ops.sum(ops.tanh(a) * a))
+    x = r(2, 3)
+    expected = 2.0 * (np.tanh(x) + x * (1.0 - np.tanh(x) ** 2))
+    close(tapeml.grad(lambda a: inner(a) * 2.0)(x), expected)
+    close(tapeml.jit(tapeml.grad(lambda a: inner(a) * 2.0))(x), expected)
+    assert inner.explain() == "not compiled yet"  # it ran inline both times
+
+
+def test_static_argnums_take_an_int_or_count_from_the_end():
+    x = r(2, 3)
+    for numbers in (1, -1, (1,), [-1]):
+        f = tapeml.jit(lambda a, n: a * n, static_argnums=numbers)
+        close(f(x, 3.0), x * np.float32(3.0))
+        assert "(first call)" in f.explain()
+    with pytest.raises(TypeError, match="static_argnums 5 is out of range for a call with 2 "):
+        tapeml.jit(lambda a, n: a * n, static_argnums=5)(x, 1.0)
+    with pytest.raises(TypeError, match="static_argnums must be ints, got 'a'"):
+        tapeml.jit(lambda a: a, static_argnums="a")

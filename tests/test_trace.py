@@ -6,9 +6,12 @@ import inspect
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tapeml
 from tapeml import Spec, nn, ops
+from tapeml.dialects import tape
 
 RNG = np.random.default_rng(0)
 
@@ -340,3 +343,26 @@ def test_submodules_import_as_spelled():
     import tapeml.optim
 
     assert tapeml.nn.conv2d is nn.conv2d and tapeml.optim.adam is tapeml.optim.adam
+
+
+@settings(max_examples=60, deadline=None)
+@given(bits=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=4), wide=st.booleans())
+def test_every_constant_prints_and_parses_back_bit_for_bit(bits, wide):
+    # any bit pattern: nan payloads, infinities, denormals, and finite values such as 2**20
+    # that xDSL itself would print as hex it cannot read back
+    dtype, unsigned = (np.float64, np.uint64) if wide else (np.float32, np.uint32)
+    value = np.array([b % (2 ** (8 * np.dtype(dtype).itemsize)) for b in bits], unsigned)
+    value = np.concatenate([value.view(dtype), np.array([2.0**20, 2.0**24, -(2.0**53)], dtype)])
+    program = tapeml.trace(lambda x: x + value, np.zeros(value.shape, dtype))
+    (constant,) = [op for op in tapeml.Program.parse(str(program)).function.walk()
+                   if isinstance(op, tape.ConstantOp)]
+    assert constant.params["value"].tobytes() == value.tobytes()
+
+
+def test_tracers_that_escape_or_hide_in_lists_get_a_way_out():
+    x = rand(2, 3)
+    with pytest.raises(tapeml.TracingError, match="pass an outer function's array to an inner "
+                       "trace/grad/jit as an argument"):
+        tapeml.grad(lambda a: ops.sum(tapeml.trace(lambda b: a * b, x)(a)))(x)
+    with pytest.raises(tapeml.TracingError, match=r"make one with tapeml.stack\(\[...\]\)"):
+        tapeml.trace(lambda a: ops.exp([a, [a]]), x)

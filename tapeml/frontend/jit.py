@@ -19,6 +19,7 @@ import numpy as np
 from tapeml.codegen import Compiled, get_backend
 from tapeml.frontend.program import Spec, trace
 from tapeml.frontend.pytree import TreeDef, flatten, unflatten
+from tapeml.frontend.trace import Tracer
 
 
 def _leaf_key(x: Any) -> tuple:
@@ -40,11 +41,17 @@ def _describe(signature: tuple) -> str:
 class Jitted:
     """A function compiled per argument signature (see the module doc)."""
 
-    def __init__(self, fn: Callable, backend: str, static_argnums: Sequence[int],
+    def __init__(self, fn: Callable, backend: str, static_argnums: int | Sequence[int],
                  cache_size: int, options: dict[str, Any]) -> None:
         self.fn = fn
         self.backend = get_backend(backend, **options)
-        self.static_argnums = tuple(static_argnums)
+        numbers = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in numbers):
+            raise TypeError(f"jit: static_argnums must be ints, got {static_argnums!r}")
+        self.static_argnums = numbers
+        """As given; negative ones count from the end of each call's positional arguments."""
+        if not isinstance(cache_size, int) or cache_size < 1:
+            raise ValueError(f"jit: cache_size must be a positive int, got {cache_size!r}")
         self.cache_size = cache_size
         self.cache: OrderedDict[tuple, tuple[TreeDef, Compiled]] = OrderedDict()
         """Compilations by signature; the oldest is dropped past `cache_size`."""
@@ -53,14 +60,25 @@ class Jitted:
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
-    def _split(self, args: tuple) -> tuple[tuple, tuple]:
-        static = tuple(args[i] for i in self.static_argnums)
-        dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
-        return static, dynamic
+    def _static_positions(self, count: int) -> tuple[int, ...]:
+        """`static_argnums` as positions in a call with `count` positional arguments."""
+        if all(0 <= i < count for i in self.static_argnums):
+            return self.static_argnums
+        for i in self.static_argnums:
+            if not -count <= i < count:
+                raise TypeError(f"jit: static_argnums {i} is out of range for a call with "
+                                f"{count} positional argument{'s' if count != 1 else ''}")
+        return tuple(i % count for i in self.static_argnums)
+
+    def _split(self, args: tuple) -> tuple[tuple, tuple, tuple[int, ...]]:
+        positions = self._static_positions(len(args))
+        static = tuple(args[i] for i in positions)
+        dynamic = tuple(a for i, a in enumerate(args) if i not in positions)
+        return static, dynamic, positions
 
     def _entry(self, args: tuple, kwargs: dict
                ) -> tuple[tuple, list[Any], tuple[TreeDef, Compiled]]:
-        static, dynamic = self._split(args)
+        static, dynamic, positions = self._split(args)
         if not kwargs and all(type(a) is np.ndarray for a in dynamic):
             # the common call, arrays only: keyed without walking a pytree
             leaves: list[Any] = list(dynamic)
@@ -80,29 +98,28 @@ class Jitted:
                 return dynamic, leaves, entry
             leaves, tree = flatten((dynamic, kwargs))
             self.log.append(self._why(_signature(leaves, tree), static))
-            program = trace(self._with_static(static), *dynamic, **kwargs)
+            program = trace(self._with_static(static, positions), *dynamic, **kwargs)
             entry = (program.out_tree, self.backend.compile(program))
             self.cache[key] = entry
             if len(self.cache) > self.cache_size:  # the oldest compilation goes first
                 self.cache.popitem(last=False)
             return dynamic, leaves, entry
 
-    def _with_static(self, static: tuple) -> Callable:
-        if not self.static_argnums:
+    def _with_static(self, static: tuple, positions: tuple[int, ...]) -> Callable:
+        if not positions:
             return self.fn
 
         def call(*dynamic: Any, **kwargs: Any) -> Any:
             args, rest = [], iter(dynamic)
             for i in range(len(dynamic) + len(static)):
-                args.append(static[self.static_argnums.index(i)] if i in self.static_argnums
-                            else next(rest))
+                args.append(static[positions.index(i)] if i in positions else next(rest))
             return self.fn(*args, **kwargs)
 
         call.__name__ = getattr(self.fn, "__name__", "f")
         try:  # the traced arguments keep their names: the signature without the static ones
             signature = inspect.signature(self.fn)
             kept = [p for i, p in enumerate(signature.parameters.values())
-                    if i not in self.static_argnums]
+                    if i not in positions]
             call.__signature__ = signature.replace(parameters=kept)
         except (TypeError, ValueError):
             pass
@@ -126,6 +143,10 @@ class Jitted:
         return f"{name}: recompiled: {reason}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if (kwargs or not all(type(a) is np.ndarray for a in args)) and any(
+            isinstance(x, Tracer) for x in flatten((args, kwargs))[0]
+        ):  # called while tracing (jit inside grad, trace or jit): its ops join that trace
+            return self.fn(*args, **kwargs)
         _, leaves, (out_tree, compiled) = self._entry(args, kwargs)
         return unflatten(out_tree, list(compiled(*leaves)))
 
@@ -139,8 +160,8 @@ class Jitted:
         return "\n".join(self.log) if self.log else "not compiled yet"
 
 
-def jit(fn: Callable | None = None, *, backend: str = "cpu", static_argnums: Sequence[int] = (),
-        cache_size: int = 16, **options: Any) -> Any:
+def jit(fn: Callable | None = None, *, backend: str = "cpu",
+        static_argnums: int | Sequence[int] = (), cache_size: int = 16, **options: Any) -> Any:
     """Compile `fn` for `backend` ("cpu", or "interp" for the reference interpreter) on its
     first call with each argument signature. Usable as `@jit` or `@jit(backend=...)`.
     Backend options: cpu takes `fuse=True` and `libm=False` (True: libm's exp/tanh instead

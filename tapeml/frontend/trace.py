@@ -90,7 +90,9 @@ class Trace:
             if x.trace is not self or not self.active:
                 raise TracingError(at_user_line(
                     "a tracer from another (or a finished) trace was used here; return it "
-                    "from the traced function instead of keeping it"))
+                    "from the traced function instead of keeping it, and pass an outer "
+                    "function's array to an inner trace/grad/jit as an argument, not by "
+                    "closure"))
             return x.value
         array = as_array(x)
         if array.dtype == np.bool_:
@@ -123,12 +125,26 @@ def as_array(x: Any) -> np.ndarray:
     elif isinstance(x, bool | int | float):
         array = np.asarray(x, dtype=np.float32)
     else:
+        if isinstance(x, list | tuple) and any(
+            isinstance(leaf, Tracer) for leaf in _nested_leaves(x)
+        ):
+            raise TracingError(at_user_line(
+                "a list or tuple holding tracers is not an array; make one with "
+                "tapeml.stack([...]) or tapeml.concatenate([...])"))
         array = np.asarray(x)
         if array.dtype.kind in "iub":
             array = array.astype(np.float32)
     if array.dtype not in (np.float32, np.float64, np.bool_):
         raise ShapeError(at_user_line(f"tape tensors hold float32 or float64, got {array.dtype}"))
     return array
+
+
+def _nested_leaves(x: Any) -> Iterator[Any]:
+    for item in x:
+        if isinstance(item, list | tuple):
+            yield from _nested_leaves(item)
+        else:
+            yield item
 
 
 def _type_of(x: Any) -> TensorType:

@@ -79,6 +79,15 @@ class TapeOptMain(xDSLOptMain):
             verify_located(prog, self.spans, self.get_input_name())
         super().apply_passes(prog)
 
+    def output_resulting_program(self, prog: ModuleOp) -> str:
+        try:
+            return super().output_resulting_program(prog)
+        except NotImplementedError as error:  # a target met ops it does not emit
+            raise UserError(
+                f"-t {self.args.target}: {error} (targets take the llvm dialect: "
+                "lower first, e.g. -p tape-to-llvm)"
+            ) from None
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:

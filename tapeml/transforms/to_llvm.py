@@ -196,7 +196,7 @@ class FuncToLLVM(RewritePattern):
 
 def _element_bytes(t: Attribute) -> int:
     """Bytes one element takes in memory (an i1 takes a byte, as LLVM stores it)."""
-    return max(1, (t.bitwidth + 7) // 8)
+    return (t.bitwidth + 7) // 8
 
 
 def convert_to_llvm(module: ModuleOp) -> None:

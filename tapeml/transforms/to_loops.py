@@ -46,6 +46,8 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     StringAttr,
     TensorType,
+    f32,
+    f64,
     i1,
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
@@ -65,7 +67,7 @@ class LoweringError(DiagnosticException):
 
 def buffer_type(t: TensorType) -> MemRefType:
     """The flat buffer holding a tensor of type `t`."""
-    return MemRefType(t.get_element_type(), [max(1, math.prod(t.get_shape()))])
+    return MemRefType(t.get_element_type(), [math.prod(t.get_shape())])  # rank 0: one element
 
 
 def strides(shape: Sequence[int]) -> list[int]:
@@ -333,8 +335,12 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
     t = op.result.type.get_element_type()
     out_shape = [shape[i] for i in kept]
 
+    # an f32 sum accumulates in f64: summed one after another, f32 would lose the small terms
+    # of a long sum (numpy sums pairwise); the result is rounded to f32 once, at the end
+    wide = f64 if isinstance(op, tape.SumOp) and t == f32 else t
+
     def body(e: Emitter, ivs: list[SSAValue]) -> None:
-        init = e.scalar(0.0 if isinstance(op, tape.SumOp) else -np.inf, t)
+        init = e.scalar(0.0 if isinstance(op, tape.SumOp) else -np.inf, wide)
 
         def step(e: Emitter, inner: list[SSAValue], acc: SSAValue) -> SSAValue:
             index: list[SSAValue] = [None] * len(shape)
@@ -343,10 +349,14 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
             for i, iv in zip(axes, inner, strict=True):
                 index[i] = iv
             x = e.load(ins[0], e.linear(index, src))
+            if wide != t:
+                x = e.insert(arith.ExtFOp(x, wide))
             combine = arith.AddfOp if isinstance(op, tape.SumOp) else arith.MaximumfOp
             return e.insert(combine(acc, x))
 
         total = e.reduce([shape[a] for a in axes], init, step)
+        if wide != t:
+            total = e.insert(arith.TruncFOp(total, t))
         e.store(total, out, e.linear(ivs, strides(out_shape)))
 
     e.loops(out_shape, body)
@@ -377,9 +387,11 @@ def lower_constant(e: Emitter, op: tape.ConstantOp, module: ModuleOp, out: SSAVa
     value = op.params["value"]
     flat = value.reshape(-1)
     t = op.result.type.get_element_type()
-    if flat.size and np.unique(flat.view(np.uint8).reshape(flat.size, -1), axis=0).shape[0] == 1:
+    if flat.size == 0:
+        return out  # nothing to hold
+    if np.unique(flat.view(np.uint8).reshape(flat.size, -1), axis=0).shape[0] == 1:
         element = e.scalar(float(flat[0]), t)
-        e.loops([max(1, flat.size)], lambda e, ivs: e.store(element, out, ivs[0]))
+        e.loops([flat.size], lambda e, ivs: e.store(element, out, ivs[0]))
         return out
     name = names()
     kind = buffer_type(op.result.type)
@@ -413,7 +425,7 @@ def lower_unfold(e: Emitter, op: tape.UnfoldOp, ins: list[SSAValue], out: SSAVal
 
 def _zero(e: Emitter, out: SSAValue, size: int, t: Attribute) -> None:
     zero = e.scalar(0.0, t)
-    e.loops([max(1, size)], lambda e, ivs: e.store(zero, out, ivs[0]))
+    e.loops([size], lambda e, ivs: e.store(zero, out, ivs[0]))
 
 
 def _accumulate(e: Emitter, out: SSAValue, index: SSAValue, value: SSAValue) -> None:
@@ -697,12 +709,13 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     block = f.body.block
     ret = block.last_op
     assert isinstance(ret, func.ReturnOp)
-    unsupported = sorted({op.name for op in block.ops if isinstance(op, tape.TapeOp)
-                          and not _lowerable(op)})
+    if len(f.body.blocks) != 1:
+        raise LoweringError(f"tape-to-loops: @{f.sym_name.data} must be one block of tape ops")
+    unsupported = sorted({op.name for op in block.ops if not _lowerable(op)
+                          and not isinstance(op, func.ReturnOp)})
     if unsupported:
-        raise LoweringError(f"tape-to-loops: {', '.join(unsupported)} "
-                            f"{'is' if len(unsupported) == 1 else 'are'} not lowered yet "
-                            f"(@{f.sym_name.data})")
+        raise LoweringError(f"tape-to-loops: @{f.sym_name.data} holds {', '.join(unsupported)}, "
+                            "which this lowering does not take (a function of tape ops only)")
     new_block = Block(arg_types=[buffer_type(a.type) for a in block.args]
                       + [buffer_type(r.type) for r in ret.arguments])
     for old, new in zip(block.args, new_block.args, strict=False):
@@ -827,7 +840,7 @@ def lower_module(module: ModuleOp, libm: bool = False) -> PlanReport:
     call libm for exp, tanh and sigmoid (default: vectorizable arithmetic, see
     transcendentals.py)."""
     report = PlanReport()
-    for f in [op for op in module.ops if isinstance(op, func.FuncOp)]:
+    for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
         lower_function(f, module, report, libm)
     return report
 
