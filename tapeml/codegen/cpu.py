@@ -136,7 +136,7 @@ class CPUBackend:
 
     def compile(self, program: Program) -> Native:
         stages = {"tape": str(program)}
-        module = Program.parse(stages["tape"]).module  # a copy: the program stays as it was
+        module = program.module.clone()  # the program stays as it was
         f = next(op for op in module.ops if op.name == "func.func")
         block = f.body.block
         inputs = [Argument(n, a.type.get_shape(), tape.dtype_of(a.type)) for n, a in
