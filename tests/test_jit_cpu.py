@@ -75,6 +75,10 @@ def test_jit_of_value_and_grad_of_an_mlp_is_one_compiled_program():
     assert "tape.fused" in stages["fused tape"] and "scf.for" in stages["loops"]
     assert "llvm.getelementptr" in stages["llvm dialect"] and "define void" in stages["llvm ir"]
     assert "inttoptr" not in stages["llvm ir"]
+    # lower() compiles afresh with the stages printed; the cached compilation keeps no text
+    assert len(step.cache) == 1 and "(first call)" in step.explain()
+    ((_, compiled),) = step.cache.values()
+    assert compiled.stages == {}
 
 
 def test_arguments_are_checked_before_any_memory_is_touched():

@@ -1,6 +1,7 @@
 """Backends: a traced program in, a callable over flat arrays out.
 
     backend.compile(program) -> Compiled    # Compiled(*leaves) -> tuple of output arrays
+    backend.compile(program, stages=True)   # also every stage as text: Compiled.stages
 
 `interp` runs the program on xDSL's interpreter (the reference); `cpu` compiles it through the
 loop form and LLVM to machine code for this CPU.
@@ -15,7 +16,8 @@ from tapeml.frontend.program import Program
 
 class Compiled(Protocol):
     stages: dict[str, str]
-    """Each stage of the compilation as text, in order (tape, fused tape, ...)."""
+    """Each stage of the compilation as text, in order (tape, fused tape, ...); empty unless
+    compiled with `stages=True` (printing them costs a fifth of a large program's compile)."""
 
     def __call__(self, *leaves: Any) -> tuple[Any, ...]: ...
 
@@ -23,7 +25,7 @@ class Compiled(Protocol):
 class Backend(Protocol):
     name: str
 
-    def compile(self, program: Program) -> Compiled: ...
+    def compile(self, program: Program, stages: bool = False) -> Compiled: ...
 
 
 def get_backend(name: str, **options: Any) -> Backend:

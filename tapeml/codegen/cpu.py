@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -134,8 +135,14 @@ class CPUBackend:
         self.fuse = fuse
         self.libm = libm
 
-    def compile(self, program: Program) -> Native:
-        stages = {"tape": str(program)}
+    def compile(self, program: Program, stages: bool = False) -> Native:
+        texts: dict[str, str] = {}
+
+        def keep(stage: str, text: Callable[[], str]) -> None:
+            if stages:  # printing is a fifth of a large program's compile: only on request
+                texts[stage] = text()
+
+        keep("tape", lambda: str(program))
         module = program.module.clone()  # the program stays as it was
         f = next(op for op in module.ops if op.name == "func.func")
         block = f.body.block
@@ -147,20 +154,21 @@ class CPUBackend:
                    zip(value_names(f.res_attrs, results, "result"), results, strict=True)]
         if self.fuse:
             fuse(module)
-            stages["fused tape"] = str(module)
+            keep("fused tape", lambda: str(module))
         plan = lower_module(module, self.libm)
-        stages["loops"] = f"// {plan}\n{module}"
+        keep("loops", lambda: f"// {plan}\n{module}")
         PassPipeline.parse_spec(get_all_passes(), "convert-scf-to-cf,canonicalize,cse").apply(
             Context(), module)  # the rest of tape-to-llvm, stage by stage
         convert_to_llvm(module)
-        stages["llvm dialect"] = str(module)
+        keep("llvm dialect", lambda: str(module))
         with _LLVM_LOCK:
             machine = target_machine()
-            stages["llvm ir"], parsed = optimize(module, machine)
-            stages["optimized llvm ir"] = str(parsed)
-            stages["assembly"] = machine.emit_assembly(parsed)
+            ir_text, parsed = optimize(module, machine)
+            keep("llvm ir", lambda: ir_text)
+            keep("optimized llvm ir", lambda: str(parsed))
+            keep("assembly", lambda: machine.emit_assembly(parsed))
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)
             engine.finalize_object()
             address = engine.get_function_address(program.name)
         signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs)))
-        return Native(program.name, inputs, outputs, engine, signature(address), stages)
+        return Native(program.name, inputs, outputs, engine, signature(address), texts)

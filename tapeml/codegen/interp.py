@@ -21,5 +21,5 @@ class Interpreted:
 class InterpBackend:
     name = "interp"
 
-    def compile(self, program: Program) -> Interpreted:
-        return Interpreted(program, {"tape": str(program)})
+    def compile(self, program: Program, stages: bool = False) -> Interpreted:
+        return Interpreted(program, {"tape": str(program)} if stages else {})

@@ -151,9 +151,11 @@ class Jitted:
         return unflatten(out_tree, list(compiled(*leaves)))
 
     def lower(self, *args: Any, **kwargs: Any) -> dict[str, str]:
-        """Every stage of the compilation for these arguments, as text."""
-        _, _, (_, compiled) = self._entry(args, kwargs)
-        return dict(compiled.stages)
+        """Every stage of the compilation for these arguments, as text (traced and compiled
+        afresh, with each stage printed; the cache is left as it was)."""
+        static, dynamic, positions = self._split(args)
+        program = trace(self._with_static(static, positions), *dynamic, **kwargs)
+        return dict(self.backend.compile(program, stages=True).stages)
 
     def explain(self) -> str:
         """Why each compilation happened, oldest first."""
