@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 import tapeml
 from tapeml import nn, ops
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import numpy_cnn  # noqa: E402  (the plain numpy CNN step, shared with `make demo`)
 
 
 def median_time(fn: Callable[[], object], repeat: int, warmup: int = 2) -> float:
@@ -111,57 +116,10 @@ def _cnn():
     return loss, params, x, y
 
 
-def _windows(x, k=3):  # (N, C, H, W) padded by 1 -> (N, H, W, C*k*k)
-    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    cols = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))
-    return cols.transpose(0, 2, 3, 1, 4, 5).reshape(*x.shape[:1], *x.shape[2:], -1)
-
-
 def _numpy_cnn_step(p, x, y):
-    """The same step written plainly with numpy: im2col convolutions, explicit backward."""
-    def conv(x, layer):
-        cols = _windows(x)
-        out = cols @ layer["W"].reshape(len(layer["W"]), -1).T + layer["b"]
-        return cols, out.transpose(0, 3, 1, 2)
-
-    def pool(a):
-        n, c, h, w = a.shape
-        blocks = a.reshape(n, c, h // 2, 2, w // 2, 2)
-        m = blocks.max(axis=(3, 5))
-        return m, blocks == m[:, :, :, None, :, None]
-
-    def unpool(d, mask):
-        share = mask / mask.sum(axis=(3, 5), keepdims=True)
-        return (share * d[:, :, :, None, :, None]).reshape(*d.shape[:2], d.shape[2] * 2, -1)
-
-    def conv_back(d, cols, layer, x_shape):
-        d_rows = d.transpose(0, 2, 3, 1)  # N, H, W, O
-        dw = np.tensordot(d_rows, cols, axes=([0, 1, 2], [0, 1, 2])).reshape(layer["W"].shape)
-        dcols = d_rows @ layer["W"].reshape(len(layer["W"]), -1)  # N, H, W, C*9
-        n, c, h, w = x_shape
-        dcols = dcols.reshape(n, h, w, c, 3, 3)
-        dxp = np.zeros((n, c, h + 2, w + 2), x.dtype)
-        for i in range(3):
-            for j in range(3):
-                dxp[:, :, i:i + h, j:j + w] += dcols[..., i, j].transpose(0, 3, 1, 2)
-        return dw, d.sum(axis=(0, 2, 3)), dxp[:, :, 1:-1, 1:-1]
-
-    cols1, z1 = conv(x, p["c1"])
-    a1 = np.maximum(z1, 0)
-    h1, m1 = pool(a1)
-    cols2, z2 = conv(h1, p["c2"])
-    a2 = np.maximum(z2, 0)
-    h2, m2 = pool(a2)
-    flat = h2.reshape(len(x), -1)
-    z = flat @ p["out"]["W"] + p["out"]["b"]
-    e = np.exp(z - z.max(1, keepdims=True))
-    dz = (e / e.sum(1, keepdims=True) - y) / len(x)
-    d_flat = dz @ p["out"]["W"].T
-    dz2 = unpool(d_flat.reshape(h2.shape), m2) * (z2 > 0)
-    dw2, db2, dh1 = conv_back(dz2, cols2, p["c2"], h1.shape)
-    dz1 = unpool(dh1, m1) * (z1 > 0)
-    dw1, db1, _ = conv_back(dz1, cols1, p["c1"], x.shape)
-    return dw1, db1, dw2, db2, flat.T @ dz, dz.sum(0)
+    """The same step written plainly with numpy (examples/numpy_cnn.py): the six gradients."""
+    g = numpy_cnn.value_and_grad(p, x, y)[1]
+    return (g["c1"]["W"], g["c1"]["b"], g["c2"]["W"], g["c2"]["b"], g["out"]["W"], g["out"]["b"])
 
 
 def w4(repeat: int) -> None:

@@ -54,6 +54,7 @@ from tapeml.frontend.ops import (
 from tapeml.frontend.program import Program, Spec, eval_shape, trace
 from tapeml.frontend.pytree import tree_map
 from tapeml.interpreters import interpret
+from tapeml.profile import profile
 
 # `import tapeml.nn` (and ops, optim) works as the README spells them
 sys.modules.update({"tapeml.nn": nn, "tapeml.ops": ops, "tapeml.optim": optim})
@@ -66,4 +67,5 @@ __all__ = [
     "nn", "not_equal", "ops", "optim", "pad", "power", "relu", "reshape", "sigmoid", "softmax",
     "sqrt", "square", "stack", "subtract", "sum", "tanh", "trace", "transpose", "tree_map",
     "unfold", "where", "grad", "value_and_grad", "vjp", "triangle_gradients", "jit",
+    "profile",
 ]

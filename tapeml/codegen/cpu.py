@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -26,6 +27,7 @@ from xdsl.utils.target import Target
 
 from tapeml.dialects import tape
 from tapeml.frontend.program import Program, value_names
+from tapeml.profile import count_ops, profiling, record
 from tapeml.transforms.fuse import fuse
 from tapeml.transforms.to_llvm import convert_to_llvm
 from tapeml.transforms.to_loops import lower_module
@@ -113,6 +115,10 @@ class Native:
         return tuple(outputs)
 
 
+def _instructions(module: Any) -> int:
+    return sum(1 for f in module.functions for b in f.blocks for _ in b.instructions)
+
+
 def _checked(value: Any, arg: Argument, name: str) -> np.ndarray:
     """`value` as a C-contiguous array of `arg`'s shape and dtype, or a clear error."""
     if (type(value) is np.ndarray and value.dtype == arg.dtype and value.shape == arg.shape
@@ -152,23 +158,38 @@ class CPUBackend:
         results = list(block.last_op.operands)
         outputs = [Argument(n, r.type.get_shape(), tape.dtype_of(r.type)) for n, r in
                    zip(value_names(f.res_attrs, results, "result"), results, strict=True)]
+        started = time.perf_counter()
         if self.fuse:
-            fuse(module)
+            report = fuse(module)
             keep("fused tape", lambda: str(module))
+            fired = ", ".join(f"{name} {n}" for name, n in report.fired.items() if n)
+            record("tape-fuse", count_ops(module, top_level=True), started,
+                   f"{sum(report.fired.values())} idioms raised ({fired or 'none'}), "
+                   f"{report.groups} elementwise groups of {report.grouped_ops} ops")
+        started = time.perf_counter()
         plan = lower_module(module, self.libm)
         keep("loops", lambda: f"// {plan}\n{module}")
+        record("tape-to-loops", count_ops(module), started, str(plan))
+        started = time.perf_counter()
         PassPipeline.parse_spec(get_all_passes(), "convert-scf-to-cf,canonicalize,cse").apply(
             Context(), module)  # the rest of tape-to-llvm, stage by stage
         convert_to_llvm(module)
         keep("llvm dialect", lambda: str(module))
+        record("convert-loops-to-llvm", count_ops(module), started,
+               "after convert-scf-to-cf, canonicalize, cse")
         with _LLVM_LOCK:
+            started = time.perf_counter()
             machine = target_machine()
             ir_text, parsed = optimize(module, machine)
             keep("llvm ir", lambda: ir_text)
             keep("optimized llvm ir", lambda: str(parsed))
             keep("assembly", lambda: machine.emit_assembly(parsed))
+            if profiling():
+                record("LLVM O3", _instructions(parsed), started, "(LLVM instructions)")
+            started = time.perf_counter()
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)
             engine.finalize_object()
             address = engine.get_function_address(program.name)
+            record("machine code (MCJIT)", None, started)
         signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs)))
         return Native(program.name, inputs, outputs, engine, signature(address), texts)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from tapeml.errors import TracingError
 from tapeml.frontend.pytree import LEAF, TreeDef, flatten, leaf_paths, unflatten
 from tapeml.frontend.trace import Tracer, as_array, at_user_line, bind, new_trace
 from tapeml.interpreters import interpret
+from tapeml.profile import count_ops, record
 
 NAME_ATTR = "tapeml.name"
 IN_TREE_ATTR = "tapeml.in_tree"
@@ -96,6 +98,7 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
     Arguments and results are pytrees (tuples, lists, dicts, None) of numpy arrays, Python
     floats or `Spec`s. Arrays `fn` reads from its enclosing scope become `tape.constant` ops.
     """
+    started = time.perf_counter()
     leaves, in_tree = flatten((example_args, example_kwargs))
     paths = _argument_paths(fn, example_args, example_kwargs)
     specs = []
@@ -135,6 +138,7 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
     f.attributes[OUT_TREE_ATTR] = StringAttr(out_tree.to_text())
     module = ModuleOp([f])
     module.verify()
+    record(f"trace {name}", count_ops(module, top_level=True), started)
     return Program(module)
 
 

@@ -15,6 +15,7 @@ The backward ops carry the location of the forward op they differentiate.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ from tapeml.frontend.program import (
 )
 from tapeml.frontend.pytree import LEAF, TreeDef
 from tapeml.frontend.trace import Trace, Tracer, new_trace
+from tapeml.profile import record
 from tapeml.transforms.pullbacks import NON_DIFFERENTIABLE, PULLBACKS
 
 
@@ -74,6 +76,7 @@ def differentiate(f: func.FuncOp, wrt: tuple[int, ...] = (), of: tuple[int, ...]
     is seeded with 1; with `seed`, the function gets one more argument per `of` result, its
     cotangent, after its own arguments (a vector-Jacobian product).
     """
+    started = time.perf_counter()
     block = f.body.block
     ret = block.last_op
     if not isinstance(ret, func.ReturnOp):
@@ -127,6 +130,8 @@ def differentiate(f: func.FuncOp, wrt: tuple[int, ...] = (), of: tuple[int, ...]
     _erase_dead(block, forward_ops)
     _update_signature(f, [block.args[i] for i in wrt], seeds)
     _update_trees(f, len(wrt), len(seeds))
+    record("tape-differentiate", len(block.ops) - 1, started,
+           f"{len(block.ops) - len(forward_ops & set(block.ops))} backward ops appended")
 
 
 def _erase_dead(block: Block, keep: set[Operation]) -> None:
