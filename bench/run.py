@@ -157,7 +157,7 @@ def main() -> None:
     if "W1" in only:
         w1(repeat)
     if "W2" in only:
-        w2(repeat, [128, 256] if args.quick else [256, 512])
+        w2(repeat, [256, 512] if args.quick else [512, 1024])
     if "W3" in only:
         w3_w5(repeat)
     if "W4" in only:

@@ -18,6 +18,12 @@ def _tape_dialect() -> Dialect:
     return Tape
 
 
+def _kernel_dialect() -> Dialect:
+    from tapeml.dialects.kernel import Kernel
+
+    return Kernel
+
+
 def _differentiate() -> type[ModulePass]:
     from tapeml.transforms.differentiate import DifferentiatePass
 
@@ -54,7 +60,7 @@ def _host_asm() -> type[Target]:
     return HostAsmTarget
 
 
-DIALECTS: dict[str, Callable[[], Dialect]] = {"tape": _tape_dialect}
+DIALECTS: dict[str, Callable[[], Dialect]] = {"tape": _tape_dialect, "kernel": _kernel_dialect}
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tape-differentiate": _differentiate,
     "tape-fuse": _fuse,
@@ -62,6 +68,14 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "convert-loops-to-llvm": _to_llvm,
     "tape-to-llvm": _tape_to_llvm,
 }
+def llvm_ir() -> type[Target]:
+    """tapeml-opt's `-t llvm`, in place of xDSL's: it also links in the generated kernels
+    (not published in the universe, where a second `llvm` target is an error)."""
+    from tapeml.codegen.cpu import LLVMIRTarget
+
+    return LLVMIRTarget
+
+
 TARGETS: dict[str, Callable[[], type[Target]]] = {"host-asm": _host_asm}
 
 TAPEML_UNIVERSE = Universe(all_dialects=DIALECTS, all_passes=PASSES, all_targets=TARGETS)

@@ -9,9 +9,10 @@ loop form and LLVM to machine code for this CPU.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from tapeml.frontend.program import Program
+if TYPE_CHECKING:  # the backends' package is imported by the dialects: no frontend import here
+    from tapeml.frontend.program import Program
 
 
 class Compiled(Protocol):

@@ -23,8 +23,9 @@ from xdsl.backend.llvm.convert import convert_module
 from xdsl.context import Context
 from xdsl.passes import PassPipeline
 from xdsl.transforms import get_all_passes
-from xdsl.utils.target import Target
+from xdsl.utils.target import Target as XTarget
 
+from tapeml.codegen.gemm import GemmSpec, Target, definition
 from tapeml.dialects import tape
 from tapeml.frontend.program import Program, value_names
 from tapeml.profile import count_ops, profiling, record
@@ -66,6 +67,40 @@ def optimize(module: Any, machine: llvm_binding.TargetMachine) -> tuple[str, Any
     return text, parsed
 
 
+_KERNELS: dict[tuple[str, Target], str] = {}  # (symbol, host) -> optimized IR text
+_KERNELS_LOCK = threading.Lock()
+
+
+def kernel_module(spec: GemmSpec, machine: llvm_binding.TargetMachine, optimized: bool = True
+                  ) -> Any:
+    """The generated kernel for `spec`, parsed (and optimized at O3, cached per process)."""
+    host = Target.host()
+    key = (spec.symbol, host)
+    with _KERNELS_LOCK:
+        text = _KERNELS.get(key) if optimized else None
+        if text is None:
+            parsed = llvm_binding.parse_assembly(definition(spec, host))
+            parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
+            parsed.verify()
+            if not optimized:
+                return parsed
+            passes = llvm_binding.create_pass_builder(
+                machine, llvm_binding.create_pipeline_tuning_options(speed_level=3))
+            passes.getModulePassManager().run(parsed, passes)
+            text = _KERNELS[key] = str(parsed)
+    return llvm_binding.parse_assembly(text)
+
+
+def link_kernels(parsed: Any, machine: llvm_binding.TargetMachine, optimized: bool = True
+                 ) -> list[str]:
+    """Link into `parsed` the definition of every generated kernel it declares; their names."""
+    names = [f.name for f in parsed.functions
+             if f.is_declaration and GemmSpec.from_symbol(f.name) is not None]
+    for name in names:
+        parsed.link_in(kernel_module(GemmSpec.from_symbol(name), machine, optimized))
+    return names
+
+
 def _prefer_wide_vectors(text: str) -> str:
     """Ask for the widest vectors (the CPU tunings here prefer 256 bits to the 512 they have):
     a string attribute on every defined function, which llvmlite's IR builder cannot add."""
@@ -74,7 +109,7 @@ def _prefer_wide_vectors(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class HostAsmTarget(Target):
+class HostAsmTarget(XTarget):
     """`-t host-asm`: an llvm-dialect module as assembly for this CPU (LLVM O3, its features)."""
 
     name = "host-asm"
@@ -83,7 +118,23 @@ class HostAsmTarget(Target):
         with _LLVM_LOCK:
             machine = target_machine()
             _, parsed = optimize(module, machine)
+            link_kernels(parsed, machine)
             output.write(machine.emit_assembly(parsed))
+
+
+@dataclass(frozen=True)
+class LLVMIRTarget(XTarget):
+    """`-t llvm`: an llvm-dialect module as LLVM IR (xDSL's convert_module), with the
+    definitions of the generated kernels it calls linked in."""
+
+    name = "llvm"
+
+    def emit(self, ctx: Context, module: Any, output: IO[str]) -> None:
+        with _LLVM_LOCK:
+            machine = target_machine()
+            text = str(convert_module(module, fallback_target_triple=machine.triple))
+            parsed = llvm_binding.parse_assembly(text)
+            output.write(str(parsed) if link_kernels(parsed, machine, optimized=False) else text)
 
 
 @dataclass
@@ -168,7 +219,7 @@ class CPUBackend:
                    f"{report.groups} elementwise groups of {report.grouped_ops} ops")
         started = time.perf_counter()
         plan = lower_module(module, self.libm)
-        keep("loops", lambda: f"// {plan}\n{module}")
+        keep("loops", lambda: f"// {plan}\n{module!s}")
         record("tape-to-loops", count_ops(module), started, str(plan))
         started = time.perf_counter()
         PassPipeline.parse_spec(get_all_passes(), "convert-scf-to-cf,canonicalize,cse").apply(
@@ -181,11 +232,13 @@ class CPUBackend:
             started = time.perf_counter()
             machine = target_machine()
             ir_text, parsed = optimize(module, machine)
+            kernels = link_kernels(parsed, machine)
             keep("llvm ir", lambda: ir_text)
             keep("optimized llvm ir", lambda: str(parsed))
             keep("assembly", lambda: machine.emit_assembly(parsed))
             if profiling():
-                record("LLVM O3", _instructions(parsed), started, "(LLVM instructions)")
+                record("LLVM O3", _instructions(parsed), started,
+                       f"(LLVM instructions), {len(kernels)} generated kernels linked")
             started = time.perf_counter()
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)
             engine.finalize_object()

@@ -27,6 +27,7 @@ from xdsl.ir import Attribute
 
 from tapeml.dialects.tape import dtype_of
 from tapeml.errors import InterpretError
+from tapeml.interpreters.kernel import KernelFunctions
 from tapeml.interpreters.scalars import ScalarFunctions
 from tapeml.interpreters.scf import ParallelFunctions
 from tapeml.interpreters.tape import TapeFunctions
@@ -36,7 +37,8 @@ def make_interpreter(module: ModuleOp, ctx: Context | None = None) -> Interprete
     """An xDSL interpreter for `module` that knows every op tapeml emits."""
     interpreter = Interpreter(module)
     register_implementations(interpreter, ctx or Context())
-    for functions in (TapeFunctions(), ScalarFunctions(), ParallelFunctions()):
+    for functions in (TapeFunctions(), ScalarFunctions(), ParallelFunctions(),
+                      KernelFunctions()):
         interpreter.register_implementations(functions)
     return interpreter
 

@@ -53,6 +53,7 @@ class TapeOptMain(xDSLOptMain):
         super().register_all_targets()
         for name, factory in universe.TARGETS.items():
             self.available_targets.setdefault(name, factory)
+        self.available_targets["llvm"] = universe.llvm_ir
 
     def parse_chunk(self, chunk: IO[bytes], file_extension: str,
                     start_offset: int = 0) -> ModuleOp | None:

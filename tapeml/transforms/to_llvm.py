@@ -2,7 +2,7 @@
 (func, cf, memref, arith, math on flat buffers) becomes the `llvm` dialect, which xDSL's
 `convert_module` turns into LLVM IR. xDSL 0.75 has none of these conversions.
 
-One pass converts all five dialects at once, so the IR is valid before and after it: first every
+One pass converts all six dialects at once, so the IR is valid before and after it: first every
 `index` value becomes an i64 and every buffer an `!llvm.ptr`, then each op is replaced by its
 llvm counterpart. MLIR's own conversions are the semantics followed:
 
@@ -13,6 +13,8 @@ llvm counterpart. MLIR's own conversions are the semantics followed:
   memref  load/store as a getelementptr (not inttoptr: LLVM vectorizes GEP loops) and load/store;
           alloc/dealloc as malloc/free; get_global/global as llvm globals
   func    func.func as an external llvm.func returning void, func.return as llvm.return
+  kernel  kernel.gemm as a call to the generated kernel its parameters name (declared here;
+          the CPU backend links in its definition from tapeml/codegen/gemm.py)
 
 No fast-math flags are set: float semantics stay IEEE, as the interpreter's.
 """
@@ -43,6 +45,8 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import Rewriter
 
+from tapeml.codegen.gemm import GemmSpec
+from tapeml.dialects import kernel
 from tapeml.transforms.to_loops import LoweringError
 
 PTR = llvm.LLVMPointerType()
@@ -179,6 +183,19 @@ class MemrefToLLVM(RewritePattern):
                                                value=value, alignment=64))
 
 
+@dataclass
+class KernelToLLVM(RewritePattern):
+    """kernel.gemm -> a call to the generated kernel its parameters name (declared here, defined
+    by the CPU backend: tapeml/codegen/gemm.py)."""
+
+    symbols: dict[Operation, str]
+    """Each kernel op's callee (read before the buffer types become pointers)."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if isinstance(op, kernel.GemmOp):
+            rewriter.replace(op, llvm.CallOp(self.symbols[op], op.a, op.b, op.c))
+
+
 class FuncToLLVM(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if isinstance(op, func.ReturnOp):
@@ -207,13 +224,17 @@ def convert_to_llvm(module: ModuleOp) -> None:
                             "lowered first (tape-to-loops, convert-scf-to-cf)")
     sizes = {op: op.memref.type.get_shape()[0] * _element_bytes(op.memref.type.element_type)
              for op in module.walk() if isinstance(op, memref.AllocOp)}
+    symbols = {op: op.spec.symbol for op in module.walk() if isinstance(op, kernel.GemmOp)}
     convert_types(module)
     PatternRewriteWalker(GreedyRewritePatternApplier([
         ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes), FuncToLLVM(),
+        KernelToLLVM(symbols),
     ]), apply_recursively=False).rewrite_module(module)
     uses = {op.callee.root_reference.data for op in module.walk() if isinstance(op, llvm.CallOp)}
+    kernels = sorted(name for name in uses if GemmSpec.from_symbol(name) is not None)
     for name, fty in (("malloc", llvm.LLVMFunctionType([i64], PTR)),
-                      ("free", llvm.LLVMFunctionType([PTR], None))):
+                      ("free", llvm.LLVMFunctionType([PTR], None)),
+                      *((name, llvm.LLVMFunctionType([PTR] * 3, None)) for name in kernels)):
         if name in uses:
             module.body.block.add_op(llvm.FuncOp(name, fty, linkage=llvm.LinkageAttr("external")))
     bad = {op.name for op in module.walk() if op.dialect_name() not in ("llvm", "builtin")}

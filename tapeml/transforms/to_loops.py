@@ -54,7 +54,8 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
-from tapeml.dialects import tape
+from tapeml.codegen.gemm import GemmSpec
+from tapeml.dialects import kernel, tape
 from tapeml.dialects.tape import numpy_to_dense
 from tapeml.transforms.transcendentals import Math
 
@@ -362,23 +363,41 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
     e.loops(out_shape, body)
 
 
-def lower_matmul(e: Emitter, op: tape.MatmulOp, ins: list[SSAValue], out: SSAValue) -> None:
-    """out[i, :] += a[i, k] * b[k, :] for k in order (i-k-j): the innermost loop runs along
-    rows of b and out, which LLVM vectorizes; each element still sums its k terms in order."""
-    a_shape, b_shape = _shape(op.lhs), _shape(op.rhs)
+def lower_matmul(e: Emitter, op: tape.MatmulOp, ins: list[SSAValue], out: SSAValue,
+                 views: dict[SSAValue, list[int]]) -> None:
+    """One `kernel.gemm` (the generated BLIS-style kernel on the CPU). An operand that is a
+    transpose of its last two axes (in `views`: the strides of its unpermuted buffer) is read
+    in place through its strides."""
     out_shape = _shape(op.result)
-    batch = list(out_shape[:-2])
+    batch = math.prod(out_shape[:-2])
+    a_shape, b_shape = _shape(op.lhs), _shape(op.rhs)
     m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
-    a_steps, b_steps, o_steps = strides(a_shape), strides(b_shape), strides(out_shape)
-    _zero(e, out, math.prod(out_shape), op.result.type.get_element_type())
 
-    def body(e: Emitter, ivs: list[SSAValue]) -> None:
-        *b, i, kk, j = ivs
-        x = e.load(ins[0], e.linear([*b, i, kk], a_steps))
-        y = e.load(ins[1], e.linear([*b, kk, j], b_steps))
-        _accumulate(e, out, e.linear([*b, i, j], o_steps), e.insert(arith.MulfOp(x, y)))
+    def steps(value: SSAValue, shape: Sequence[int]) -> tuple[int, int, int]:
+        s = views.get(value) or strides(shape)
+        return (s[0] if len(shape) == 3 else 0, s[-2], s[-1])
 
-    e.loops([*batch, m, k, n], body)
+    spec = GemmSpec("f32" if op.result.type.get_element_type() == f32 else "f64", batch, m, n,
+                    k, steps(op.lhs, a_shape), steps(op.rhs, b_shape), m * n, False)
+    e.insert(kernel.GemmOp(ins[0], ins[1], out, spec))
+
+
+def transposes_read_in_place(block: Block) -> dict[SSAValue, list[int]]:
+    """Permutes that swap the last two axes and are only read by matmuls: those read their
+    input in place, with swapped strides (result -> its strides in the input buffer)."""
+    views = {}
+    for op in block.ops:
+        if not isinstance(op, tape.PermuteOp):
+            continue
+        perm = list(op.params["perm"])
+        rank = len(perm)
+        if rank not in (2, 3) or perm != [*range(rank - 2), rank - 1, rank - 2]:
+            continue
+        if op.result.uses and all(isinstance(u.operation, tape.MatmulOp)
+                                  for u in op.result.uses):
+            source = strides(_shape(op.input))
+            views[op.result] = [source[p] for p in perm]
+    return views
 
 
 def lower_constant(e: Emitter, op: tape.ConstantOp, module: ModuleOp, out: SSAValue,
@@ -595,6 +614,75 @@ def lower_conv2d_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: S
         e.loops([geo.groups, og, geo.cg], body)
 
 
+def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
+                      report: PlanReport) -> None:
+    """conv2d (groups = 1) and its two cotangents as GEMMs over the im2col matrix
+    cols[b, c, i, j, y, x] = x[b, c, y*sh + i*dh - top, x*sw + j*dw - left] (0 in the padding),
+    a scratch buffer of N*C*kh*kw*OH*OW elements freed after the op:
+
+        forward   out[b] = W[o, (c,i,j)] @ cols[b]                     per image, one kernel.gemm
+        input     dcols[b] = W^T @ ct[b], then dx += dcols scattered back (col2im)
+        weight    dW = sum_b ct[b] @ cols[b]^T                         batches summed in the kernel
+    """
+    kind = type(op)
+    if kind is tape.Conv2dOp:
+        x_shape, w_shape = _shape(op.input), _shape(op.weight)
+    elif kind is tape.Conv2dBackwardInputOp:
+        x_shape, w_shape = _shape(op.result), _shape(op.weight)
+    else:
+        x_shape, w_shape = _shape(op.input), _shape(op.result)
+    y_shape = _shape(op.result if kind is tape.Conv2dOp else op.cotangent)
+    geo = _ConvGeometry.of(x_shape, w_shape, y_shape, op.params)
+    t = op.result.type.get_element_type()
+    dtype = "f32" if t == f32 else "f64"
+    ckk, ohw = geo.c * geo.kh * geo.kw, geo.oh * geo.ow
+    size = geo.n * ckk * ohw
+    cols = e.insert(memref.AllocOp.get(t, shape=[size]))
+    report.scratch_bytes = max(report.scratch_bytes, size * (t.bitwidth // 8))
+    (sh, sw), (dh, dw) = op.params["stride"], op.params["dilation"]
+    top, left = op.params["padding"][:2]
+    col_steps = [ckk * ohw, geo.kh * geo.kw * ohw, ohw, geo.ow, 1]  # over (b, c, tap, y, x)
+
+    def taps(move: Callable[[Emitter, SSAValue, SSAValue], None]) -> None:
+        """move(x index, cols index) for every (b, c, tap, y, x) that reads inside the input."""
+        for i, j, (y0, y1), (x0, x1), _ in geo.taps():
+            def body(e: Emitter, ivs: list[SSAValue], i=i, j=j, y0=y0, x0=x0) -> None:
+                b, c, y, xx = ivs
+                row = e.linear([y], [1], y0)
+                column = e.linear([xx], [1], x0)
+                source = e.linear([b, c, row, column], [geo.c * geo.h * geo.w, geo.h * geo.w,
+                                                        sh * geo.w, sw],
+                                  (i * dh - top) * geo.w + j * dw - left)
+                move(e, source, e.linear([b, c, row, column], [col_steps[0], col_steps[1],
+                                                               col_steps[3], 1],
+                                         (i * geo.kw + j) * ohw))
+
+            e.loops([geo.n, geo.c, y1 - y0, x1 - x0], body)
+
+    covered = sum((y1 - y0) * (x1 - x0) for _, _, (y0, y1), (x0, x1), _ in geo.taps())
+    if kind is not tape.Conv2dBackwardInputOp:  # im2col
+        if covered < geo.kh * geo.kw * ohw:
+            _zero(e, cols, size, t)
+        taps(lambda e, source, target: e.store(e.load(ins[0], source), cols, target))
+    if kind is tape.Conv2dOp:
+        e.insert(kernel.GemmOp(ins[1], cols, out, GemmSpec(
+            dtype, geo.n, geo.o, ohw, ckk, (0, ckk, 1), (ckk * ohw, ohw, 1), geo.o * ohw,
+            False)))
+    elif kind is tape.Conv2dBackwardInputOp:
+        ct, weight = ins
+        e.insert(kernel.GemmOp(weight, ct, cols, GemmSpec(
+            dtype, geo.n, ckk, ohw, geo.o, (0, 1, ckk), (geo.o * ohw, ohw, 1), ckk * ohw,
+            False)))
+        _zero(e, out, math.prod(x_shape), t)  # col2im
+        taps(lambda e, source, target: _accumulate(e, out, source, e.load(cols, target)))
+    else:
+        ct = ins[1]
+        e.insert(kernel.GemmOp(ct, cols, out, GemmSpec(
+            dtype, geo.n, geo.o, ckk, ohw, (geo.o * ohw, ohw, 1), (ckk * ohw, 1, ohw), 0,
+            False)))
+    e.insert(memref.DeallocOp.get(cols))
+
+
 def _window(e: Emitter, op: Operation, x_buf: SSAValue, x_shape: Sequence[int],
             ivs: Sequence[SSAValue], taps: Sequence[SSAValue]) -> tuple[SSAValue, SSAValue]:
     """Whether a pool window's tap is inside the input, and its (clamped) input index."""
@@ -685,6 +773,9 @@ WINDOW = {
 }
 
 
+CONVOLUTIONS = (tape.Conv2dOp, tape.Conv2dBackwardInputOp, tape.Conv2dBackwardWeightOp)
+"""Lowered to kernel.gemm over an im2col buffer when groups = 1 (the direct loops otherwise)."""
+
 LAYOUT = (tape.BroadcastOp, tape.PermuteOp, tape.SliceOp, tape.PadOp, tape.ConcatOp)
 
 
@@ -698,10 +789,13 @@ class PlanReport:
 
     peak_bytes: int = 0
     total_bytes: int = 0
+    scratch_bytes: int = 0
+    """The largest scratch buffer one op holds while it runs (a convolution's im2col matrix)."""
 
     def __str__(self) -> str:
-        return (f"buffers: peak {self.peak_bytes:,} bytes of intermediates live at once, "
-                f"{self.total_bytes:,} if all were kept")
+        scratch = f", plus {self.scratch_bytes:,} of scratch" if self.scratch_bytes else ""
+        return (f"buffers: peak {self.peak_bytes:,} bytes of intermediates live at once"
+                f"{scratch}, {self.total_bytes:,} if all were kept")
 
 
 def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
@@ -731,6 +825,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
               and value.owner.parent_block() is block}
     env: dict[SSAValue, SSAValue] = dict(zip(block.args, new_block.args, strict=False))
     allocated: list[SSAValue] = []
+    views = transposes_read_in_place(block)
     counter = iter(range(1 << 30))
     names = lambda: f"{f.sym_name.data}_constant_{next(counter)}"  # noqa: E731
 
@@ -738,8 +833,8 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         if isinstance(op, func.ReturnOp):
             break
         result = op.results[0]
-        if isinstance(op, tape.ReshapeOp):  # flat buffers: the same buffer, other strides
-            env[result] = env[op.input]
+        if isinstance(op, tape.ReshapeOp) or result in views:
+            env[result] = env[op.input]  # flat buffers: the same buffer, other strides
             continue
         if result in direct:  # a result the caller keeps: computed in its buffer
             out = direct[result]
@@ -761,7 +856,9 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         elif isinstance(op, tape.SumOp | tape.MaxOp):
             lower_reduction(e, op, ins, out)
         elif isinstance(op, tape.MatmulOp):
-            lower_matmul(e, op, ins, out)
+            lower_matmul(e, op, ins, out, views)
+        elif type(op) in CONVOLUTIONS and op.params["groups"] == 1:
+            lower_conv2d_gemm(e, op, ins, out, report)
         elif type(op) in WINDOW:
             WINDOW[type(op)](e, op, ins, out)
         env[result] = out

@@ -1,0 +1,493 @@
+"""The CPU's matmul kernel: BLIS-style GEMM written out as LLVM IR for one static shape.
+
+`kernel.gemm` (tapeml/dialects/kernel.py) becomes a call to a function whose name spells its
+`GemmSpec`; `definition(spec, target)` writes that function. It computes, for b < batch,
+
+    C[b] (+)= A[b] @ B[b],  A[b][i, p] = A[b*a0 + i*a1 + p*a2],  B[b][p, j] = B[b*b0 + p*b1 + j*b2]
+
+with C[b] a contiguous m x n block at C + b*c0 (c0 = 0: every batch adds into one C).
+A transposed operand is only other strides: packing reads it either way.
+
+The loop nest (Goto/BLIS; measured in ../shared/reference/cpu-codegen-measurements.md):
+
+    for pc in 0..k step KC:                         B[pc:pc+KC, :] packed as [n/NR][KC][NR]
+        for ic in 0..m step MC:                     A[ic:ic+MC, pc:pc+KC] packed as [MC/MR][KC][MR]
+            for jr in 0..n step NR:                 one KC x NR panel of B stays in L1
+                for ir in 0..MC step MR:            the micro-kernel: an MR x NR tile of C in
+                                                    MR * NR / lanes vector registers, one FMA
+                                                    per register per k
+
+The packed panels are zero-padded at the n edge and clamp rows at the m edge, so the
+micro-kernel always runs a full tile; an edge tile is written through a small stack tile.
+Every element of C sums its k products in the same order whatever the tiling (each tile owns
+its elements; blocks of KC are added in order), so results do not depend on threads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+_WIDE = '"prefer-vector-width"="512"'  # the host tunings prefer 256 bits; packing loops want 512
+
+KC = 256
+"""Depth of one packed block: an NR-wide panel of B (KC * NR elements) fits in L1."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The host's vector unit, as far as the kernel cares."""
+
+    vector_bits: int
+    registers: int
+    threads: int = 1
+    """Threads one kernel call may use (it splits its work when there is enough of it)."""
+
+    @staticmethod
+    def host() -> Target:
+        import llvmlite.binding as llvm
+
+        features = {k for k, v in llvm.get_host_cpu_features().items() if v}
+        threads = host_threads()
+        if "avx512f" in features:
+            return Target(512, 32, threads)
+        if "avx" in features:
+            return Target(256, 16, threads)
+        return Target(128, 16, threads)
+
+
+def host_threads() -> int:
+    """TAPEML_NUM_THREADS if set (1: single-threaded, for measuring), else the cores this
+    process may run on."""
+    value = os.environ.get("TAPEML_NUM_THREADS")
+    if value is not None:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"TAPEML_NUM_THREADS must be a positive integer, got {value!r}")
+        return int(value)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    dtype: str  # "f32" or "f64"
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: tuple[int, int, int]  # strides of A's batch, row (i) and column (p)
+    b: tuple[int, int, int]  # strides of B's batch, row (p) and column (j)
+    c0: int  # stride of C's batch: m * n, or 0 to sum every batch into one C
+    accumulate: bool  # add to C's contents instead of overwriting them
+
+    @property
+    def symbol(self) -> str:
+        a, b = "x".join(map(str, self.a)), "x".join(map(str, self.b))
+        return (f"tapeml_gemm_{self.dtype}_b{self.batch}_m{self.m}_n{self.n}_k{self.k}"
+                f"_a{a}_b{b}_c{self.c0}_{'acc' if self.accumulate else 'set'}")
+
+    @staticmethod
+    def from_symbol(name: str) -> GemmSpec | None:
+        match = re.fullmatch(r"tapeml_gemm_(f32|f64)_b(\d+)_m(\d+)_n(\d+)_k(\d+)_a(\d+)x(\d+)x"
+                             r"(\d+)_b(\d+)x(\d+)x(\d+)_c(\d+)_(acc|set)", name)
+        if match is None:
+            return None
+        g = match.groups()
+        v = [int(x) for x in g[1:12]]
+        return GemmSpec(g[0], v[0], v[1], v[2], v[3], (v[4], v[5], v[6]), (v[7], v[8], v[9]),
+                        v[10], g[12] == "acc")
+
+
+class _Writer:
+    """LLVM IR text with fresh value names and the current block's label (for phis)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.count = 0
+        self.block = "entry"
+
+    def fresh(self, hint: str = "t") -> str:
+        self.count += 1
+        return f"%{hint}{self.count}"
+
+    def __call__(self, text: str, hint: str = "t") -> str:
+        name = self.fresh(hint)
+        self.lines.append(f"  {name} = {text}")
+        return name
+
+    def do(self, text: str) -> None:
+        self.lines.append(f"  {text}")
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name[1:]}:")
+        self.block = name
+
+    def loop(self, start: str, end: str, step: int, body, hint: str = "i") -> None:
+        """for iv in range(start, end, step): body(iv) -- i64 values, end exclusive."""
+        head, inner, latch, done = (self.fresh(f"{hint}.{s}") for s in
+                                    ("head", "body", "latch", "done"))
+        before = self.block
+        self.do(f"br label {head}")
+        self.label(head)
+        iv = self.fresh(hint)
+        nxt = self.fresh(f"{hint}.next")
+        self.do(f"{iv} = phi i64 [ {start}, {before} ], [ {nxt}, {latch} ]")
+        more = self(f"icmp slt i64 {iv}, {end}")
+        self.do(f"br i1 {more}, label {inner}, label {done}")
+        self.label(inner)
+        body(iv)
+        self.do(f"br label {latch}")
+        self.label(latch)
+        self.do(f"{nxt} = add i64 {iv}, {step}")
+        self.do(f"br label {head}")
+        self.label(done)
+
+    def min(self, a: str, b: str) -> str:
+        return self(f"call i64 @llvm.smin.i64(i64 {a}, i64 {b})")
+
+    def add(self, a: str, b: str) -> str:
+        return self(f"add i64 {a}, {b}")
+
+    def packed(self, index: str, p: str, width: int) -> str:
+        """Where element (index, p) of a panel-packed block lies: [index / width][p][index %
+        width], panels of %kc * width elements."""
+        panel = self(f"sdiv i64 {index}, {width}")
+        lane = self(f"srem i64 {index}, {width}")
+        start = self(f"mul i64 {panel}, {self(f'mul i64 %kc, {width}')}")
+        return self.add(start, self.add(self(f"mul i64 {p}, {width}"), lane))
+
+    def gep(self, t: str, base: str, offset: str) -> str:
+        return self(f"getelementptr inbounds {t}, ptr {base}, i64 {offset}", "p")
+
+
+def tiles(spec: GemmSpec, target: Target) -> tuple[int, int, int]:
+    """(lanes, MR, NR): NR is two vectors wide; MR rows use most of the registers."""
+    lanes = target.vector_bits // (32 if spec.dtype == "f32" else 64)
+    mr = 14 if target.registers >= 32 else 6
+    return lanes, mr, 2 * lanes
+
+
+def definition(spec: GemmSpec, target: Target) -> str:
+    """The LLVM IR module defining `spec.symbol` (and its internal helpers)."""
+    t = "float" if spec.dtype == "f32" else "double"
+    size = 4 if spec.dtype == "f32" else 8
+    lanes, mr, nr = tiles(spec, target)
+    mc = mr * max(1, 140 // mr)
+    kc = min(KC, max(spec.k, 1))
+    vec = f"<{lanes} x {t}>"
+    name = spec.symbol
+    out = [f"; {name}: C (+)= A @ B, BLIS-style, {mr}x{nr} register tile of {vec}",
+           "declare i64 @llvm.smin.i64(i64, i64)",
+           f"declare {vec} @llvm.fma.v{lanes}{spec.dtype}({vec}, {vec}, {vec})",
+           "declare ptr @aligned_alloc(i64, i64)", "declare void @free(ptr)",
+           "declare i32 @pthread_create(ptr, ptr, ptr, ptr)", "declare i32 @pthread_join(i64, ptr)",
+           ""]
+    out += _micro_kernel(name, t, vec, lanes, mr, nr, spec.dtype)
+    out += _pack_b(name, t, spec, nr)
+    out += _pack_a(name, t, spec, mr)
+    out += _driver(name, t, size, spec, mr, nr, mc, kc, target.threads)
+    return "\n".join(out) + "\n"
+
+
+def _micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
+                  dtype: str) -> list[str]:
+    """C[mr x nr tile] (+)= Ap[kc][MR]^T Bp[kc][NR], accumulated in registers."""
+    w = _Writer()
+    vectors = nr // lanes
+    acc = [[f"%c{i}.{v}" for v in range(vectors)] for i in range(mr)]
+    new = [[f"%c{i}.{v}.n" for v in range(vectors)] for i in range(mr)]
+    w.lines.append(f"define internal void @{name}.tile(i64 %kc, ptr noalias align 64 %a, "
+                   f"ptr noalias align 64 %b, ptr noalias %c, i64 %ldc, i64 %mr, i64 %nr, "
+                   f"i1 %load) {_WIDE} {{")
+    w.label("%entry")
+    w.do(f"%tile = alloca [{mr * nr} x {t}], align 64")
+    w.do("br label %head")
+    w.label("%head")
+    w.do("%k = phi i64 [ 0, %entry ], [ %k.next, %body ]")
+    for i in range(mr):
+        for v in range(vectors):
+            w.do(f"{acc[i][v]} = phi {vec} [ zeroinitializer, %entry ], [ {new[i][v]}, %body ]")
+    w.do("%more = icmp slt i64 %k, %kc")
+    w.do("br i1 %more, label %body, label %store")
+    w.label("%body")
+    bp = w.gep(t, "%b", w(f"mul i64 %k, {nr}"))
+    bs = []
+    for v in range(vectors):
+        p = bp if v == 0 else w.gep(t, bp, str(v * lanes))
+        bs.append(w(f"load {vec}, ptr {p}, align 64", "b"))
+    ap = w.gep(t, "%a", w(f"mul i64 %k, {mr}"))
+    for i in range(mr):
+        p = ap if i == 0 else w.gep(t, ap, str(i))
+        x = w(f"load {t}, ptr {p}, align {4 if t == 'float' else 8}", "a")
+        one = w(f"insertelement {vec} poison, {t} {x}, i64 0")
+        splat = w(f"shufflevector {vec} {one}, {vec} poison, <{lanes} x i32> zeroinitializer")
+        for v in range(vectors):
+            w.do(f"{new[i][v]} = call {vec} @llvm.fma.v{lanes}{dtype}({vec} {splat}, "
+                 f"{vec} {bs[v]}, {vec} {acc[i][v]})")
+    w.do("%k.next = add i64 %k, 1")
+    w.do("br label %head")
+    w.label("%store")
+    full_m = w(f"icmp eq i64 %mr, {mr}")
+    full_n = w(f"icmp eq i64 %nr, {nr}")
+    full = w(f"and i1 {full_m}, {full_n}")
+    w.do(f"br i1 {full}, label %full, label %edge")
+    w.label("%full")  # straight into C (rows of C need not be aligned)
+    for i in range(mr):
+        row = w.gep(t, "%c", w(f"mul i64 %ldc, {i}"))
+        for v in range(vectors):
+            p = row if v == 0 else w.gep(t, row, str(v * lanes))
+            old = w(f"load {vec}, ptr {p}, align {4 if t == 'float' else 8}")
+            total = w(f"fadd {vec} {old}, {acc[i][v]}")
+            value = w(f"select i1 %load, {vec} {total}, {vec} {acc[i][v]}")
+            w.do(f"store {vec} {value}, ptr {p}, align {4 if t == 'float' else 8}")
+    w.do("ret void")
+    w.label("%edge")  # through the stack tile, then the mr x nr corner of it into C
+    for i in range(mr):
+        for v in range(vectors):
+            p = w.gep(t, "%tile", str(i * nr + v * lanes))
+            w.do(f"store {vec} {acc[i][v]}, ptr {p}, align 64")
+
+    def row(i: str) -> None:
+        src = w.gep(t, "%tile", w(f"mul i64 {i}, {nr}"))
+        dst = w.gep(t, "%c", w(f"mul i64 {i}, %ldc"))
+
+        def column(j: str) -> None:
+            x = w(f"load {t}, ptr {w.gep(t, src, j)}")
+            q = w.gep(t, dst, j)
+            old = w(f"load {t}, ptr {q}")
+            total = w(f"fadd {t} {old}, {x}")
+            w.do(f"store {t} {w(f'select i1 %load, {t} {total}, {t} {x}')}, ptr {q}")
+
+        w.loop("0", "%nr", 1, column, "j")
+
+    w.loop("0", "%mr", 1, row, "i")
+    w.do("ret void")
+    w.lines.append("}")
+    return [*w.lines, ""]
+
+
+def _pack_b(name: str, t: str, spec: GemmSpec, nr: int) -> list[str]:
+    """Bp[jj / NR][p][jj % NR] = B[pc + p, j0 + jj] for p < kc and j0 + jj < j1, zero past j1
+    up to a whole panel."""
+    w = _Writer()
+    _, b1, b2 = spec.b
+    w.lines.append(f"define internal void @{name}.pack_b(ptr noalias %src, ptr noalias align 64 "
+                   f"%dst, i64 %pc, i64 %kc, i64 %j0, i64 %j1) {_WIDE} {{")
+    w.label("%entry")
+
+    def element(p: str, j: str) -> None:
+        at = w.packed(w(f"sub i64 {j}, %j0"), p, nr)
+        row = w(f"add i64 %pc, {p}")
+        src = w.add(w(f"mul i64 {row}, {b1}"), w(f"mul i64 {j}, {b2}"))
+        x = w(f"load {t}, ptr {w.gep(t, '%src', src)}")
+        w.do(f"store {t} {x}, ptr {w.gep(t, '%dst', at)}")
+
+    if b2 <= b1:  # rows of B are contiguous (or nearly): stream them
+        w.loop("0", "%kc", 1, lambda p: w.loop("%j0", "%j1", 1, lambda j: element(p, j), "j"),
+               "p")
+    else:  # a transposed B: read down its columns
+        w.loop("%j0", "%j1", 1, lambda j: w.loop("0", "%kc", 1, lambda p: element(p, j), "p"),
+               "j")
+    width = w("sub i64 %j1, %j0")
+    rounded = w(f"add i64 {width}, {nr - 1}")
+    padded = w(f"mul i64 {w(f'sdiv i64 {rounded}, {nr}')}, {nr}")
+
+    def zero(p: str, jj: str) -> None:
+        w.do(f"store {t} 0.0, ptr {w.gep(t, '%dst', w.packed(jj, p, nr))}")
+
+    w.loop("0", "%kc", 1, lambda p: w.loop(width, padded, 1, lambda jj: zero(p, jj), "z"), "q")
+    w.do("ret void")
+    w.lines.append("}")
+    return [*w.lines, ""]
+
+
+def _pack_a(name: str, t: str, spec: GemmSpec, mr: int) -> list[str]:
+    """Ap[i / MR][p][i % MR] = A[min(ic + i, m - 1), pc + p] for i < mc rounded up to MR."""
+    w = _Writer()
+    _, a1, a2 = spec.a
+    w.lines.append(f"define internal void @{name}.pack_a(ptr noalias %src, ptr noalias align 64 "
+                   f"%dst, i64 %ic, i64 %mc, i64 %pc, i64 %kc) {_WIDE} {{")
+    w.label("%entry")
+    rounded = w(f"add i64 %mc, {mr - 1}")
+    rows = w(f"mul i64 {w(f'sdiv i64 {rounded}, {mr}')}, {mr}")
+
+    def element(i: str, p: str) -> None:
+        at = w.packed(i, p, mr)
+        row = w.min(w(f"add i64 %ic, {i}"), str(spec.m - 1))
+        column = w(f"add i64 %pc, {p}")
+        src = w.add(w(f"mul i64 {row}, {a1}"), w(f"mul i64 {column}, {a2}"))
+        x = w(f"load {t}, ptr {w.gep(t, '%src', src)}")
+        w.do(f"store {t} {x}, ptr {w.gep(t, '%dst', at)}")
+
+    if a2 <= a1:  # rows of A are contiguous: read along them
+        w.loop("0", rows, 1, lambda i: w.loop("0", "%kc", 1, lambda p: element(i, p), "p"), "i")
+    else:
+        w.loop("0", "%kc", 1, lambda p: w.loop("0", rows, 1, lambda i: element(i, p), "i"), "p")
+    w.do("ret void")
+    w.lines.append("}")
+    return [*w.lines, ""]
+
+
+Part = tuple[int, int, int, int, int, int]
+"""A share of the work: batches [b0, b1), rows [m0, m1), columns [n0, n1)."""
+
+PARALLEL_FLOPS = 4_000_000
+"""Below this much work a kernel runs on the calling thread: starting a thread costs tens of us."""
+
+
+def partition(spec: GemmSpec, mr: int, nr: int, threads: int) -> list[Part]:
+    """Split the work into up to `threads` parts that write disjoint parts of C: batches when
+    each batch has its own C, else rows (whole MR tiles), else columns (whole NR panels).
+    Each element's sum runs in the same order whichever part computes it."""
+    whole = (0, spec.batch, 0, spec.m, 0, spec.n)
+    if threads < 2 or 2 * spec.batch * spec.m * spec.n * spec.k < PARALLEL_FLOPS:
+        return [whole]
+
+    def cut(size: int, align: int) -> list[tuple[int, int]]:
+        step = -(-size // threads)
+        step = -(-step // align) * align
+        return [(lo, min(lo + step, size)) for lo in range(0, size, step)]
+
+    if spec.c0 and spec.batch >= threads:
+        return [(b0, b1, 0, spec.m, 0, spec.n) for b0, b1 in cut(spec.batch, 1)]
+    if spec.m >= spec.n:
+        return [(0, spec.batch, m0, m1, 0, spec.n) for m0, m1 in cut(spec.m, mr)]
+    return [(0, spec.batch, 0, spec.m, n0, n1) for n0, n1 in cut(spec.n, nr)]
+
+
+_PART_ARGS = "ptr %A, ptr %B, ptr %C, i64 %b0, i64 %b1, i64 %m0, i64 %m1, i64 %n0, i64 %n1"
+_CONTEXT = "{ ptr, ptr, ptr, i64, i64, i64, i64, i64, i64 }"
+
+
+def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: int,
+            kc: int, threads: int) -> list[str]:
+    w = _Writer()
+    m, n, k = spec.m, spec.n, spec.k
+    w.lines.append(f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C) "
+                   f"{_WIDE} {{")
+    w.label("%entry")
+    if m == 0 or n == 0 or spec.batch == 0:
+        w.do("ret void")
+        w.lines.append("}")
+        return w.lines
+    if k == 0:  # an empty sum: C = 0, or C unchanged
+        if not spec.accumulate:
+            total = m * n if spec.c0 == 0 else spec.batch * m * n
+            w.loop("0", str(total), 1,
+                   lambda i: w.do(f"store {t} 0.0, ptr {w.gep(t, '%C', i)}"), "z")
+        w.do("ret void")
+        w.lines.append("}")
+        return w.lines
+    parts = partition(spec, mr, nr, threads)
+    spawned = []
+    for i, part in enumerate(parts[1:], 1):  # threads for all parts but the first
+        context = w(f"alloca {_CONTEXT}", "ctx")
+        for field, value in enumerate(["%A", "%B", "%C"]):
+            at = w(f"getelementptr {_CONTEXT}, ptr {context}, i32 0, i32 {field}")
+            w.do(f"store ptr {value}, ptr {at}")
+        for field, value in enumerate(part, 3):
+            at = w(f"getelementptr {_CONTEXT}, ptr {context}, i32 0, i32 {field}")
+            w.do(f"store i64 {value}, ptr {at}")
+        tid = w("alloca i64", "tid")
+        rc = w(f"call i32 @pthread_create(ptr {tid}, ptr null, ptr @{name}.worker, "
+               f"ptr {context})")
+        started = w(f"icmp eq i32 {rc}, 0")
+        w.do(f"br i1 {started}, label %go{i}, label %inline{i}")
+        w.label(f"%inline{i}")  # no thread to be had: this thread does that part too
+        w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, {_i64s(part)})")
+        w.do(f"br label %go{i}")
+        w.label(f"%go{i}")
+        spawned.append((i, tid, started))
+    w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, {_i64s(parts[0])})")
+    for i, tid, started in spawned:
+        w.do(f"br i1 {started}, label %join{i}, label %joined{i}")
+        w.label(f"%join{i}")
+        w.do(f"call i32 @pthread_join(i64 {w(f'load i64, ptr {tid}')}, ptr null)")
+        w.do(f"br label %joined{i}")
+        w.label(f"%joined{i}")
+    w.do("ret void")
+    w.lines.append("}")
+    out = [*w.lines, ""]
+    if len(parts) > 1:
+        out += _worker(name)
+    return out + _part(name, t, size, spec, mr, nr, mc, kc)
+
+
+def _i64s(values: Part) -> str:
+    return ", ".join(f"i64 {v}" for v in values)
+
+
+def _worker(name: str) -> list[str]:
+    """The thread's entry: the part its context names."""
+    w = _Writer()
+    w.lines.append(f"define internal ptr @{name}.worker(ptr %ctx) {{")
+    w.label("%entry")
+    values = []
+    for field, kind in enumerate(["ptr"] * 3 + ["i64"] * 6):
+        at = w(f"getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 {field}")
+        values.append(f"{kind} {w(f'load {kind}, ptr {at}')}")
+    w.do(f"call void @{name}.part({', '.join(values)})")
+    w.do("ret ptr null")
+    w.lines.append("}")
+    return [*w.lines, ""]
+
+
+def _part(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: int,
+          kc: int) -> list[str]:
+    """The loop nest over one part: its own packing buffers, all of k."""
+    w = _Writer()
+    n, k = spec.n, spec.k
+    a0, b0, c0 = spec.a[0], spec.b[0], spec.c0
+    w.lines.append(f"define internal void @{name}.part({_PART_ARGS}) {_WIDE} {{")
+    w.label("%entry")
+    b_bytes = -(-n // nr) * nr * kc * size
+    a_bytes = mc * kc * size
+    bp = w(f"call ptr @aligned_alloc(i64 64, i64 {b_bytes})", "bp")
+    ap = w(f"call ptr @aligned_alloc(i64 64, i64 {a_bytes})", "ap")
+
+    def batch(b: str) -> None:
+        a = w.gep(t, "%A", w(f"mul i64 {b}, {a0}"))
+        bb = w.gep(t, "%B", w(f"mul i64 {b}, {b0}"))
+        c = w.gep(t, "%C", w(f"mul i64 {b}, {c0}"))
+        later_batch = w(f"icmp sgt i64 {b}, 0") if c0 == 0 else "false"
+
+        def block(pc: str) -> None:
+            depth = w.min(str(kc), w(f"sub i64 {k}, {pc}"))
+            w.do(f"call void @{name}.pack_b(ptr {bb}, ptr {bp}, i64 {pc}, i64 {depth}, "
+                 "i64 %n0, i64 %n1)")
+            load = w(f"or i1 {w(f'icmp sgt i64 {pc}, 0')}, {later_batch}")
+            if spec.accumulate:
+                load = "true"
+
+            def rows(ic: str) -> None:
+                height = w.min(str(mc), w(f"sub i64 %m1, {ic}"))
+                w.do(f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
+                     f"i64 {pc}, i64 {depth})")
+
+                def panel(jr: str) -> None:
+                    width = w.min(str(nr), w(f"sub i64 %n1, {jr}"))
+                    b_panel = w.gep(t, bp, w(f"mul i64 {w(f'sub i64 {jr}, %n0')}, {depth}"))
+
+                    def tile(ir: str) -> None:
+                        tall = w.min(str(mr), w(f"sub i64 {height}, {ir}"))
+                        a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {depth}"))
+                        row = w(f"add i64 {ic}, {ir}")
+                        c_tile = w.gep(t, c, w.add(w(f"mul i64 {row}, {n}"), jr))
+                        w.do(f"call void @{name}.tile(i64 {depth}, ptr {a_panel}, "
+                             f"ptr {b_panel}, ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, "
+                             f"i1 {load})")
+
+                    w.loop("0", height, mr, tile, "ir")
+
+                w.loop("%n0", "%n1", nr, panel, "jr")
+
+            w.loop("%m0", "%m1", mc, rows, "ic")
+
+        w.loop("0", str(k), kc, block, "pc")
+
+    w.loop("%b0", "%b1", 1, batch, "batch")
+    w.do(f"call void @free(ptr {bp})")
+    w.do(f"call void @free(ptr {ap})")
+    w.do("ret void")
+    w.lines.append("}")
+    return w.lines

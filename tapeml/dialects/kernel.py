@@ -1,0 +1,99 @@
+"""The `kernel` dialect: calls into the kernels the CPU backend generates, on flat buffers.
+
+    kernel.gemm %a, %b, %c {batch = 1 : i64, m = 64 : i64, n = 32 : i64, k = 16 : i64,
+                            a_strides = array<i64: 0, 16, 1>, b_strides = array<i64: 0, 32, 1>,
+                            c_batch_stride = 2048 : i64, accumulate = false}
+        : memref<1024xf32>, memref<512xf32>, memref<2048xf32>
+
+computes, for every b < batch, C[b] = A[b] @ B[b] (or C[b] += with `accumulate`), where
+A[b][i, p] = a[b*a0 + i*a1 + p*a2], B[b][p, j] = b[b*b0 + p*b1 + j*b2], and C[b] is the
+contiguous m x n block of c at b * c_batch_stride (0: every batch adds into the same block).
+Strides let a transposed operand be read in place. `tape-to-loops` emits it for tape.matmul;
+`convert-loops-to-llvm` turns it into a call to the generated kernel (tapeml/codegen/gemm.py),
+whose name spells these parameters; the interpreter runs it with numpy.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import (
+    BoolAttr,
+    DenseArrayBase,
+    IntegerAttr,
+    MemRefType,
+    i64,
+)
+from xdsl.ir import Dialect, SSAValue
+from xdsl.irdl import IRDLOperation, attr_def, irdl_op_definition, operand_def
+from xdsl.utils.exceptions import VerifyException
+
+from tapeml.codegen.gemm import GemmSpec
+
+
+@irdl_op_definition
+class GemmOp(IRDLOperation):
+    name = "kernel.gemm"
+
+    a = operand_def(MemRefType)
+    b = operand_def(MemRefType)
+    c = operand_def(MemRefType)
+    batch = attr_def(IntegerAttr)
+    m = attr_def(IntegerAttr)
+    n = attr_def(IntegerAttr)
+    k = attr_def(IntegerAttr)
+    a_strides = attr_def(DenseArrayBase)
+    b_strides = attr_def(DenseArrayBase)
+    c_batch_stride = attr_def(IntegerAttr)
+    accumulate = attr_def(BoolAttr)
+
+    assembly_format = "$a `,` $b `,` $c attr-dict `:` type($a) `,` type($b) `,` type($c)"
+
+    def __init__(self, a: SSAValue, b: SSAValue, c: SSAValue, spec: GemmSpec) -> None:
+        def integer(v: int) -> IntegerAttr:
+            return IntegerAttr(v, i64)
+
+        super().__init__(operands=[a, b, c], attributes={
+            "batch": integer(spec.batch), "m": integer(spec.m), "n": integer(spec.n),
+            "k": integer(spec.k), "a_strides": DenseArrayBase.from_list(i64, spec.a),
+            "b_strides": DenseArrayBase.from_list(i64, spec.b),
+            "c_batch_stride": integer(spec.c0), "accumulate": BoolAttr.from_bool(spec.accumulate),
+        })
+
+    @property
+    def spec(self) -> GemmSpec:
+        element = self.c.type.get_element_type()
+        return GemmSpec(
+            "f32" if element.bitwidth == 32 else "f64", self.batch.value.data, self.m.value.data,
+            self.n.value.data, self.k.value.data, tuple(self.a_strides.get_values()),
+            tuple(self.b_strides.get_values()), self.c_batch_stride.value.data,
+            bool(self.accumulate.value.data))
+
+    def verify_(self) -> None:
+        types = [v.type for v in (self.a, self.b, self.c)]
+        if len({t.get_element_type() for t in types}) != 1 or types[0].get_element_type(
+        ).bitwidth not in (32, 64) or any(t.get_shape().__len__() != 1 for t in types):
+            raise VerifyException(f"kernel.gemm takes three flat f32 or f64 buffers of one "
+                                  f"element type, got {', '.join(map(str, types))}")
+        for name in ("a_strides", "b_strides"):
+            if len(getattr(self, name).get_values()) != 3:
+                raise VerifyException(f"kernel.gemm: {name} must have 3 entries (batch, row, "
+                                      "column)")
+        s = self.spec
+        if min(s.batch, s.m, s.n, s.k, *s.a, *s.b, s.c0) < 0:
+            raise VerifyException("kernel.gemm: sizes and strides must be non-negative")
+        if s.batch and s.m and s.n and s.c0 not in (0, s.m * s.n):
+            raise VerifyException(f"kernel.gemm: c_batch_stride must be m*n = {s.m * s.n} or 0, "
+                                  f"got {s.c0}")
+        if s.batch and s.m and s.n and s.k:
+            reads = {"a": (s.a, (s.m, s.k), types[0]), "b": (s.b, (s.k, s.n), types[1])}
+            for operand, (steps, (rows, columns), t) in reads.items():
+                last = steps[0] * (s.batch - 1) + steps[1] * (rows - 1) + steps[2] * (columns - 1)
+                if last >= t.get_shape()[0]:
+                    raise VerifyException(f"kernel.gemm: {operand} is read up to element {last}, "
+                                          f"past its {t.get_shape()[0]} elements")
+        c_needed = (s.m * s.n if s.c0 == 0 else s.batch * s.m * s.n) if s.batch else 0
+        if types[2].get_shape()[0] < c_needed:
+            raise VerifyException(f"kernel.gemm: c holds {types[2].get_shape()[0]} elements, "
+                                  f"{c_needed} are written")
+
+
+Kernel = Dialect("kernel", [GemmOp])

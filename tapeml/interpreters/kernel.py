@@ -1,0 +1,44 @@
+"""`kernel.gemm` on xDSL's interpreter: numpy's matmul over strided views of the buffers."""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
+from xdsl.interpreters.shaped_array import ShapedArray
+
+from tapeml.dialects.kernel import GemmOp
+
+
+def _flat(buffer: ShapedArray, dtype: np.dtype) -> np.ndarray:
+    raw = buffer.data_ptr.raw
+    count = (len(raw.memory) - raw.offset) // dtype.itemsize
+    return np.frombuffer(raw.memory, dtype, count, raw.offset)
+
+
+@register_impls
+class KernelFunctions(InterpreterFunctions):
+    @impl(GemmOp)
+    def run_gemm(self, interpreter: Interpreter, op: GemmOp, args: PythonValues) -> PythonValues:
+        s = op.spec
+        dtype = np.dtype(np.float32 if s.dtype == "f32" else np.float64)
+        a, b, c = (_flat(x, dtype) for x in args)
+        if not (s.batch and s.m and s.n):
+            return ()
+        item = dtype.itemsize
+        lhs = np.lib.stride_tricks.as_strided(a, (s.batch, s.m, s.k),
+                                              [x * item for x in s.a], writeable=False)
+        rhs = np.lib.stride_tricks.as_strided(b, (s.batch, s.k, s.n),
+                                              [x * item for x in s.b], writeable=False)
+        product = np.matmul(lhs, rhs)
+        blocks = c[:s.batch * s.m * s.n].reshape(s.batch, s.m, s.n) if s.c0 else None
+        if blocks is None:  # every batch adds into one block, in batch order
+            block = c[:s.m * s.n].reshape(s.m, s.n)
+            if not s.accumulate:
+                block[...] = 0
+            for p in product:
+                block += p
+        elif s.accumulate:
+            blocks += product
+        else:
+            blocks[...] = product
+        return ()

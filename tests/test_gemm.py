@@ -1,0 +1,187 @@
+"""The generated GEMM kernel (tapeml/codegen/gemm.py) against numpy in float64, over shapes
+that are not multiples of the tiles, transposed operands, batches, accumulation, f32 and f64;
+and kernel.gemm through the whole pipeline against the interpreter."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tapeml
+from tapeml.codegen.cpu import kernel_module, target_machine
+from tapeml.codegen.gemm import GemmSpec, Target, partition, tiles
+
+_ENGINES = []  # compiled kernels live as long as the test session
+
+
+def compiled(spec: GemmSpec):
+    """The kernel for `spec`, for this host (and TAPEML_NUM_THREADS threads, when set)."""
+    import llvmlite.binding as llvm
+
+    machine = target_machine()
+    engine = llvm.create_mcjit_compiler(kernel_module(spec, machine), machine)
+    engine.finalize_object()
+    _ENGINES.append(engine)
+    address = engine.get_function_address(spec.symbol)
+    return ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3)(address)
+
+
+def check(m, n, k, dtype=np.float32, ta=False, tb=False, batch=1, c0=None, accumulate=False):
+    rng = np.random.default_rng(m * 10007 + n * 101 + k)
+    a = rng.standard_normal((batch, k, m) if ta else (batch, m, k)).astype(dtype)
+    b = rng.standard_normal((batch, n, k) if tb else (batch, k, n)).astype(dtype)
+    c0 = m * n if c0 is None else c0
+    c = rng.standard_normal((batch if c0 else 1, m, n)).astype(dtype)
+    spec = GemmSpec("f32" if dtype == np.float32 else "f64", batch, m, n, k,
+                    (m * k, 1, m) if ta else (m * k, k, 1),
+                    (k * n, 1, k) if tb else (k * n, n, 1), c0, accumulate)
+    lhs = (a.transpose(0, 2, 1) if ta else a).astype(np.float64)
+    rhs = (b.transpose(0, 2, 1) if tb else b).astype(np.float64)
+    expected = lhs @ rhs
+    if not c0:
+        expected = expected.sum(axis=0, keepdims=True)
+    if accumulate:
+        expected = expected + c
+    out = c.copy()
+    compiled(spec)(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+    scale = max(1.0, float(np.abs(expected).max(initial=0))) * max(1, k)
+    tolerance = (4e-7 if dtype == np.float32 else 1e-15) * scale
+    np.testing.assert_allclose(out, expected, rtol=0, atol=tolerance, err_msg=spec.symbol)
+
+
+SIZES = [1, 7, 33]
+
+
+@pytest.mark.parametrize("m", [*SIZES, 15])
+@pytest.mark.parametrize("n", [*SIZES, 32, 65])
+@pytest.mark.parametrize("k", [1, 7, 257])
+def test_edges_of_every_tile(m, n, k):
+    check(m, n, k)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_transposed_operands_are_read_in_place(ta, tb, dtype):
+    check(37, 41, 29, dtype, ta, tb)
+
+
+def test_larger_than_one_block_in_every_direction():
+    lanes, mr, nr = tiles(GemmSpec("f32", 1, 1, 1, 1, (0, 1, 1), (0, 1, 1), 1, False),
+                          Target.host())
+    check(150, 2 * nr + 3, 513)  # two KC blocks and a tail; two MC blocks; a ragged panel
+
+
+def test_batches_accumulation_and_batch_sums():
+    check(9, 10, 11, batch=3)
+    check(9, 10, 11, accumulate=True)
+    check(9, 10, 11, batch=4, c0=0)  # every batch summed into one C
+    check(5, 6, 7, batch=2, c0=0, accumulate=True)
+    check(13, 17, 19, np.float64, batch=2)
+
+
+def test_empty_sums_and_empty_outputs():
+    check(5, 6, 0)  # k = 0: C = 0
+    check(5, 6, 0, accumulate=True)  # C unchanged
+    check(0, 6, 3)
+    check(5, 0, 3)
+
+
+@pytest.mark.parametrize("batch,m,n,k,c0", [
+    (6, 60, 70, 300, None),   # split by batch
+    (1, 200, 50, 400, None),  # split by rows
+    (1, 50, 200, 400, None),  # split by columns
+    (3, 100, 90, 200, 0),     # batches summed into one C: split by rows
+])
+def test_results_do_not_depend_on_the_thread_count(monkeypatch, batch, m, n, k, c0):
+    """Each part owns its elements of C and sums them in the same order: the same bits."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(batch * m * k).astype(np.float32)
+    b = rng.standard_normal(batch * k * n).astype(np.float32)
+    c0 = m * n if c0 is None else c0
+    spec = GemmSpec("f32", batch, m, n, k, (m * k, k, 1), (k * n, n, 1), c0, False)
+    _, mr, nr = tiles(spec, Target.host())
+    outputs = []
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+        assert len(partition(spec, mr, nr, int(threads))) == int(threads)
+        out = np.full((batch if c0 else 1) * m * n, np.nan, np.float32)
+        compiled(spec)(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+        outputs.append(out)
+    assert not np.isnan(outputs[0]).any()
+    assert all(np.array_equal(outputs[0], o) for o in outputs[1:])
+    expected = np.matmul(a.reshape(batch, m, k).astype(np.float64),
+                         b.reshape(batch, k, n).astype(np.float64))
+    expected = expected.sum(0) if not c0 else expected
+    np.testing.assert_allclose(outputs[0].reshape(expected.shape), expected, atol=2e-4 * k ** 0.5)
+
+
+def test_thread_count_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("TAPEML_NUM_THREADS", "two")
+    with pytest.raises(ValueError, match="TAPEML_NUM_THREADS must be a positive integer"):
+        Target.host()
+
+
+def test_spec_round_trips_through_its_symbol():
+    spec = GemmSpec("f64", 2, 3, 4, 5, (15, 5, 1), (0, 1, 5), 0, True)
+    assert GemmSpec.from_symbol(spec.symbol) == spec
+    assert GemmSpec.from_symbol("malloc") is None
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 40), st.integers(1, 40), st.integers(1, 40),
+       st.booleans(), st.booleans(), st.sampled_from(["f32", "f64"]))
+def test_jit_matmul_matches_the_interpreter(batch, m, n, k, ta, tb, dtype):
+    """tape.matmul (with transposed operands read in place) compiled, against the tape
+    interpreter."""
+    dt = np.float32 if dtype == "f32" else np.float64
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((batch, k, m) if ta else (batch, m, k)).astype(dt)
+    b = rng.standard_normal((batch, n, k) if tb else (batch, k, n)).astype(dt)
+
+    def f(a, b):
+        lhs = tapeml.transpose(a, (0, 2, 1)) if ta else a
+        rhs = tapeml.transpose(b, (0, 2, 1)) if tb else b
+        return tapeml.matmul(lhs, rhs) * 2.0
+
+    expected = tapeml.jit(f, backend="interp")(a, b)
+    got = tapeml.jit(f)(a, b)
+    atol = (1e-5 if dtype == "f32" else 1e-12) * k
+    np.testing.assert_allclose(got, expected, rtol=0, atol=atol)
+
+
+def test_results_do_not_depend_on_the_call():
+    """The kernel's summation order is fixed: the same bits every call."""
+    f = tapeml.jit(lambda a, b: a @ b)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((300, 300), np.float32), rng.standard_normal((300, 300), np.float32)
+    first = f(a, b)
+    assert all(np.array_equal(first, f(a, b)) for _ in range(3))
+
+
+def test_verifier_rejects_reads_past_a_buffer():
+    from xdsl.utils.exceptions import VerifyException
+
+    program = """
+    func.func @f(%a: memref<10xf32>, %b: memref<12xf32>, %c: memref<6xf32>) {
+      kernel.gemm %a, %b, %c {batch = 1 : i64, m = 2 : i64, n = 3 : i64, k = 5 : i64,
+        a_strides = array<i64: 0, 5, 1>, b_strides = array<i64: 0, 3, 1>,
+        c_batch_stride = 6 : i64, accumulate = false}
+        : memref<10xf32>, memref<12xf32>, memref<6xf32>
+      func.return
+    }"""
+    from xdsl.context import Context
+    from xdsl.dialects import builtin, func
+    from xdsl.parser import Parser
+
+    from tapeml.dialects.kernel import Kernel
+
+    ctx = Context()
+    for dialect in (builtin.Builtin, func.Func, Kernel):
+        ctx.load_dialect(dialect)
+    module = Parser(ctx, program).parse_module()
+    with pytest.raises(VerifyException, match="b is read up to element 14, past its 12"):
+        module.verify()
