@@ -94,7 +94,10 @@ def main(argv: list[str] | None = None) -> None:
           f"batch {batch}, Adam lr {LEARNING_RATE}\n")
 
     # 1. The pipeline, stage by stage: the first call traces and compiles the step.
-    step = tapeml.jit(train_step, backend=args.backend)
+    try:
+        step = tapeml.jit(train_step, backend=args.backend)
+    except ValueError as error:  # e.g. --backend cuda before the GPU backend exists
+        parser.error(str(error))
     xb, yb = x_train[:batch], y_train[:batch]
     started = time.perf_counter()
     with tapeml.profile() as stages:

@@ -40,6 +40,13 @@ def test_demo_trains_the_digits_cnn_through_the_pipeline(capsys):
     assert re.search(r"step time, batch 32: tapeml [\d.]+ ms, numpy [\d.]+ ms", out)
 
 
+def test_demo_rejects_an_unknown_backend_cleanly(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        run_example("demo.py", "--backend", "tpu")
+    assert exit_.value.code == 2
+    assert "unknown backend 'tpu'" in capsys.readouterr().err
+
+
 def test_numpy_cnn_step_matches_tapeml_gradients():
     """The numpy step the demo and bench time is the same step (so the comparison is fair)."""
     sys.path.insert(0, str(EXAMPLES))
