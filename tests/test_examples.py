@@ -65,8 +65,9 @@ def test_numpy_cnn_step_matches_tapeml_gradients():
     for layer in params:
         for k in params[layer]:
             np.testing.assert_allclose(grads[layer][k], expected[layer][k], rtol=1e-4, atol=1e-6)
-    state = demo.OPTIMIZER.init(params)
-    new_params, new_state, _ = demo.train_step(params, state, x, y)
+    state = tapeml.optim.adam(demo.LEARNING_RATE).init(params)
+    new_params, new_state, _ = demo.train_step(params, state, x, y,
+                                               np.float32(demo.LEARNING_RATE))
     numpy_params, numpy_state, _ = numpy_cnn.adam_step(
         params, {"step": 0, "m": state["m"], "v": state["v"]}, x, y, demo.LEARNING_RATE)
     for layer in params:
