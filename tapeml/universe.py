@@ -68,6 +68,14 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "convert-loops-to-llvm": _to_llvm,
     "tape-to-llvm": _tape_to_llvm,
 }
+def scf_to_cf() -> type[ModulePass]:
+    """tapeml-opt's `convert-scf-to-cf`, in place of xDSL's: it also lowers scf.parallel, as
+    MLIR's does (not published in the universe, where a second pass of a name is an error)."""
+    from tapeml.transforms.scf_to_cf import ConvertScfToCfPass
+
+    return ConvertScfToCfPass
+
+
 def llvm_ir() -> type[Target]:
     """tapeml-opt's `-t llvm`, in place of xDSL's: it also links in the generated kernels
     (not published in the universe, where a second `llvm` target is an error)."""

@@ -8,15 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_naturality import generated_program
-from xdsl.context import Context
-from xdsl.passes import PassPipeline
-from xdsl.transforms import get_all_passes
 
 import tapeml
 from tapeml import Spec, nn, ops
 from tapeml.frontend.pytree import flatten
 from tapeml.transforms.differentiate import differentiate
 from tapeml.transforms.fuse import fuse
+from tapeml.transforms.scf_to_cf import loops_to_cf
 from tapeml.transforms.to_loops import lower_module
 
 
@@ -28,8 +26,7 @@ def run_lowered(program: tapeml.Program, *args, libm: bool = True, cf: bool = Fa
     shapes = [s for s in flatten(lowered.shapes)[0]]
     plan = lower_module(lowered.module, libm=libm)
     if cf:  # the next stage too: branches instead of structured loops
-        PassPipeline.parse_spec(get_all_passes(), "convert-scf-to-cf,canonicalize,cse").apply(
-            Context(), lowered.module)
+        loops_to_cf(lowered.module)
         assert "scf." not in str(lowered)
     lowered.module.verify()
     leaves = [np.ascontiguousarray(a).reshape(-1) for a in flatten(args)[0]]

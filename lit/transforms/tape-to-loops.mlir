@@ -1,13 +1,13 @@
 // RUN: tapeml-opt %s -p 'tape-to-loops{libm=true}' | filecheck %s
 
-// A fused group becomes one loop nest reading its inputs through broadcast strides (the bias
+// A fused group becomes one parallel loop (its iterations write disjoint elements) reading its inputs through broadcast strides (the bias
 // with stride 0 along rows); the result is computed straight into the caller's output buffer.
 // The exp feeding a sum is an intermediate: allocated, then freed after its last use.
 
 // CHECK-LABEL: func.func @bias_relu(%x: memref<32xf32> {tapeml.name = "x"}, %b: memref<8xf32> {tapeml.name = "b"}, %out.y: memref<32xf32> {tapeml.name = "out.y"}, %out.s: memref<4xf32> {tapeml.name = "out.s"}) {
 // CHECK-NOT:     memref.alloc
-// CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
-// CHECK:           scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK:         "scf.parallel"(%{{.*}}) <{operandSegmentSizes = array<i32: 2, 2, 2, 0>}> ({
+// CHECK-NEXT:    ^bb0(%{{.*}}: index, %[[J:.*]]: index):
 // CHECK:             memref.load %x[%{{.*}}] : memref<32xf32>
 // CHECK:             memref.load %b[%[[J]]] : memref<8xf32>
 // CHECK:             arith.addf

@@ -21,8 +21,6 @@ import llvmlite.binding as llvm_binding
 import numpy as np
 from xdsl.backend.llvm.convert import convert_module
 from xdsl.context import Context
-from xdsl.passes import PassPipeline
-from xdsl.transforms import get_all_passes
 from xdsl.utils.target import Target as XTarget
 
 from tapeml.codegen.gemm import GemmSpec, Target, definition
@@ -30,6 +28,7 @@ from tapeml.dialects import tape
 from tapeml.frontend.program import Program, value_names
 from tapeml.profile import count_ops, profiling, record
 from tapeml.transforms.fuse import fuse
+from tapeml.transforms.scf_to_cf import loops_to_cf
 from tapeml.transforms.to_llvm import convert_to_llvm
 from tapeml.transforms.to_loops import lower_module
 
@@ -222,8 +221,7 @@ class CPUBackend:
         keep("loops", lambda: f"// {plan}\n{module!s}")
         record("tape-to-loops", count_ops(module), started, str(plan))
         started = time.perf_counter()
-        PassPipeline.parse_spec(get_all_passes(), "convert-scf-to-cf,canonicalize,cse").apply(
-            Context(), module)  # the rest of tape-to-llvm, stage by stage
+        loops_to_cf(module)  # the rest of tape-to-llvm, stage by stage
         convert_to_llvm(module)
         keep("llvm dialect", lambda: str(module))
         record("convert-loops-to-llvm", count_ops(module), started,

@@ -48,6 +48,7 @@ class TapeOptMain(xDSLOptMain):
         super().register_all_passes()
         for name, factory in universe.PASSES.items():
             self.available_passes.setdefault(name, factory)
+        self.available_passes["convert-scf-to-cf"] = universe.scf_to_cf
 
     def register_all_targets(self) -> None:
         super().register_all_targets()

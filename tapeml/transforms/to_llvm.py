@@ -266,15 +266,12 @@ class TapeToLLVMPass(ModulePass):
     """Call libm for exp, tanh and sigmoid (default: vectorizable arithmetic)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from xdsl.passes import PassPipeline
-        from xdsl.transforms import get_all_passes
-
         from tapeml.transforms.fuse import fuse
+        from tapeml.transforms.scf_to_cf import loops_to_cf
         from tapeml.transforms.to_loops import lower_module
 
         if self.fuse:
             fuse(op)
         lower_module(op, self.libm)
-        PassPipeline.parse_spec(get_all_passes(), "convert-scf-to-cf,canonicalize,cse").apply(
-            ctx, op)
+        loops_to_cf(op, ctx)
         convert_to_llvm(op)

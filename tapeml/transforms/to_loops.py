@@ -50,7 +50,7 @@ from xdsl.dialects.builtin import (
     f64,
     i1,
 )
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
@@ -121,10 +121,23 @@ class Emitter:
             return self.index(constant)
         return total if constant == 0 else self.insert(arith.AddiOp(total, self.index(constant)))
 
-    def loops(self, shape: Sequence[int], body: Callable[[Emitter, list[SSAValue]], None]) -> None:
-        """A nest of scf.for over `shape`, `body` emitted innermost with the induction vars."""
+    def loops(self, shape: Sequence[int], body: Callable[[Emitter, list[SSAValue]], None],
+              parallel: bool = False) -> None:
+        """A nest of scf.for over `shape`, `body` emitted innermost with the induction vars.
+        `parallel`: the iterations write disjoint elements and read nothing another iteration
+        writes, so they may run in any order or at once: one scf.parallel over all of `shape`
+        (a GPU kernel's threads, or the CPU's loop nest again)."""
         if not shape:
             body(self, [])
+            return
+        if parallel:
+            block = Block(arg_types=[INDEX] * len(shape))
+            inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
+            body(inner, list(block.args))
+            inner.insert(scf.ReduceOp())
+            zero, one = self.index(0), self.index(1)
+            self.insert(scf.ParallelOp([zero] * len(shape), [self.index(d) for d in shape],
+                                       [one] * len(shape), Region(block)))
             return
         zero, one = self.index(0), self.index(1)
         block = Block(arg_types=[INDEX])
@@ -245,7 +258,7 @@ def lower_elementwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
             value = scalar_op(e, op, elements)
         e.store(value, out, e.linear(ivs, strides(shape)))
 
-    e.loops(shape, body)
+    e.loops(shape, body, parallel=True)
 
 
 def _fused_body(e: Emitter, block: Block, elements: list[SSAValue]) -> SSAValue:
@@ -263,7 +276,7 @@ def lower_copy(e: Emitter, out_shape: Sequence[int], source: SSAValue, out: SSAV
     def body(e: Emitter, ivs: list[SSAValue]) -> None:
         e.store(read(e, ivs), out, e.linear(ivs, strides(out_shape)))
 
-    e.loops(out_shape, body)
+    e.loops(out_shape, body, parallel=True)
 
 
 def lower_layout(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue) -> None:
@@ -323,7 +336,7 @@ def _lower_concat(e: Emitter, op: tape.ConcatOp, ins: list[SSAValue], out: SSAVa
             e.store(e.load(buf, e.linear(ivs, strides(shape))), out,
                     e.linear(ivs, out_steps, here))
 
-        e.loops(shape, body)
+        e.loops(shape, body, parallel=True)
         offset += shape[axis]
 
 
@@ -360,7 +373,7 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
             total = e.insert(arith.TruncFOp(total, t))
         e.store(total, out, e.linear(ivs, strides(out_shape)))
 
-    e.loops(out_shape, body)
+    e.loops(out_shape, body, parallel=True)
 
 
 def lower_matmul(e: Emitter, op: tape.MatmulOp, ins: list[SSAValue], out: SSAValue,
@@ -410,7 +423,7 @@ def lower_constant(e: Emitter, op: tape.ConstantOp, module: ModuleOp, out: SSAVa
         return out  # nothing to hold
     if np.unique(flat.view(np.uint8).reshape(flat.size, -1), axis=0).shape[0] == 1:
         element = e.scalar(float(flat[0]), t)
-        e.loops([flat.size], lambda e, ivs: e.store(element, out, ivs[0]))
+        e.loops([flat.size], lambda e, ivs: e.store(element, out, ivs[0]), parallel=True)
         return out
     name = names()
     kind = buffer_type(op.result.type)
@@ -444,7 +457,7 @@ def lower_unfold(e: Emitter, op: tape.UnfoldOp, ins: list[SSAValue], out: SSAVal
 
 def _zero(e: Emitter, out: SSAValue, size: int, t: Attribute) -> None:
     zero = e.scalar(0.0, t)
-    e.loops([size], lambda e, ivs: e.store(zero, out, ivs[0]))
+    e.loops([size], lambda e, ivs: e.store(zero, out, ivs[0]), parallel=True)
 
 
 def _accumulate(e: Emitter, out: SSAValue, index: SSAValue, value: SSAValue) -> None:
@@ -556,7 +569,7 @@ def lower_conv2d(e: Emitter, op: tape.Conv2dOp, ins: list[SSAValue], out: SSAVal
 
             e.if_(e.in_range(e.linear([y], [1], -y0), y1 - y0), tap)
 
-    e.loops([geo.n, geo.groups, og, geo.oh], row)
+    e.loops([geo.n, geo.groups, og, geo.oh], row, parallel=True)  # each writes its own row
 
 
 def lower_conv2d_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue) -> None:
@@ -611,7 +624,7 @@ def lower_conv2d_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: S
             total = e.reduce([geo.n, y1 - y0, x1 - x0], e.scalar(0.0, t), step)
             _accumulate(e, out, e.linear([gi, oi, ci], geo.w_steps(), i * geo.kw + j), total)
 
-        e.loops([geo.groups, og, geo.cg], body)
+        e.loops([geo.groups, og, geo.cg], body, parallel=True)
 
 
 def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
@@ -657,7 +670,8 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
                                                                col_steps[3], 1],
                                          (i * geo.kw + j) * ohw))
 
-            e.loops([geo.n, geo.c, y1 - y0, x1 - x0], body)
+            # one tap's positions are distinct in both x and cols: im2col and col2im alike
+            e.loops([geo.n, geo.c, y1 - y0, x1 - x0], body, parallel=True)
 
     covered = sum((y1 - y0) * (x1 - x0) for _, _, (y0, y1), (x0, x1), _ in geo.taps())
     if kind is not tape.Conv2dBackwardInputOp:  # im2col
@@ -724,7 +738,7 @@ def lower_pool(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue) ->
             value = e.insert(arith.DivfOp(total, e.scalar(kh * kw, t)))
         e.store(value, out, e.linear(ivs, strides(out_shape)))
 
-    e.loops(out_shape, body)
+    e.loops(out_shape, body, parallel=True)
 
 
 def lower_pool_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue) -> None:
@@ -871,7 +885,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
             continue
         size = buffer_type(value.type).get_shape()[0]
         e.loops([size], lambda e, ivs, source=source, target=target:
-                e.store(e.load(source, ivs[0]), target, ivs[0]))
+                e.store(e.load(source, ivs[0]), target, ivs[0]), parallel=True)
     e.insert(func.ReturnOp())
     _free_after_last_use(new_block, allocated, report)
 
