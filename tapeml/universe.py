@@ -42,6 +42,12 @@ def _to_loops() -> type[ModulePass]:
     return ToLoopsPass
 
 
+def _to_gpu() -> type[ModulePass]:
+    from tapeml.transforms.to_gpu import ConvertLoopsToGPUPass
+
+    return ConvertLoopsToGPUPass
+
+
 def _to_llvm() -> type[ModulePass]:
     from tapeml.transforms.to_llvm import ConvertLoopsToLLVMPass
 
@@ -65,6 +71,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tape-differentiate": _differentiate,
     "tape-fuse": _fuse,
     "tape-to-loops": _to_loops,
+    "convert-loops-to-gpu": _to_gpu,
     "convert-loops-to-llvm": _to_llvm,
     "tape-to-llvm": _tape_to_llvm,
 }

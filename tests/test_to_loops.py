@@ -15,16 +15,22 @@ from tapeml.frontend.pytree import flatten
 from tapeml.transforms.differentiate import differentiate
 from tapeml.transforms.fuse import fuse
 from tapeml.transforms.scf_to_cf import loops_to_cf
+from tapeml.transforms.to_gpu import outline_module
 from tapeml.transforms.to_loops import lower_module
 
 
-def run_lowered(program: tapeml.Program, *args, libm: bool = True, cf: bool = False):
+def run_lowered(program: tapeml.Program, *args, libm: bool = True, cf: bool = False,
+                gpu: bool = False):
     """Lower a copy of `program` and interpret it on `args`: the flat results, reshaped.
     With libm, exp/tanh/sigmoid are the math dialect's ops, which the interpreter computes as
-    numpy does (bit for bit); without, the vectorizable arithmetic (transcendentals.py)."""
+    numpy does (bit for bit); without, the vectorizable arithmetic (transcendentals.py).
+    `gpu`: the GPU form (convert-loops-to-gpu, 4x4 GEMM tiles), on the emulated GPU."""
     lowered = tapeml.Program.parse(str(program))
     shapes = [s for s in flatten(lowered.shapes)[0]]
     plan = lower_module(lowered.module, libm=libm)
+    if gpu:
+        outline_module(lowered.module, gemm_tile=4)
+        assert "scf.parallel" not in str(lowered)
     if cf:  # the next stage too: branches instead of structured loops
         loops_to_cf(lowered.module)
         assert "scf." not in str(lowered)
@@ -35,9 +41,10 @@ def run_lowered(program: tapeml.Program, *args, libm: bool = True, cf: bool = Fa
     return [o.reshape(s.shape) for o, s in zip(outs, shapes, strict=True)], plan, lowered
 
 
-def check(program: tapeml.Program, *args, exact: bool = True, cf: bool = False):
+def check(program: tapeml.Program, *args, exact: bool = True, cf: bool = False,
+          gpu: bool = False):
     expected = flatten(program(*args))[0]
-    got, plan, _ = run_lowered(program, *args, cf=cf)
+    got, plan, _ = run_lowered(program, *args, cf=cf, gpu=gpu)
     for g, e in zip(got, expected, strict=True):
         assert g.dtype == e.dtype
         if exact:
@@ -55,8 +62,9 @@ def r(*shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
 
 
+@pytest.mark.parametrize("gpu", [False, True], ids=["loops", "gpu"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_elementwise_ops_and_groups_lower_exactly(dtype):
+def test_elementwise_ops_and_groups_lower_exactly(dtype, gpu):
     def f(a, b, c):
         x = ops.where(a > b, ops.sigmoid(a) * ops.exp(b), ops.tanh(a - b))
         y = ops.relu(x) / (ops.sqrt(ops.abs(c) + 1.0)) + ops.log(ops.abs(a) + 2.0)
@@ -65,10 +73,10 @@ def test_elementwise_ops_and_groups_lower_exactly(dtype):
 
     args = (r(3, 4, dtype=dtype), r(4, dtype=dtype), r(3, 1, dtype=dtype))
     program = tapeml.trace(f, *args)
-    check(program, *args)
+    check(program, *args, gpu=gpu)
     fuse(program.module)
     assert "tape.fused" in str(program)
-    check(program, *args)
+    check(program, *args, gpu=gpu)
 
 
 def test_vectorizable_transcendentals_interpret_within_their_bound():
@@ -81,7 +89,8 @@ def test_vectorizable_transcendentals_interpret_within_their_bound():
         np.testing.assert_array_max_ulp(g, e, maxulp=4)
 
 
-def test_layout_ops_lower_exactly():
+@pytest.mark.parametrize("gpu", [False, True], ids=["loops", "gpu"])
+def test_layout_ops_lower_exactly(gpu):
     def f(a, b):
         return (ops.transpose(ops.reshape(a, (2, 2, 6)), (2, 0, 1)),
                 ops.pad(a, ((1, -1), (2, 3)), -np.inf)[:, ::3],
@@ -91,16 +100,17 @@ def test_layout_ops_lower_exactly():
                 np.arange(24, dtype=np.float32).reshape(4, 6) - a)
 
     args = (r(4, 6), r(4, 2))
-    check(tapeml.trace(f, *args), *args)
+    check(tapeml.trace(f, *args), *args, gpu=gpu)
 
 
-def test_reductions_and_matmuls_lower_within_rounding():
+@pytest.mark.parametrize("gpu", [False, True], ids=["loops", "gpu"])
+def test_reductions_and_matmuls_lower_within_rounding(gpu):
     def f(a, b, c):
         return (ops.sum(a, axis=0), ops.max(a, axis=(0, 1)), ops.sum(a, axis=1, keepdims=True),
                 a @ b, ops.matmul(c, ops.transpose(c, (0, 2, 1))), ops.mean(a))
 
     args = (r(5, 3), r(3, 4), r(2, 3, 4))
-    check(tapeml.trace(f, *args), *args, exact=False)
+    check(tapeml.trace(f, *args), *args, exact=False, gpu=gpu)
 
 
 @pytest.mark.parametrize("fused", [False, True])
@@ -113,6 +123,15 @@ def test_an_mlp_training_step_lowers_and_its_cf_form_too(fused):
         fuse(step.module)
     plan = check(step, params, x, y, exact=False, cf=fused)
     assert 0 < plan.peak_bytes < plan.total_bytes
+
+
+def test_an_mlp_training_step_runs_on_the_emulated_gpu():
+    params = nn.mlp_init(RNG, [4, 8, 3], dtype=np.float32)
+    x, y = r(6, 4), np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1, 2]]
+    step = tapeml.trace(lambda p, x, y: nn.softmax_cross_entropy(nn.mlp(p, x), y), params, x, y)
+    differentiate(step.function, wrt=(0, 1, 2, 3))
+    fuse(step.module)
+    check(step, params, x, y, exact=False, gpu=True)
 
 
 def test_buffers_are_freed_after_their_last_use():
@@ -130,9 +149,10 @@ WINDOWS = [  # x, w, stride, padding, dilation, groups, pool kernel and padding:
 ]
 
 
+@pytest.mark.parametrize("gpu", [False, True], ids=["loops", "gpu"])
 @pytest.mark.parametrize("case", WINDOWS, ids=str)
 @pytest.mark.parametrize("fused", [False, True])
-def test_window_ops_and_their_gradients_lower(case, fused):
+def test_window_ops_and_their_gradients_lower(case, fused, gpu):
     xs, ws, stride, padding, dilation, groups, pool_kernel, pool_pad = case
 
     def loss(x, w):
@@ -148,14 +168,14 @@ def test_window_ops_and_their_gradients_lower(case, fused):
         names = {op.name for op in step.function.body.ops}
         assert "tape.maxpool2d_backward" in names
         assert ("tape.conv2d_backward_input" in names) == (groups == 1)  # grouped: unfolded
-    check(step, *args, exact=False)
+    check(step, *args, exact=False, gpu=gpu)
 
 
 @settings(max_examples=40, deadline=None)
-@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
-def test_generated_programs_lower_to_the_same_values(data, dtype):
+@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]), gpu=st.booleans())
+def test_generated_programs_lower_to_the_same_values(data, dtype, gpu):
     fn, inputs = generated_program(data, dtype, max_steps=6)
     program = tapeml.trace(fn, *(Spec(x.shape, x.dtype) for x in inputs))
     if data.draw(st.booleans()):
         fuse(program.module)
-    check(program, *inputs, exact=False)
+    check(program, *inputs, exact=False, gpu=gpu)

@@ -1,4 +1,5 @@
-"""The `kernel` dialect: calls into the kernels the CPU backend generates, on flat buffers.
+"""The `kernel` dialect: calls into the kernels the backends generate, on flat buffers, and the
+GPU kernels' shared memory.
 
     kernel.gemm %a, %b, %c {batch = 1 : i64, m = 64 : i64, n = 32 : i64, k = 16 : i64,
                             a_strides = array<i64: 0, 16, 1>, b_strides = array<i64: 0, 32, 1>,
@@ -10,7 +11,13 @@ A[b][i, p] = a[b*a0 + i*a1 + p*a2], B[b][p, j] = b[b*b0 + p*b1 + j*b2], and C[b]
 contiguous m x n block of c at b * c_batch_stride (0: every batch adds into the same block).
 Strides let a transposed operand be read in place. `tape-to-loops` emits it for tape.matmul;
 `convert-loops-to-llvm` turns it into a call to the generated kernel (tapeml/codegen/gemm.py),
-whose name spells these parameters; the interpreter runs it with numpy.
+whose name spells these parameters; the interpreter runs it with numpy. On the GPU,
+`convert-loops-to-gpu` launches a tiled kernel for it instead (tapeml/transforms/gemm_gpu.py).
+
+    %tile = kernel.shared : memref<256xf32>
+
+is a buffer in a GPU kernel's shared memory: one per thread block, read and written by all of
+its threads (between gpu.barrier's), alive while the kernel runs. It appears only in a gpu.func.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Dialect, SSAValue
-from xdsl.irdl import IRDLOperation, attr_def, irdl_op_definition, operand_def
+from xdsl.irdl import IRDLOperation, attr_def, irdl_op_definition, operand_def, result_def
 from xdsl.utils.exceptions import VerifyException
 
 from tapeml.codegen.gemm import GemmSpec
@@ -96,4 +103,25 @@ class GemmOp(IRDLOperation):
                                   f"{c_needed} are written")
 
 
-Kernel = Dialect("kernel", [GemmOp])
+@irdl_op_definition
+class SharedOp(IRDLOperation):
+    name = "kernel.shared"
+
+    result = result_def(MemRefType)
+
+    assembly_format = "attr-dict `:` type($result)"
+
+    def __init__(self, kind: MemRefType) -> None:
+        super().__init__(result_types=[kind])
+
+    def verify_(self) -> None:
+        parent = self.parent_op()
+        while parent is not None and parent.name != "gpu.func":
+            parent = parent.parent_op()
+        if parent is None:
+            raise VerifyException("kernel.shared: shared memory exists only inside a gpu.func")
+        if len(self.result.type.get_shape()) != 1:
+            raise VerifyException("kernel.shared: a flat buffer (memref<N x T>)")
+
+
+Kernel = Dialect("kernel", [GemmOp, SharedOp])

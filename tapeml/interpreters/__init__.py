@@ -27,6 +27,7 @@ from xdsl.ir import Attribute
 
 from tapeml.dialects.tape import dtype_of
 from tapeml.errors import InterpretError
+from tapeml.interpreters.gpu import GPUFunctions
 from tapeml.interpreters.kernel import KernelFunctions
 from tapeml.interpreters.scalars import ScalarFunctions
 from tapeml.interpreters.scf import ParallelFunctions
@@ -38,7 +39,7 @@ def make_interpreter(module: ModuleOp, ctx: Context | None = None) -> Interprete
     interpreter = Interpreter(module)
     register_implementations(interpreter, ctx or Context())
     for functions in (TapeFunctions(), ScalarFunctions(), ParallelFunctions(),
-                      KernelFunctions()):
+                      KernelFunctions(), GPUFunctions()):
         interpreter.register_implementations(functions)
     return interpreter
 

@@ -1,0 +1,289 @@
+"""`convert-loops-to-gpu`: the loop form `tape-to-loops` writes becomes a host function that
+allocates device buffers and launches kernels, and the kernels, outlined into one `gpu.module`
+(xDSL's gpu dialect) per function:
+
+    scf.parallel over a shape    one kernel, one thread per iteration: a 1-d grid of blocks of
+                                 `block` threads; thread g = block_id.x * block_dim.x +
+                                 thread_id.x runs iteration g (row-major), those past the end
+                                 nothing
+    kernel.gemm                  the tiled GEMM kernel for its parameters (gemm_gpu.py), one per
+                                 distinct kernel.gemm
+    memref.alloc / dealloc       gpu.alloc / gpu.dealloc: intermediates live on the device
+    any other run of ops         one kernel of one thread, the ops in order: the loops whose
+                                 iterations add into shared elements (fold, the pools'
+                                 backward, ...) and sums to a scalar
+
+Constants a kernel uses are cloned into it; the buffers it reads or writes (arguments,
+allocations, constant globals) are its arguments. The host function keeps its signature, so the
+caller passes device buffers where it passed host buffers. Everything stays runnable on xDSL's
+interpreter (tapeml/interpreters/gpu.py runs the launches).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xdsl.builder import Builder, InsertPoint
+from xdsl.context import Context
+from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects.builtin import (
+    IndexType,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    SymbolRefAttr,
+    UnitAttr,
+)
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from tapeml.dialects import kernel
+from tapeml.transforms.gemm_gpu import GEMM_TILE, gemm_kernel
+from tapeml.transforms.to_loops import LoweringError
+
+INDEX = IndexType()
+BLOCK = 256
+"""Threads per block of an elementwise (parallel-loop) kernel."""
+
+
+def _constant(value: SSAValue) -> int | None:
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(value.type, IndexType):
+        return owner.value.value.data
+    return None
+
+
+def _external_values(ops: Sequence[Operation]) -> list[SSAValue]:
+    """The values `ops` (and the ops nested in them) use but do not define, in first-use order."""
+    defined: set[SSAValue] = set()
+    used: dict[SSAValue, None] = {}
+    for top in ops:
+        for op in top.walk():
+            defined.update(op.results)
+            for region in op.regions:
+                for block in region.blocks:
+                    defined.update(block.args)
+            for operand in op.operands:
+                used.setdefault(operand)
+    return [v for v in used if v not in defined]
+
+
+@dataclass
+class Outliner:
+    """Builds the kernels of one function into `kernels` (a gpu.module's block)."""
+
+    function: str
+    kernels: Block
+    block: int = BLOCK
+    gemm_tile: int = GEMM_TILE
+    count: int = 0
+
+    @property
+    def module_name(self) -> str:
+        return f"{self.function}_kernels"
+
+    def _new_kernel(self, external: list[SSAValue]) -> tuple[gpu.FuncOp, dict[SSAValue, SSAValue],
+                                                             list[SSAValue], Builder]:
+        """A kernel taking the buffers among `external` (constants are cloned into it)."""
+        buffers = [v for v in external if isinstance(v.type, MemRefType)]
+        others = [v for v in external if v not in buffers and _constant_op(v) is None]
+        if others:
+            raise LoweringError(f"convert-loops-to-gpu: @{self.function}: a kernel would need "
+                                f"{others[0].type} values computed outside it")
+        name = f"{self.function}_k{self.count}"
+        self.count += 1
+        kernel_func = gpu.FuncOp(name, ([b.type for b in buffers], []), kernel=True)
+        body = kernel_func.body.block
+        for old, new in zip(buffers, body.args, strict=True):
+            new.name_hint = old.name_hint
+        builder = Builder(InsertPoint.at_end(body))
+        mapping: dict[SSAValue, SSAValue] = dict(zip(buffers, body.args, strict=True))
+        for value in external:
+            if value not in mapping:
+                clone = _constant_op(value).clone()
+                builder.insert(clone)
+                mapping[value] = clone.result
+        self.kernels.add_op(kernel_func)
+        return kernel_func, mapping, buffers, builder
+
+    def _launch(self, name: str, grid: Sequence[int], block: Sequence[int],
+                operands: Sequence[SSAValue], at: Operation) -> None:
+        sizes = [arith.ConstantOp.from_int_and_width(v, INDEX) for v in (*grid, *block)]
+        launch = gpu.LaunchFuncOp(SymbolRefAttr(self.module_name, [name]), sizes[:3], sizes[3:],
+                                  kernelOperands=list(operands))
+        Rewriter.insert_op([*sizes, launch], InsertPoint.before(at))
+
+    def parallel(self, op: scf.ParallelOp) -> None:
+        """One thread per iteration of `op` (constant bounds)."""
+        bounds = [tuple(_constant(v) for v in vs)
+                  for vs in zip(op.lowerBound, op.upperBound, op.step, strict=True)]
+        if any(None in b for b in bounds) or op.initVals:
+            raise LoweringError(f"convert-loops-to-gpu: @{self.function}: an scf.parallel needs "
+                                "constant bounds and no reductions")
+        counts = [max(0, -(-(hi - lo) // step)) for lo, hi, step in bounds]
+        total = math.prod(counts)
+        if total == 0:
+            op.detach()
+            op.erase()
+            return
+        body_ops = list(op.body.block.ops)[:-1]  # without scf.reduce
+        external = [v for v in _external_values(body_ops) if v not in op.body.block.args]
+        kernel_func, mapping, buffers, b = self._new_kernel(external)
+        thread = _global_thread(b)
+        inside = b.insert(arith.CmpiOp(thread, _index(b, total), "slt")).result
+        then = Block()
+        t = Builder(InsertPoint.at_end(then))
+        stride = total
+        for arg, count, (lo, _, step) in zip(op.body.block.args, counts, bounds, strict=True):
+            stride //= count
+            iv = thread
+            if stride > 1:
+                iv = t.insert(arith.DivSIOp(iv, _index(t, stride))).result
+            if count < total // stride:  # not the outermost: wrap around
+                iv = t.insert(arith.RemSIOp(iv, _index(t, count))).result
+            if step != 1:
+                iv = t.insert(arith.MuliOp(iv, _index(t, step))).result
+            if lo != 0:
+                iv = t.insert(arith.AddiOp(iv, _index(t, lo))).result
+            mapping[arg] = iv
+        for inner in body_ops:
+            t.insert(inner.clone(value_mapper=mapping))
+        t.insert(scf.YieldOp())
+        b.insert(scf.IfOp(inside, [], [then]))
+        b.insert(gpu.ReturnOp([]))
+        blocks = -(-total // self.block)
+        self._launch(kernel_func.sym_name.data, (blocks, 1, 1), (min(self.block, total), 1, 1),
+                     buffers, op)
+        op.detach()
+        op.erase()
+
+    def serial(self, ops: list[Operation]) -> None:
+        """One thread runs `ops` in order."""
+        external = _external_values(ops)
+        here, block = set(ops), ops[0].parent_block()
+        for op in ops:
+            for result in op.results:
+                if any(_top(use.operation, block) not in here for use in result.uses):
+                    raise LoweringError(f"convert-loops-to-gpu: @{self.function}: "
+                                        f"{result.type} values flow between kernels")
+        kernel_func, mapping, buffers, b = self._new_kernel(external)
+        for op in ops:
+            b.insert(op.clone(value_mapper=mapping))
+        b.insert(gpu.ReturnOp([]))
+        self._launch(kernel_func.sym_name.data, (1, 1, 1), (1, 1, 1), buffers, ops[0])
+        for op in reversed(ops):
+            op.detach()
+            op.erase()
+
+    def gemm(self, op: kernel.GemmOp, made: dict[str, str]) -> None:
+        spec = op.spec
+        if not (spec.batch and spec.m and spec.n):  # nothing to write (as the interpreter)
+            op.detach()
+            op.erase()
+            return
+        name = made.get(spec.symbol)
+        if name is None:
+            name = made[spec.symbol] = f"{self.function}_gemm{len(made)}"
+            self.kernels.add_op(gemm_kernel(name, spec, op.a.type, op.b.type, op.c.type,
+                                            self.gemm_tile))
+        grid, block = _gemm_grid(spec, self.gemm_tile)
+        self._launch(name, grid, block, [op.a, op.b, op.c], op)
+        op.detach()
+        op.erase()
+
+
+def _gemm_grid(spec, tile: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    batches = spec.batch if spec.c0 else 1  # summed batches: each thread sums them
+    return ((max(1, -(-spec.n // tile)), max(1, -(-spec.m // tile)), max(1, batches)),
+            (tile, tile, 1))
+
+
+def _constant_op(value: SSAValue) -> arith.ConstantOp | None:
+    owner = value.owner
+    return owner if isinstance(owner, arith.ConstantOp) else None
+
+
+def _top(op: Operation, block: Block) -> Operation:
+    while op.parent_block() is not block:
+        op = op.parent_op()
+    return op
+
+
+def _index(b: Builder, value: int) -> SSAValue:
+    return b.insert(arith.ConstantOp.from_int_and_width(value, INDEX)).result
+
+
+def _global_thread(b: Builder) -> SSAValue:
+    x = gpu.DimensionAttr(gpu.DimensionEnum.X)
+    block = b.insert(gpu.BlockIdOp(x)).result
+    size = b.insert(gpu.BlockDimOp(x)).result
+    thread = b.insert(gpu.ThreadIdOp(x)).result
+    return b.insert(arith.AddiOp(b.insert(arith.MuliOp(block, size)).result, thread)).result
+
+
+def outline_function(f: func.FuncOp, module: ModuleOp, block: int = BLOCK,
+                     gemm_tile: int = GEMM_TILE) -> gpu.ModuleOp:
+    """Turn `f` (loop form) into a host function of launches; returns its kernels' module."""
+    name = f.sym_name.data
+    kernels = gpu.ModuleOp(StringAttr(f"{name}_kernels"), Region(Block()))
+    outliner = Outliner(name, kernels.body.block, block, gemm_tile)
+    body = f.body.block
+    pending: list[Operation] = []
+    gemms: dict[str, str] = {}
+
+    def flush() -> None:
+        if pending:
+            outliner.serial(list(pending))
+            pending.clear()
+
+    for op in list(body.ops):
+        if isinstance(op, arith.ConstantOp | memref.GetGlobalOp):
+            continue  # cloned into (or passed to) the kernels that use it
+        if isinstance(op, memref.AllocOp):
+            flush()
+            alloc = gpu.AllocOp(op.memref.type)
+            Rewriter.replace_op(op, alloc, [alloc.result])
+        elif isinstance(op, memref.DeallocOp):  # amid a serial run, it ends after its launch
+            Rewriter.replace_op(op, gpu.DeallocOp(op.memref))
+        elif isinstance(op, func.ReturnOp):
+            flush()
+        elif isinstance(op, scf.ParallelOp):
+            flush()
+            outliner.parallel(op)
+        elif isinstance(op, kernel.GemmOp):
+            flush()
+            outliner.gemm(op, gemms)
+        else:
+            pending.append(op)
+    for op in reversed(list(body.ops)):  # constants only the kernels read
+        if isinstance(op, arith.ConstantOp) and not op.result.uses:
+            op.detach()
+            op.erase()
+    module.body.block.insert_op_after(kernels, f)
+    return kernels
+
+
+def outline_module(module: ModuleOp, block: int = BLOCK, gemm_tile: int = GEMM_TILE) -> None:
+    """`convert-loops-to-gpu` on every defined function of `module`, in place."""
+    functions = [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]
+    for f in functions:
+        outline_function(f, module, block, gemm_tile)
+    module.attributes["gpu.container_module"] = UnitAttr()
+
+
+@dataclass(frozen=True)
+class ConvertLoopsToGPUPass(ModulePass):
+    """Outline the loop form's parallel loops and GEMMs into GPU kernels (see the module doc)."""
+
+    name = "convert-loops-to-gpu"
+
+    block: int = BLOCK
+    """Threads per block of a parallel-loop kernel."""
+    gemm_tile: int = GEMM_TILE
+    """The GEMM kernels' tile: tile x tile threads per block, each computing one element."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        outline_module(op, self.block, self.gemm_tile)
