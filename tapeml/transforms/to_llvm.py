@@ -22,6 +22,7 @@ No fast-math flags are set: float semantics stay IEEE, as the interpreter's.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -216,8 +217,9 @@ def _element_bytes(t: Attribute) -> int:
     return (t.bitwidth + 7) // 8
 
 
-def convert_to_llvm(module: ModuleOp) -> None:
-    """Convert a loop-form module (after convert-scf-to-cf) to the llvm dialect, in place."""
+def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = ()) -> None:
+    """Convert a loop-form module (after convert-scf-to-cf) to the llvm dialect, in place.
+    `extra` patterns run first (the GPU's: gpu_to_nvvm.py)."""
     leftover = {op.name for op in module.walk() if op.dialect_name() in ("scf", "tape")}
     if leftover:
         raise LoweringError(f"convert-loops-to-llvm: {', '.join(sorted(leftover))} must be "
@@ -227,7 +229,7 @@ def convert_to_llvm(module: ModuleOp) -> None:
     symbols = {op: op.spec.symbol for op in module.walk() if isinstance(op, kernel.GemmOp)}
     convert_types(module)
     PatternRewriteWalker(GreedyRewritePatternApplier([
-        ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes), FuncToLLVM(),
+        *extra, ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes), FuncToLLVM(),
         KernelToLLVM(symbols),
     ]), apply_recursively=False).rewrite_module(module)
     uses = {op.callee.root_reference.data for op in module.walk() if isinstance(op, llvm.CallOp)}

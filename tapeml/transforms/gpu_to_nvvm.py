@@ -1,0 +1,93 @@
+"""The kernels of a gpu.module (after `convert-loops-to-gpu`) as an llvm-dialect module for
+NVIDIA GPUs: each gpu.func an llvm.func (the PTX backend marks it a kernel), through the same
+conversions as the CPU's (convert-scf-to-cf, convert-loops-to-llvm), plus:
+
+    gpu.thread_id / block_id / block_dim / grid_dim    the PTX special registers tid, ctaid,
+                                                       ntid, nctaid (llvm.nvvm.read.ptx.sreg.*)
+    gpu.barrier                                        llvm.nvvm.barrier0 (bar.sync 0)
+    math.exp, log, tanh, powf                          libdevice's __nv_expf, __nv_logf, ...
+                                                       (LLVM's NVPTX backend has no lowering for
+                                                       the intrinsics and aborts the process)
+    kernel.shared                                      a call to @__tapeml_shared_<N>x<T>_<i>,
+                                                       which the PTX backend replaces by a
+                                                       buffer in shared memory (addrspace 3)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects import func, gpu, llvm
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import ModuleOp, f32, i32, i64
+from xdsl.ir import Operation
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
+from xdsl.rewriter import Rewriter
+
+from tapeml.dialects import kernel
+from tapeml.transforms.scf_to_cf import loops_to_cf
+from tapeml.transforms.to_llvm import PTR, convert_to_llvm
+from tapeml.transforms.to_loops import LoweringError
+
+_REGISTERS = {gpu.ThreadIdOp: "tid", gpu.BlockIdOp: "ctaid", gpu.BlockDimOp: "ntid",
+              gpu.GridDimOp: "nctaid"}
+_LIBDEVICE = {xmath.ExpOp: "exp", xmath.LogOp: "log", xmath.TanhOp: "tanh", xmath.PowFOp: "pow"}
+SHARED_PREFIX = "__tapeml_shared_"
+
+
+def libdevice_name(op: Operation) -> str:
+    t = op.results[0].type
+    return f"__nv_{_LIBDEVICE[type(op)]}{'f' if t == f32 else ''}"
+
+
+@dataclass
+class GPUToNVVM(RewritePattern):
+    shared: dict[Operation, str]
+    """Each kernel.shared's placeholder (named before the buffer types become pointers)."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        kind = type(op)
+        if kind in _REGISTERS:
+            name = f"llvm.nvvm.read.ptx.sreg.{_REGISTERS[kind]}.{op.dimension.data.value}"
+            read = llvm.CallIntrinsicOp(name, [], [i32])
+            rewriter.replace(op, [read, llvm.ZExtOp(read.results[0], i64)])
+        elif kind is gpu.BarrierOp:
+            rewriter.replace(op, llvm.CallIntrinsicOp("llvm.nvvm.barrier0", [], []))
+        elif kind is kernel.SharedOp:
+            rewriter.replace(op, llvm.CallOp(self.shared[op], return_type=PTR))
+        elif kind in _LIBDEVICE:
+            rewriter.replace(op, llvm.CallOp(libdevice_name(op), *op.operands,
+                                             return_type=op.results[0].type))
+
+
+def kernels_to_llvm(kernels: gpu.ModuleOp) -> tuple[ModuleOp, list[str]]:
+    """The llvm-dialect module of `kernels`' functions, and the kernels' names."""
+    functions, names = [], []
+    for f in kernels.body.block.ops:
+        if not isinstance(f, gpu.FuncOp):
+            raise LoweringError(f"gpu-to-nvvm: a gpu.module holds gpu.func's, not {f.name}")
+        body = f.body.clone()
+        for op in list(body.walk()):
+            if isinstance(op, gpu.ReturnOp):
+                Rewriter.replace_op(op, func.ReturnOp())
+        functions.append(func.FuncOp(f.sym_name.data, f.function_type, body))
+        if f.kernel is not None:
+            names.append(f.sym_name.data)
+    device = ModuleOp(functions)
+    loops_to_cf(device)
+    shared = [op for op in device.walk() if isinstance(op, kernel.SharedOp)]
+    names_of = {op: f"{SHARED_PREFIX}{op.result.type.get_shape()[0]}x"
+                    f"{op.result.type.get_element_type()}_{i}" for i, op in enumerate(shared)}
+    convert_to_llvm(device, [GPUToNVVM(names_of)])
+    declared: dict[str, llvm.LLVMFunctionType] = {}
+    known = {op.sym_name.data for op in device.ops if isinstance(op, llvm.FuncOp)}
+    for op in device.walk():
+        if isinstance(op, llvm.CallOp):
+            callee = op.callee.root_reference.data
+            declared[callee] = llvm.LLVMFunctionType([a.type for a in op.args],
+                                                     op.results[0].type if op.results else None)
+    for name, fty in declared.items():
+        if name in known:
+            continue
+        device.body.block.add_op(llvm.FuncOp(name, fty, linkage=llvm.LinkageAttr("external")))
+    return device, names
