@@ -48,6 +48,12 @@ def _to_gpu() -> type[ModulePass]:
     return ConvertLoopsToGPUPass
 
 
+def _tape_to_gpu() -> type[ModulePass]:
+    from tapeml.transforms.to_gpu import TapeToGPUPass
+
+    return TapeToGPUPass
+
+
 def _to_llvm() -> type[ModulePass]:
     from tapeml.transforms.to_llvm import ConvertLoopsToLLVMPass
 
@@ -74,7 +80,10 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "convert-loops-to-gpu": _to_gpu,
     "convert-loops-to-llvm": _to_llvm,
     "tape-to-llvm": _tape_to_llvm,
+    "tape-to-gpu": _tape_to_gpu,
 }
+
+
 def scf_to_cf() -> type[ModulePass]:
     """tapeml-opt's `convert-scf-to-cf`, in place of xDSL's: it also lowers scf.parallel, as
     MLIR's does (not published in the universe, where a second pass of a name is an error)."""
@@ -91,6 +100,12 @@ def llvm_ir() -> type[Target]:
     return LLVMIRTarget
 
 
-TARGETS: dict[str, Callable[[], type[Target]]] = {"host-asm": _host_asm}
+def _ptx() -> type[Target]:
+    from tapeml.codegen.ptx import PTXTarget
+
+    return PTXTarget
+
+
+TARGETS: dict[str, Callable[[], type[Target]]] = {"host-asm": _host_asm, "ptx": _ptx}
 
 TAPEML_UNIVERSE = Universe(all_dialects=DIALECTS, all_passes=PASSES, all_targets=TARGETS)

@@ -4,7 +4,8 @@
     backend.compile(program, stages=True)   # also every stage as text: Compiled.stages
 
 `interp` runs the program on xDSL's interpreter (the reference); `cpu` compiles it through the
-loop form and LLVM to machine code for this CPU.
+loop form and LLVM to machine code for this CPU; `cuda` to PTX for an NVIDIA GPU, run through
+cuda-python (or, with emulate=True, its GPU form on the interpreter).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class Backend(Protocol):
 
 
 def get_backend(name: str, **options: Any) -> Backend:
-    """A backend by name; options go to its constructor (cpu: fuse=, libm=)."""
+    """A backend by name; options go to its constructor (cpu: fuse=, libm=; cuda: fuse=,
+    emulate=, arch=)."""
     if name == "interp":
         from tapeml.codegen.interp import InterpBackend
 
@@ -41,4 +43,8 @@ def get_backend(name: str, **options: Any) -> Backend:
         from tapeml.codegen.cpu import CPUBackend
 
         return CPUBackend(**options)
-    raise ValueError(f"unknown backend {name!r} (backends: interp, cpu)")
+    if name == "cuda":
+        from tapeml.codegen.cuda import CUDABackend
+
+        return CUDABackend(**options)
+    raise ValueError(f"unknown backend {name!r} (backends: interp, cpu, cuda)")

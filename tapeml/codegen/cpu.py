@@ -13,7 +13,6 @@ import ctypes
 import re
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -23,14 +22,13 @@ from xdsl.backend.llvm.convert import convert_module
 from xdsl.context import Context
 from xdsl.utils.target import Target as XTarget
 
+from tapeml.codegen.arguments import Argument, checked
 from tapeml.codegen.gemm import GemmSpec, Target, definition
-from tapeml.dialects import tape
-from tapeml.frontend.program import Program, value_names
+from tapeml.codegen.stages import Stages, to_loops
+from tapeml.frontend.program import Program
 from tapeml.profile import count_ops, profiling, record
-from tapeml.transforms.fuse import fuse
 from tapeml.transforms.scf_to_cf import loops_to_cf
 from tapeml.transforms.to_llvm import convert_to_llvm
-from tapeml.transforms.to_loops import lower_module
 
 _LLVM_LOCK = threading.Lock()  # compiling with llvmlite is not thread-safe; running is
 _INITIALIZED = False
@@ -137,13 +135,6 @@ class LLVMIRTarget(XTarget):
 
 
 @dataclass
-class Argument:
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-
-@dataclass
 class Native:
     """A compiled program: call it with the program's flat arguments."""
 
@@ -157,7 +148,7 @@ class Native:
     def __call__(self, *leaves: Any) -> tuple[np.ndarray, ...]:
         if len(leaves) != len(self.inputs):
             raise TypeError(f"@{self.name} takes {len(self.inputs)} arrays, got {len(leaves)}")
-        buffers = [_checked(leaf, arg, self.name) for leaf, arg in
+        buffers = [checked(leaf, arg, self.name) for leaf, arg in
                    zip(leaves, self.inputs, strict=True)]
         outputs = [np.empty(a.shape, a.dtype) for a in self.outputs]
         self.function(*(b.__array_interface__["data"][0] for b in buffers),
@@ -169,21 +160,6 @@ def _instructions(module: Any) -> int:
     return sum(1 for f in module.functions for b in f.blocks for _ in b.instructions)
 
 
-def _checked(value: Any, arg: Argument, name: str) -> np.ndarray:
-    """`value` as a C-contiguous array of `arg`'s shape and dtype, or a clear error."""
-    if (type(value) is np.ndarray and value.dtype == arg.dtype and value.shape == arg.shape
-            and value.flags.c_contiguous):
-        return value  # the common case, checked in one line
-    typed = isinstance(value, np.ndarray | np.generic)
-    array = np.asarray(value) if typed else np.asarray(value, dtype=arg.dtype)
-    if array.dtype != arg.dtype:
-        raise TypeError(f"@{name}: argument `{arg.name}` must be {arg.dtype}, got {array.dtype}")
-    if array.shape != arg.shape:
-        raise ValueError(f"@{name}: argument `{arg.name}` must have shape {arg.shape}, got "
-                         f"{array.shape}")
-    return np.ascontiguousarray(array)
-
-
 class CPUBackend:
     name = "cpu"
 
@@ -192,34 +168,9 @@ class CPUBackend:
         self.libm = libm
 
     def compile(self, program: Program, stages: bool = False) -> Native:
-        texts: dict[str, str] = {}
-
-        def keep(stage: str, text: Callable[[], str]) -> None:
-            if stages:  # printing is a fifth of a large program's compile: only on request
-                texts[stage] = text()
-
-        keep("tape", lambda: str(program))
-        module = program.module.clone()  # the program stays as it was
-        f = next(op for op in module.ops if op.name == "func.func")
-        block = f.body.block
-        inputs = [Argument(n, a.type.get_shape(), tape.dtype_of(a.type)) for n, a in
-                  zip(value_names(f.arg_attrs, list(block.args), "arg"), block.args,
-                      strict=True)]
-        results = list(block.last_op.operands)
-        outputs = [Argument(n, r.type.get_shape(), tape.dtype_of(r.type)) for n, r in
-                   zip(value_names(f.res_attrs, results, "result"), results, strict=True)]
-        started = time.perf_counter()
-        if self.fuse:
-            report = fuse(module)
-            keep("fused tape", lambda: str(module))
-            fired = ", ".join(f"{name} {n}" for name, n in report.fired.items() if n)
-            record("tape-fuse", count_ops(module, top_level=True), started,
-                   f"{sum(report.fired.values())} idioms raised ({fired or 'none'}), "
-                   f"{report.groups} elementwise groups of {report.grouped_ops} ops")
-        started = time.perf_counter()
-        plan = lower_module(module, self.libm)
-        keep("loops", lambda: f"// {plan}\n{module!s}")
-        record("tape-to-loops", count_ops(module), started, str(plan))
+        kept = Stages(stages)
+        keep = kept.keep
+        module, inputs, outputs, _ = to_loops(program, kept, self.fuse, self.libm)
         started = time.perf_counter()
         loops_to_cf(module)  # the rest of tape-to-llvm, stage by stage
         convert_to_llvm(module)
@@ -243,4 +194,4 @@ class CPUBackend:
             address = engine.get_function_address(program.name)
             record("machine code (MCJIT)", None, started)
         signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs)))
-        return Native(program.name, inputs, outputs, engine, signature(address), texts)
+        return Native(program.name, inputs, outputs, engine, signature(address), kept.texts)

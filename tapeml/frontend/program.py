@@ -61,13 +61,20 @@ class Spec:
     def of(cls, x: Any) -> Spec:
         if isinstance(x, Spec):
             return x
-        if isinstance(x, Tracer):
+        if isinstance(x, Tracer) or is_device_array(x):
             return cls(x.shape, x.dtype)
         array = as_array(x)
         return cls(array.shape, array.dtype)
 
     def __repr__(self) -> str:
         return f"Spec({self.shape}, {self.dtype.name})"
+
+
+def is_device_array(x: Any) -> bool:
+    """An array on a device (backend="cuda"'s DeviceArray): it has a shape, a dtype and
+    `.numpy()`, and is traced by its shape and dtype alone."""
+    return (not isinstance(x, np.ndarray) and hasattr(x, "numpy") and hasattr(x, "shape")
+            and hasattr(x, "dtype"))
 
 
 def _ssa_name(path: str) -> str | None:
@@ -103,6 +110,8 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
     paths = _argument_paths(fn, example_args, example_kwargs)
     specs = []
     for path, leaf in zip(paths, leaves, strict=True):
+        if is_device_array(leaf):
+            leaf = Spec(leaf.shape, leaf.dtype)
         if not isinstance(leaf, Spec | Tracer | np.ndarray | np.generic | float | int):
             raise TracingError(f"trace: argument `{path}` is a {type(leaf).__name__}; arguments "
                                "must be arrays, floats or tapeml.Spec (close over anything else)")

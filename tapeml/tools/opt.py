@@ -82,8 +82,12 @@ class TapeOptMain(xDSLOptMain):
         super().apply_passes(prog)
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
+        from tapeml.codegen.ptx import PTXError
+
         try:
             return super().output_resulting_program(prog)
+        except PTXError as error:
+            raise UserError(str(error)) from None
         except NotImplementedError as error:  # a target met ops it does not emit
             raise UserError(
                 f"-t {self.args.target}: {error} (targets take the llvm dialect: "

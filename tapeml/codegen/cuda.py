@@ -1,0 +1,238 @@
+"""The CUDA backend: tape -> tape-fuse -> tape-to-loops -> convert-loops-to-gpu -> PTX for the
+GPU's architecture (ptx.py) -> cuda-python's driver API (cuda_driver.py).
+
+The PTX module is loaded once per compilation. The host function that convert-loops-to-gpu
+leaves is read once into a schedule: launches with their grids and buffers, and the device
+buffers of its intermediates, placed by their live ranges in one arena (allocated on the first
+call and reused) so the GPU holds at most the live ones, as the CPU's plan does. Constant
+arrays are copied to the device once.
+
+A call checks every argument's shape and dtype first. Arguments may be numpy arrays (copied to
+the device) or DeviceArrays (used where they are: parameters stay on the GPU between steps);
+results are DeviceArrays (`.numpy()` copies one back).
+
+`emulate=True` runs the same GPU form on xDSL's interpreter (tapeml/interpreters/gpu.py)
+instead: no GPU needed, numpy in and out, slow; how the tests check the kernels everywhere.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import arith, func, gpu, memref
+from xdsl.dialects.builtin import ModuleOp
+
+from tapeml.codegen import cuda_driver
+from tapeml.codegen.arguments import Argument, checked
+from tapeml.codegen.ptx import ARCHES, compile_ptx
+from tapeml.codegen.stages import Stages, to_loops
+from tapeml.frontend.program import Program
+from tapeml.interpreters import interpret
+from tapeml.profile import count_ops, record
+from tapeml.transforms.to_gpu import outline_module
+from tapeml.transforms.to_loops import LoweringError
+
+_ALIGN = 256  # bytes: every buffer in the arena starts on a 256-byte boundary, as cuMemAlloc's
+
+
+def arch_for(capability: tuple[int, int]) -> str:
+    """The PTX target for a GPU of compute `capability`: sm_90 for 9.x and newer, else sm_80."""
+    if capability < (8, 0):
+        raise cuda_driver.GPUUnavailableError(
+            f"backend='cuda' needs a GPU of compute capability 8.0 or newer (sm_80), this one "
+            f"is {capability[0]}.{capability[1]}")
+    return "sm_90" if capability >= (9, 0) else "sm_80"
+
+
+@dataclass
+class Launch:
+    function: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    slots: list[int]
+
+
+@dataclass
+class Schedule:
+    """The host function as data: its launches in order, each naming its buffers by slot."""
+
+    launches: list[Launch]
+    slots: int
+    arguments: int
+    """Slots 0 .. arguments-1 are the function's inputs, then its outputs."""
+    arena: dict[int, int]
+    """Intermediate slot -> byte offset in the arena."""
+    arena_bytes: int
+    constants: dict[int, np.ndarray]
+    """Constant slot -> its value (copied to the device once)."""
+
+
+def schedule(f: func.FuncOp, kernel: Any) -> Schedule:
+    """Read the host function `f` (after convert-loops-to-gpu); `kernel(name)` gives a kernel's
+    launchable function."""
+    block = f.body.block
+    slot: dict[Any, int] = {arg: i for i, arg in enumerate(block.args)}
+    launches: list[Launch] = []
+    live: dict[int, tuple[int, int]] = {}  # slot -> (offset, bytes) while allocated
+    arena: dict[int, int] = {}
+    constants: dict[int, np.ndarray] = {}
+    top = 0
+    globals_ = {op.sym_name.data: op for op in f.parent_op().walk()
+                if isinstance(op, memref.GlobalOp)}
+    for op in block.ops:
+        if isinstance(op, arith.ConstantOp | func.ReturnOp):
+            continue
+        if isinstance(op, gpu.AllocOp):
+            kind = op.result.type
+            size = -(-kind.get_shape()[0] * kind.get_element_type().bitwidth // 8 // _ALIGN)
+            offset = _first_fit(sorted(live.values()), size * _ALIGN)
+            slot[op.result] = len(slot)
+            live[slot[op.result]] = (offset, size * _ALIGN)
+            arena[slot[op.result]] = offset
+            top = max(top, offset + size * _ALIGN)
+        elif isinstance(op, gpu.DeallocOp):
+            live.pop(slot[op.buffer])
+        elif isinstance(op, memref.GetGlobalOp):
+            slot[op.result] = len(slot)
+            constants[slot[op.result]] = _global_value(globals_[op.name_.root_reference.data])
+        elif isinstance(op, gpu.LaunchFuncOp):
+            sizes = [_index(v) for v in op.operands[:6]]
+            launches.append(Launch(kernel(op.kernel.nested_references.data[0].data),
+                                   tuple(sizes[:3]), tuple(sizes[3:]),
+                                   [slot[v] for v in op.kernelOperands]))
+        else:
+            raise LoweringError(f"backend='cuda': the host function holds {op.name}, which "
+                                "only the GPU form's launches, allocations and constants may")
+    return Schedule(launches, len(slot), len(block.args), arena, top, constants)
+
+
+def _first_fit(used: list[tuple[int, int]], size: int) -> int:
+    """The lowest offset where `size` bytes fit between the (sorted) used ranges."""
+    offset = 0
+    for start, length in used:
+        if offset + size <= start:
+            break
+        offset = max(offset, start + length)
+    return offset
+
+
+def _index(value: Any) -> int:
+    owner = value.owner
+    if not isinstance(owner, arith.ConstantOp):
+        raise LoweringError("backend='cuda': launch sizes must be constants")
+    return owner.value.value.data
+
+
+def _global_value(op: memref.GlobalOp) -> np.ndarray:
+    kind = op.type
+    dtype = np.float32 if kind.get_element_type().bitwidth == 32 else np.float64
+    return np.asarray(op.initial_value.get_values(), dtype=dtype).reshape(-1)
+
+
+@dataclass
+class CUDAProgram:
+    """A program compiled for the GPU: call it with the program's flat arguments."""
+
+    name: str
+    inputs: list[Argument]
+    outputs: list[Argument]
+    plan: Schedule
+    context: Any
+    module: Any  # the loaded PTX: kept alive as long as its functions are
+    stages: dict[str, str] = field(default_factory=dict)
+    _arena: Any = None
+    _constants: dict[int, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, *leaves: Any) -> tuple[cuda_driver.DeviceArray, ...]:
+        if len(leaves) != len(self.inputs):
+            raise TypeError(f"@{self.name} takes {len(self.inputs)} arrays, got {len(leaves)}")
+        arrays = [_on_device(leaf, arg, self.name) for leaf, arg in
+                  zip(leaves, self.inputs, strict=True)]
+        outputs = [cuda_driver.DeviceArray.empty(a.shape, a.dtype) for a in self.outputs]
+        with self._lock:  # one arena: calls run one after another
+            if self._arena is None:
+                self._arena = self.context.alloc(self.plan.arena_bytes)
+                for i, value in self.plan.constants.items():
+                    self._constants[i] = cuda_driver.DeviceArray.from_numpy(value)
+            pointers = [a.buffer.pointer for a in (*arrays, *outputs)]
+            pointers += [0] * (self.plan.slots - len(pointers))
+            for i, offset in self.plan.arena.items():
+                pointers[i] = self._arena.pointer + offset
+            for i, array in self._constants.items():
+                pointers[i] = array.buffer.pointer
+            for launch in self.plan.launches:
+                launch.function.launch(launch.grid, launch.block,
+                                       [pointers[i] for i in launch.slots])
+            self.context.synchronize()
+        return tuple(outputs)
+
+
+def _on_device(value: Any, arg: Argument, name: str) -> cuda_driver.DeviceArray:
+    if isinstance(value, cuda_driver.DeviceArray):
+        if value.dtype != arg.dtype:
+            raise TypeError(f"@{name}: argument `{arg.name}` must be {arg.dtype}, got "
+                            f"{value.dtype}")
+        if value.shape != arg.shape:
+            raise ValueError(f"@{name}: argument `{arg.name}` must have shape {arg.shape}, got "
+                             f"{value.shape}")
+        return value
+    return cuda_driver.DeviceArray.from_numpy(checked(value, arg, name))
+
+
+@dataclass
+class Emulated:
+    """The GPU form on xDSL's interpreter: numpy in, numpy out."""
+
+    name: str
+    module: ModuleOp
+    inputs: list[Argument]
+    outputs: list[Argument]
+    stages: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self, *leaves: Any) -> tuple[np.ndarray, ...]:
+        if len(leaves) != len(self.inputs):
+            raise TypeError(f"@{self.name} takes {len(self.inputs)} arrays, got {len(leaves)}")
+        buffers = [checked(leaf, arg, self.name).reshape(-1) for leaf, arg in
+                   zip(leaves, self.inputs, strict=True)]
+        outputs = [np.zeros(a.shape, a.dtype) for a in self.outputs]
+        interpret(self.module, self.name, *buffers, *(o.reshape(-1) for o in outputs))
+        return tuple(outputs)
+
+
+class CUDABackend:
+    name = "cuda"
+
+    def __init__(self, fuse: bool = True, emulate: bool = False, arch: str | None = None
+                 ) -> None:
+        if arch is not None and arch not in ARCHES:
+            raise ValueError(f"backend='cuda': arch must be one of {', '.join(ARCHES)}, "
+                             f"got {arch!r}")
+        self.fuse, self.emulate, self.arch = fuse, emulate, arch
+
+    def compile(self, program: Program, stages: bool = False) -> CUDAProgram | Emulated:
+        context = None if self.emulate else cuda_driver.context()  # no GPU: say so first
+        kept = Stages(stages)
+        module, inputs, outputs, _ = to_loops(program, kept, self.fuse, libm=False)
+        started = time.perf_counter()
+        outline_module(module)
+        kept.keep("gpu", lambda: str(module))
+        record("convert-loops-to-gpu", count_ops(module), started)
+        f = next(op for op in module.ops if isinstance(op, func.FuncOp))
+        if self.emulate:
+            return Emulated(program.name, module, inputs, outputs, kept.texts)
+        kernels = next(op for op in module.ops if isinstance(op, gpu.ModuleOp))
+        started = time.perf_counter()
+        compiled = compile_ptx(kernels, self.arch or arch_for(context.compute_capability))
+        kept.keep("llvm ir", lambda: compiled.llvm_ir)
+        kept.keep("ptx", lambda: compiled.ptx)
+        record("PTX (LLVM O3, NVPTX)", None, started, f"{len(compiled.kernels)} kernels")
+        started = time.perf_counter()
+        loaded = context.load(compiled.ptx)
+        plan = schedule(f, loaded.function)
+        record("load (cuModuleLoadData)", None, started)
+        return CUDAProgram(program.name, inputs, outputs, plan, context, loaded, kept.texts)
