@@ -33,6 +33,7 @@ from tapeml.codegen.stages import Stages, to_loops
 from tapeml.frontend.program import Program
 from tapeml.interpreters import interpret
 from tapeml.profile import count_ops, record
+from tapeml.transforms.gemm_gpu import GEMM_TILE
 from tapeml.transforms.to_gpu import outline_module
 from tapeml.transforms.to_loops import LoweringError
 
@@ -97,8 +98,8 @@ def schedule(f: func.FuncOp, kernel: Any) -> Schedule:
         elif isinstance(op, gpu.DeallocOp):
             live.pop(slot[op.buffer])
         elif isinstance(op, memref.GetGlobalOp):
-            slot[op.result] = len(slot)
-            constants[slot[op.result]] = _global_value(globals_[op.name_.root_reference.data])
+            slot[op.memref] = len(slot)
+            constants[slot[op.memref]] = _global_value(globals_[op.name_.root_reference.data])
         elif isinstance(op, gpu.LaunchFuncOp):
             sizes = [_index(v) for v in op.operands[:6]]
             launches.append(Launch(kernel(op.kernel.nested_references.data[0].data),
@@ -207,19 +208,24 @@ class Emulated:
 class CUDABackend:
     name = "cuda"
 
-    def __init__(self, fuse: bool = True, emulate: bool = False, arch: str | None = None
-                 ) -> None:
+    def __init__(self, fuse: bool = True, emulate: bool = False, arch: str | None = None,
+                 gemm_tile: int = GEMM_TILE) -> None:
+        """`arch`: sm_80 or sm_90 (default: the GPU's); `gemm_tile`: the GEMM kernels' tile
+        (tile x tile threads per block; a small one makes emulation fast)."""
         if arch is not None and arch not in ARCHES:
             raise ValueError(f"backend='cuda': arch must be one of {', '.join(ARCHES)}, "
                              f"got {arch!r}")
-        self.fuse, self.emulate, self.arch = fuse, emulate, arch
+        if not isinstance(gemm_tile, int) or not 1 <= gemm_tile <= 32:
+            raise ValueError(f"backend='cuda': gemm_tile must be an int from 1 to 32 (at most "
+                             f"1024 threads per block), got {gemm_tile!r}")
+        self.fuse, self.emulate, self.arch, self.gemm_tile = fuse, emulate, arch, gemm_tile
 
     def compile(self, program: Program, stages: bool = False) -> CUDAProgram | Emulated:
         context = None if self.emulate else cuda_driver.context()  # no GPU: say so first
         kept = Stages(stages)
         module, inputs, outputs, _ = to_loops(program, kept, self.fuse, libm=False)
         started = time.perf_counter()
-        outline_module(module)
+        outline_module(module, gemm_tile=self.gemm_tile)
         kept.keep("gpu", lambda: str(module))
         record("convert-loops-to-gpu", count_ops(module), started)
         f = next(op for op in module.ops if isinstance(op, func.FuncOp))
