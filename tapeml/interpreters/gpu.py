@@ -110,6 +110,26 @@ def _run_block_threaded(interpreters: list[Interpreter], kernel_func: gpu.FuncOp
         raise errors[0]
 
 
+def launch(interpreter: Interpreter, kernel_func: gpu.FuncOp, grid: tuple[int, int, int],
+           block: tuple[int, int, int], operands: tuple[Any, ...]) -> None:
+    """Run `kernel_func` on `operands` over `grid` x `block` threads (see the module doc)."""
+    body_ops = list(kernel_func.walk())
+    shared = [o for o in body_ops if isinstance(o, kernel.SharedOp)]
+    synchronized = any(isinstance(o, gpu.BarrierOp) for o in body_ops)
+    threads = math.prod(block)
+    interpreters = [_own_interpreter(interpreter) for _ in range(threads)] if (
+        synchronized and threads > 1) else []
+    for bz, by, bx in itertools.product(*(range(n) for n in reversed(grid))):
+        memory = {o: _zeros(o.result.type, interpreter) for o in shared}
+        states = [_Thread((tx, ty, tz), (bx, by, bz), block, grid, memory)
+                  for tz, ty, tx in itertools.product(*(range(n) for n in reversed(block)))]
+        if interpreters:
+            _run_block_threaded(interpreters, kernel_func, operands, states)
+            continue
+        for state in states:
+            _run_thread(interpreter, kernel_func, operands, state)
+
+
 def _own_interpreter(interpreter: Interpreter) -> Interpreter:
     from tapeml.interpreters import make_interpreter
 
@@ -124,26 +144,11 @@ class GPUFunctions(InterpreterFunctions):
     def run_launch_func(self, interpreter: Interpreter, op: gpu.LaunchFuncOp,
                         args: PythonValues) -> PythonValues:
         sizes = [a.value.data if hasattr(a, "value") else int(a) for a in args[:6]]
-        grid, block = tuple(sizes[:3]), tuple(sizes[3:])
-        operands = tuple(args[len(args) - len(op.kernelOperands):])
         kernel_func = SymbolTable.lookup_symbol(op, op.kernel)
         if not isinstance(kernel_func, gpu.FuncOp):
             raise RuntimeError(f"gpu.launch_func: no gpu.func {op.kernel}")
-        body_ops = list(kernel_func.walk())
-        shared = [o for o in body_ops if isinstance(o, kernel.SharedOp)]
-        synchronized = any(isinstance(o, gpu.BarrierOp) for o in body_ops)
-        threads = math.prod(block)
-        interpreters = [_own_interpreter(interpreter) for _ in range(threads)] if (
-            synchronized and threads > 1) else []
-        for bz, by, bx in itertools.product(*(range(n) for n in reversed(grid))):
-            memory = {o: _zeros(o.result.type, interpreter) for o in shared}
-            states = [_Thread((tx, ty, tz), (bx, by, bz), block, grid, memory)
-                      for tz, ty, tx in itertools.product(*(range(n) for n in reversed(block)))]
-            if interpreters:
-                _run_block_threaded(interpreters, kernel_func, operands, states)
-                continue
-            for state in states:
-                _run_thread(interpreter, kernel_func, operands, state)
+        launch(interpreter, kernel_func, tuple(sizes[:3]), tuple(sizes[3:]),
+               tuple(args[len(args) - len(op.kernelOperands):]))
         return ()
 
     def _index(self, interpreter: Interpreter, value: int) -> Any:
