@@ -114,16 +114,27 @@ def test_a_call_no_gpu_lowering_knows_is_an_error_not_a_dead_process():
     assert _check_calls('%1 = call ccc float @"__nv_logf"(float %0)')
 
 
-def test_without_libdevice_exp_and_log_are_a_clear_error(monkeypatch):
+@pytest.mark.parametrize("libm", [False, True])
+def test_without_libdevice_only_pow_and_libm_math_are_an_error(monkeypatch, libm):
     import tapeml.codegen.ptx as ptx
 
     monkeypatch.setattr(ptx, "libdevice_path", lambda: None)
-    program = tapeml.trace(lambda a: ops.log(a), np.ones(4, np.float32))
-    lower_module(program.module)
-    outline_module(program.module)
-    kernels = next(op for op in program.module.ops if op.name == "gpu.module")
-    with pytest.raises(PTXError, match="libdevice"):
-        compile_ptx(kernels)
+    x = np.ones(4, np.float32)
+
+    def kernels(f):
+        program = tapeml.trace(f, x)
+        lower_module(program.module, libm=libm)
+        outline_module(program.module)
+        return next(op for op in program.module.ops if op.name == "gpu.module")
+
+    arithmetic = kernels(lambda a: ops.sigmoid(ops.log(ops.exp(ops.tanh(a)))))
+    if libm:
+        with pytest.raises(PTXError, match="libdevice"):
+            compile_ptx(arithmetic)
+    else:
+        assert "call" not in compile_ptx(arithmetic).ptx  # no library needed
+    with pytest.raises(PTXError, match="needs the CUDA toolkit's libdevice"):
+        compile_ptx(kernels(lambda a: ops.power(a, a)))
 
 
 def test_the_schedule_places_live_intermediates_apart_and_reuses_freed_space():

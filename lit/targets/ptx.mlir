@@ -21,7 +21,7 @@
 // CHECK:       mov.u32 {{.*}}%ntid.x;
 // CHECK:       mov.u32 {{.*}}%tid.x;
 // CHECK:       setp.gt.u64 {{.*}}, 31;
-// log is libdevice's __nv_logf, linked in and inlined: no call is left.
+// exp, log and tanh are arithmetic (as on the CPU): no call, no library.
 // CHECK-NOT:   call
 // CHECK-NOT:   __nv_
 // CHECK:       ld.global.nc.b32

@@ -5,8 +5,10 @@ xDSL's convert_module and llvmlite's NVPTX backend (nvptx64-nvidia-cuda, sm_80 o
                  buffers, as on the CPU)
     shared       each kernel.shared placeholder becomes an addrspace(3) array, read through a
                  generic pointer (LLVM's address-space inference makes the accesses ld.shared)
-    math         libdevice (the CUDA toolkit's nvvm/libdevice/libdevice.10.bc) is linked in for
-                 __nv_expf and the rest, then internalized so O3 keeps only what is called
+    math         exp, log, tanh and sigmoid are arithmetic (transcendentals.py); pow (and the
+                 math dialect's exp/log/tanh, in a module lowered with libm=true) call
+                 libdevice (the CUDA toolkit's nvvm/libdevice/libdevice.10.bc), linked in and
+                 internalized so O3 keeps only what is called
 
 LLVM's NVPTX backend aborts the whole process on an intrinsic it cannot lower (llvm.exp.f32,
 llvm.tanh.f32, ...). So before LLVM sees the module, every call in it is checked against what
@@ -129,7 +131,7 @@ def compile_ptx(kernels: gpu.ModuleOp, arch: str = "sm_90") -> PTXModule:
     needs_libdevice = _check_calls(text)
     library = libdevice_path() if needs_libdevice else None
     if needs_libdevice and library is None:
-        raise PTXError("PTX: exp/log/tanh/pow need the CUDA toolkit's libdevice "
+        raise PTXError("PTX: pow (and libm-style exp/log/tanh) needs the CUDA toolkit's libdevice "
                        "(nvvm/libdevice/libdevice.10.bc): set CUDA_HOME or TAPEML_LIBDEVICE")
     with _LLVM_LOCK:
         machine = target_machine(arch)

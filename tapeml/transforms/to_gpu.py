@@ -291,8 +291,8 @@ class ConvertLoopsToGPUPass(ModulePass):
 
 @dataclass(frozen=True)
 class TapeToGPUPass(ModulePass):
-    """The whole way from tape to the GPU form: tape-fuse, tape-to-loops (exp, tanh and sigmoid
-    as arithmetic), convert-loops-to-gpu (`-t ptx` prints the kernels' PTX)."""
+    """The whole way from tape to the GPU form: tape-fuse, tape-to-loops (exp, log, tanh and
+    sigmoid as arithmetic), convert-loops-to-gpu (`-t ptx` prints the kernels' PTX)."""
 
     name = "tape-to-gpu"
 

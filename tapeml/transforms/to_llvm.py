@@ -129,6 +129,8 @@ class ArithMathToLLVM(RewritePattern):
             rewriter.replace(op, llvm.FPExtOp(op.input, op.result.type))
         elif kind is arith.TruncFOp:
             rewriter.replace(op, llvm.FPTruncOp(op.input, op.result.type))
+        elif kind is arith.SIToFPOp:
+            rewriter.replace(op, llvm.SIToFPOp(op.input, op.result.type))
         elif kind is arith.BitcastOp:
             rewriter.replace(op, llvm.BitcastOp(op.input, op.result.type))
         elif kind is arith.IndexCastOp:
@@ -265,7 +267,7 @@ class TapeToLLVMPass(ModulePass):
     fuse: bool = True
     """Run tape-fuse first."""
     libm: bool = False
-    """Call libm for exp, tanh and sigmoid (default: vectorizable arithmetic)."""
+    """Call libm for exp, log, tanh and sigmoid (default: vectorizable arithmetic)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from tapeml.transforms.fuse import fuse

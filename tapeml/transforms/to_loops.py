@@ -90,7 +90,7 @@ class Emitter:
 
     builder: Builder
     libm: bool = False
-    """Call libm for exp, tanh and sigmoid instead of the vectorizable arithmetic."""
+    """Call libm for exp, log, tanh and sigmoid instead of the vectorizable arithmetic."""
 
     def insert(self, op: Operation) -> SSAValue:
         self.builder.insert(op)
@@ -202,10 +202,10 @@ def scalar_op(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
     kind = type(op)
     if kind in binary:
         return e.insert(binary[kind](*args))
-    if not e.libm and kind in (tape.ExpOp, tape.TanhOp, tape.SigmoidOp):
+    if not e.libm and kind in (tape.ExpOp, tape.LogOp, tape.TanhOp, tape.SigmoidOp):
         approximate = Math(e, t)
-        return {tape.ExpOp: approximate.exp, tape.TanhOp: approximate.tanh,
-                tape.SigmoidOp: approximate.sigmoid}[kind](args[0])
+        return {tape.ExpOp: approximate.exp, tape.LogOp: approximate.log,
+                tape.TanhOp: approximate.tanh, tape.SigmoidOp: approximate.sigmoid}[kind](args[0])
     if kind in unary:
         return e.insert(unary[kind](*args))
     if kind is tape.SigmoidOp:  # 1 / (1 + exp(-x))
@@ -948,7 +948,7 @@ def _free_after_last_use(block: Block, allocated: list[SSAValue], report: PlanRe
 
 def lower_module(module: ModuleOp, libm: bool = False) -> PlanReport:
     """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
-    call libm for exp, tanh and sigmoid (default: vectorizable arithmetic, see
+    call libm for exp, log, tanh and sigmoid (default: vectorizable arithmetic, see
     transcendentals.py)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
@@ -963,7 +963,7 @@ class ToLoopsPass(ModulePass):
     name = "tape-to-loops"
 
     libm: bool = False
-    """Call libm for exp, tanh and sigmoid (default: vectorizable arithmetic)."""
+    """Call libm for exp, log, tanh and sigmoid (default: vectorizable arithmetic)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         lower_module(op, self.libm)

@@ -1,5 +1,6 @@
-"""exp, tanh and sigmoid as plain arithmetic (no libm call), so LLVM vectorizes the loops they
-are in. tape-to-loops emits these unless asked for libm (`libm=True`).
+"""exp, log, tanh and sigmoid as plain arithmetic (no libm call), so LLVM vectorizes the loops
+they are in (and the GPU needs no library for them). tape-to-loops emits these unless asked for
+libm (`libm=True`).
 
     exp(x) = 2^n * exp(r),  n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2]
         exp(r): Taylor polynomial, degree 7 (f32) / 14 (f64), truncation error below an ulp;
@@ -10,6 +11,8 @@ are in. tape-to-loops emits these unless asked for libm (`libm=True`).
         with P the Taylor series of tanh(x) / x (8 terms for f32, 18 for f64), computed here
         from the Bernoulli numbers (no cancellation near 0).
     sigmoid(x) = 1 / (1 + exp(-x)), as the interpreter defines it.
+    log(x) = k ln 2 + log(m), m in [sqrt(1/2), sqrt(2)) from x's bits, log(m) by fdlibm's
+        arrangement of the series in s = (m-1)/(m+1) (5 terms for f32, 11 for f64).
 
 Measured against numpy (tests/test_transcendentals.py sweeps them): within 2 ulp for f32
 (4 for f64) on every finite input, and the same inf / nan / signed-zero behaviour.
@@ -45,6 +48,7 @@ def _tanh_over_x_taylor(terms: int) -> list[float]:
 # enough terms for |x| < TANH_SPLIT (the series converges for |x| < pi / 2)
 _SMALL = {32: _tanh_over_x_taylor(8), 64: _tanh_over_x_taylor(18)}
 _EXP_DEGREE = {32: 7, 64: 14}
+_LOG_TERMS = {32: 5, 64: 11}  # s^2 < 0.0295: the next term is below half an ulp
 
 
 class Math:
@@ -114,6 +118,54 @@ class Math:
         small = self.op(arith.MulfOp, x, self.polynomial(square, _SMALL[self.bits]))
         is_small = self.op(arith.CmpfOp, magnitude, self.c(TANH_SPLIT), "olt")
         return self.op(arith.SelectOp, is_small, small, signed)
+
+    def log(self, x: SSAValue) -> SSAValue:
+        """log(x) = k ln 2 + log(m), x = m 2^k with m in [sqrt(1/2), sqrt(2)) read from the
+        bits (a subnormal x is scaled into the normal range first). With f = m - 1 and
+        s = f / (2 + f), log(m) = f - f^2/2 + s (f^2/2 + R(s^2)), R the Taylor series of
+        log((1+s)/(1-s)) - 2s over s (fdlibm's arrangement, so the large terms are exact);
+        k ln 2 in two parts. x < 0 and nan give nan, 0 gives -inf, inf gives inf."""
+        mantissa, bias = (23, 127) if self.bits == 32 else (52, 1023)
+        int_t = IntegerType(self.bits)
+
+        def integer(value: int) -> SSAValue:
+            return self.e.insert(arith.ConstantOp.from_int_and_width(value, int_t))
+
+        tiny = 2.0 ** (1 - bias)  # the smallest normal number
+        subnormal = self.op(arith.CmpfOp, x, self.c(tiny), "olt")
+        scaled = self.op(arith.SelectOp, subnormal,
+                         self.op(arith.MulfOp, x, self.c(2.0 ** (mantissa + 2))), x)
+        bits = self.op(arith.BitcastOp, scaled, int_t)
+        # m's bits: x's mantissa with the exponent of [sqrt(1/2), sqrt(2)); adding
+        # (1 - sqrt(1/2)) * 2^mantissa first carries into the exponent exactly when m >= sqrt(2)
+        shift = integer((bias << mantissa) - int(round(math.sqrt(0.5) * 2**mantissa)) + 1)
+        shifted = self.op(arith.SubiOp, bits, shift)  # the exponent field now counts from m
+        k_int = self.op(arith.ShRSIOp, shifted, integer(mantissa))
+        m_bits = self.op(arith.AddiOp, self.op(arith.AndIOp, shifted,
+                                               integer((1 << mantissa) - 1)), shift)
+        m = self.op(arith.BitcastOp, m_bits, self.t)
+        k = self.op(arith.SubfOp, self.op(arith.SIToFPOp, k_int, self.t),
+                    self.op(arith.SelectOp, subnormal, self.c(mantissa + 2), self.c(0.0)))
+        f = self.op(arith.SubfOp, m, self.c(1.0))
+        half_square = self.op(arith.MulfOp, self.c(0.5), self.op(arith.MulfOp, f, f))
+        s = self.op(arith.DivfOp, f, self.op(arith.AddfOp, self.c(2.0), f))
+        z = self.op(arith.MulfOp, s, s)
+        terms = _LOG_TERMS[self.bits]
+        r = self.op(arith.MulfOp, z, self.polynomial(z, [2 / (2 * j + 3) for j in range(terms)]))
+        hi_bits = 12 if self.bits == 32 else 32
+        ln2_hi = math.floor(math.log(2) * 2**hi_bits) / 2**hi_bits
+        ln2_lo = float(_LN2 - Decimal(ln2_hi))
+        inner = self.op(arith.AddfOp, self.op(arith.MulfOp, s, self.op(arith.AddfOp,
+                                                                        half_square, r)),
+                        self.op(arith.MulfOp, k, self.c(ln2_lo)))
+        result = self.op(arith.AddfOp, self.op(arith.MulfOp, k, self.c(ln2_hi)),
+                         self.op(arith.SubfOp, f, self.op(arith.SubfOp, half_square, inner)))
+        result = self.op(arith.SelectOp, self.op(arith.CmpfOp, x, self.c(math.inf), "oeq"),
+                         self.c(math.inf), result)
+        result = self.op(arith.SelectOp, self.op(arith.CmpfOp, x, self.c(0.0), "oeq"),
+                         self.c(-math.inf), result)
+        return self.op(arith.SelectOp, self.op(arith.CmpfOp, x, self.c(0.0), "ult"),
+                       self.c(math.nan), result)  # below zero, or nan
 
     def sigmoid(self, x: SSAValue) -> SSAValue:
         one = self.c(1.0)
