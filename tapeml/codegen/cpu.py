@@ -22,11 +22,13 @@ from xdsl.backend.llvm.convert import convert_module
 from xdsl.context import Context
 from xdsl.utils.target import Target as XTarget
 
+from tapeml.codegen import pool
 from tapeml.codegen.arguments import Argument, checked
-from tapeml.codegen.gemm import GemmSpec, Target, definition
+from tapeml.codegen.gemm import GemmSpec, Target, definition, host_threads
 from tapeml.codegen.stages import Stages, to_loops
 from tapeml.frontend.program import Program
 from tapeml.profile import count_ops, profiling, record
+from tapeml.transforms.outline_parallel import outline_parallel_loops
 from tapeml.transforms.scf_to_cf import loops_to_cf
 from tapeml.transforms.to_llvm import convert_to_llvm
 
@@ -54,7 +56,8 @@ def optimize(module: Any, machine: llvm_binding.TargetMachine) -> tuple[str, Any
     for function in ir_module.functions:
         if not function.is_declaration:
             for arg in function.args:  # distinct buffers: inputs, fresh outputs, allocations
-                arg.add_attribute("noalias")
+                if arg.type.is_pointer:
+                    arg.add_attribute("noalias")
     text = _prefer_wide_vectors(str(ir_module))
     parsed = llvm_binding.parse_assembly(text)
     parsed.verify()
@@ -172,6 +175,13 @@ class CPUBackend:
         keep = kept.keep
         module, inputs, outputs, _ = to_loops(program, kept, self.fuse, self.libm)
         started = time.perf_counter()
+        threads = host_threads()
+        if threads > 1:
+            outlined = outline_parallel_loops(module)
+            kept.keep("outlined loops", lambda: str(module))
+            record("outline-parallel-loops", count_ops(module), started,
+                   f"{outlined} loops shared by {threads} threads")
+            started = time.perf_counter()
         loops_to_cf(module)  # the rest of tape-to-llvm, stage by stage
         convert_to_llvm(module)
         keep("llvm dialect", lambda: str(module))
@@ -189,6 +199,7 @@ class CPUBackend:
                 record("LLVM O3", _instructions(parsed), started,
                        f"(LLVM instructions), {len(kernels)} generated kernels linked")
             started = time.perf_counter()
+            pool.load(target_machine)  # tapeml_parallel_for, for the programs that call it
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)
             engine.finalize_object()
             address = engine.get_function_address(program.name)

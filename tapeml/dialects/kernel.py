@@ -14,6 +14,13 @@ Strides let a transposed operand be read in place. `tape-to-loops` emits it for 
 whose name spells these parameters; the interpreter runs it with numpy. On the GPU,
 `convert-loops-to-gpu` launches a tiled kernel for it instead (tapeml/transforms/gemm_gpu.py).
 
+    kernel.parallel_for @f_part0(%x, %y) iterations 64 : memref<1024xf32>, memref<1024xf32>
+
+calls `@f_part0(%x, %y, %start, %end)` on contiguous ranges [start, end) that cover
+[0, iterations) exactly once, in any order or at once (the CPU backend's thread pool splits it;
+the interpreter makes one call over the whole range). `outline-parallel-loops` emits it for a
+parallel loop worth the threads.
+
     %tile = kernel.shared : memref<256xf32>
 
 is a buffer in a GPU kernel's shared memory: one per thread block, read and written by all of
@@ -27,10 +34,19 @@ from xdsl.dialects.builtin import (
     DenseArrayBase,
     IntegerAttr,
     MemRefType,
+    SymbolRefAttr,
     i64,
 )
 from xdsl.ir import Dialect, SSAValue
-from xdsl.irdl import IRDLOperation, attr_def, irdl_op_definition, operand_def, result_def
+from xdsl.irdl import (
+    IRDLOperation,
+    attr_def,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    var_operand_def,
+)
 from xdsl.utils.exceptions import VerifyException
 
 from tapeml.codegen.gemm import GemmSpec
@@ -104,6 +120,26 @@ class GemmOp(IRDLOperation):
 
 
 @irdl_op_definition
+class ParallelForOp(IRDLOperation):
+    name = "kernel.parallel_for"
+
+    buffers = var_operand_def(MemRefType)
+    callee = prop_def(SymbolRefAttr)
+    iterations = prop_def(IntegerAttr)
+
+    assembly_format = ("$callee `(` $buffers `)` `iterations` $iterations attr-dict "
+                       "`:` type($buffers)")
+
+    def __init__(self, callee: str, buffers: list[SSAValue], iterations: int) -> None:
+        super().__init__(operands=[buffers], properties={
+            "callee": SymbolRefAttr(callee), "iterations": IntegerAttr(iterations, i64)})
+
+    def verify_(self) -> None:
+        if self.iterations.value.data < 0:
+            raise VerifyException("kernel.parallel_for: iterations must be non-negative")
+
+
+@irdl_op_definition
 class SharedOp(IRDLOperation):
     name = "kernel.shared"
 
@@ -124,4 +160,4 @@ class SharedOp(IRDLOperation):
             raise VerifyException("kernel.shared: a flat buffer (memref<N x T>)")
 
 
-Kernel = Dialect("kernel", [GemmOp, SharedOp])
+Kernel = Dialect("kernel", [GemmOp, ParallelForOp, SharedOp])

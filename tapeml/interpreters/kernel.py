@@ -1,12 +1,16 @@
-"""`kernel.gemm` on xDSL's interpreter: numpy's matmul over strided views of the buffers."""
+"""The kernel dialect on xDSL's interpreter: `kernel.gemm` as numpy's matmul over strided views
+of the buffers, `kernel.parallel_for` as one call over the whole range."""
 
 from __future__ import annotations
 
 import numpy as np
+from xdsl.dialects.builtin import IndexType
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
+from xdsl.interpreters.builtin import scalar_attr
 from xdsl.interpreters.shaped_array import ShapedArray
+from xdsl.traits import SymbolTable
 
-from tapeml.dialects.kernel import GemmOp
+from tapeml.dialects.kernel import GemmOp, ParallelForOp
 
 
 def _flat(buffer: ShapedArray, dtype: np.dtype) -> np.ndarray:
@@ -17,6 +21,15 @@ def _flat(buffer: ShapedArray, dtype: np.dtype) -> np.ndarray:
 
 @register_impls
 class KernelFunctions(InterpreterFunctions):
+    @impl(ParallelForOp)
+    def run_parallel_for(self, interpreter: Interpreter, op: ParallelForOp,
+                         args: PythonValues) -> PythonValues:
+        callee = SymbolTable.lookup_symbol(op, op.callee)
+        bounds = [scalar_attr(v, IndexType(), interpreter.index_bitwidth)
+                  for v in (0, op.iterations.value.data)]
+        interpreter.call_op(callee, (*args, *bounds))
+        return ()
+
     @impl(GemmOp)
     def run_gemm(self, interpreter: Interpreter, op: GemmOp, args: PythonValues) -> PythonValues:
         s = op.spec

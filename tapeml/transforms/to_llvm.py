@@ -14,7 +14,9 @@ llvm counterpart. MLIR's own conversions are the semantics followed:
           alloc/dealloc as malloc/free; get_global/global as llvm globals
   func    func.func as an external llvm.func returning void, func.return as llvm.return
   kernel  kernel.gemm as a call to the generated kernel its parameters name (declared here;
-          the CPU backend links in its definition from tapeml/codegen/gemm.py)
+          the CPU backend links in its definition from tapeml/codegen/gemm.py);
+          kernel.parallel_for as a call to the thread pool (tapeml/codegen/pool.py), with
+          `callee.entry` reading the buffers back from the context it passes
 
 No fast-math flags are set: float semantics stay IEEE, as the interpreter's.
 """
@@ -36,7 +38,7 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     i64,
 )
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Attribute, Block, Operation, Region
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -46,7 +48,7 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import Rewriter
 
-from tapeml.codegen.gemm import GemmSpec
+from tapeml.codegen.gemm import GemmSpec, host_threads
 from tapeml.dialects import kernel
 from tapeml.transforms.to_loops import LoweringError
 
@@ -189,14 +191,49 @@ class MemrefToLLVM(RewritePattern):
 @dataclass
 class KernelToLLVM(RewritePattern):
     """kernel.gemm -> a call to the generated kernel its parameters name (declared here, defined
-    by the CPU backend: tapeml/codegen/gemm.py)."""
+    by the CPU backend: tapeml/codegen/gemm.py). kernel.parall_for -> its buffers' addresses in
+    a stack array, and a call to the thread pool (tapeml/codegen/pool.py) with the address of
+    the callee's entry, which reads them back."""
 
     symbols: dict[Operation, str]
     """Each kernel op's callee (read before the buffer types become pointers)."""
+    threads: int = 1
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if isinstance(op, kernel.GemmOp):
             rewriter.replace(op, llvm.CallOp(self.symbols[op], op.a, op.b, op.c))
+        elif isinstance(op, kernel.ParallelForOp):
+            count = llvm.ConstantOp(IntegerAttr(max(1, len(op.buffers)), i64), i64)
+            context = llvm.AllocaOp(count, PTR, alignment=8)
+            ops: list[Operation] = [count, context]
+            for i, buffer in enumerate(op.buffers):
+                slot = llvm.GEPOp(context, [i], PTR)
+                ops += [slot, llvm.StoreOp(buffer, slot)]
+            entry = llvm.AddressOfOp(_entry_name(op.callee.root_reference.data), PTR)
+            total = llvm.ConstantOp(IntegerAttr(op.iterations.value.data, i64), i64)
+            threads = llvm.ConstantOp(IntegerAttr(self.threads, i64), i64)
+            call = llvm.CallOp("tapeml_parallel_for", entry, context, total, threads)
+            rewriter.replace(op, [*ops, entry, total, threads, call])
+
+
+def _entry_name(callee: str) -> str:
+    return f"{callee}.entry"
+
+
+def _entry(callee: str, buffers: int) -> llvm.FuncOp:
+    """`callee.entry(context, start, end)`: callee(context[0], ..., start, end)."""
+    block = Block(arg_types=[PTR, i64, i64])
+    context, start, end = block.args
+    ops: list[Operation] = []
+    pointers = []
+    for i in range(buffers):
+        slot = llvm.GEPOp(context, [i], PTR)
+        load = llvm.LoadOp(slot, PTR)
+        ops += [slot, load]
+        pointers.append(load.dereferenced_value)
+    block.add_ops([*ops, llvm.CallOp(callee, *pointers, start, end), llvm.ReturnOp()])
+    return llvm.FuncOp(_entry_name(callee), llvm.LLVMFunctionType([PTR, i64, i64], None),
+                       linkage=llvm.LinkageAttr("external"), body=Region(block))
 
 
 class FuncToLLVM(RewritePattern):
@@ -229,15 +266,20 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = ()) -> N
     sizes = {op: op.memref.type.get_shape()[0] * _element_bytes(op.memref.type.element_type)
              for op in module.walk() if isinstance(op, memref.AllocOp)}
     symbols = {op: op.spec.symbol for op in module.walk() if isinstance(op, kernel.GemmOp)}
+    entries = {op.callee.root_reference.data: len(op.buffers) for op in module.walk()
+               if isinstance(op, kernel.ParallelForOp)}
     convert_types(module)
     PatternRewriteWalker(GreedyRewritePatternApplier([
         *extra, ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes), FuncToLLVM(),
-        KernelToLLVM(symbols),
+        KernelToLLVM(symbols, host_threads() if entries else 1),
     ]), apply_recursively=False).rewrite_module(module)
     uses = {op.callee.root_reference.data for op in module.walk() if isinstance(op, llvm.CallOp)}
     kernels = sorted(name for name in uses if GemmSpec.from_symbol(name) is not None)
+    for callee, buffers in entries.items():
+        module.body.block.add_op(_entry(callee, buffers))
     for name, fty in (("malloc", llvm.LLVMFunctionType([i64], PTR)),
                       ("free", llvm.LLVMFunctionType([PTR], None)),
+                      ("tapeml_parallel_for", llvm.LLVMFunctionType([PTR, PTR, i64, i64], None)),
                       *((name, llvm.LLVMFunctionType([PTR] * 3, None)) for name in kernels)):
         if name in uses:
             module.body.block.add_op(llvm.FuncOp(name, fty, linkage=llvm.LinkageAttr("external")))
