@@ -76,6 +76,7 @@ def kernel_module(spec: GemmSpec, machine: llvm_binding.TargetMachine, optimized
     """The generated kernel for `spec`, parsed (and optimized at O3, cached per process)."""
     host = Target.host()
     key = (spec.symbol, host)
+    pool.load(target_machine)  # the kernel's threads are the pool's
     with _KERNELS_LOCK:
         text = _KERNELS.get(key) if optimized else None
         if text is None:

@@ -180,7 +180,7 @@ def definition(spec: GemmSpec, target: Target) -> str:
            "declare i64 @llvm.smin.i64(i64, i64)",
            f"declare {vec} @llvm.fma.v{lanes}{spec.dtype}({vec}, {vec}, {vec})",
            "declare ptr @aligned_alloc(i64, i64)", "declare void @free(ptr)",
-           "declare i32 @pthread_create(ptr, ptr, ptr, ptr)", "declare i32 @pthread_join(i64, ptr)",
+           "declare void @tapeml_parallel_for(ptr, ptr, i64, i64)",
            ""]
     out += _micro_kernel(name, t, vec, lanes, mr, nr, spec.dtype)
     out += _pack_b(name, t, spec, nr)
@@ -332,7 +332,8 @@ Part = tuple[int, int, int, int, int, int]
 """A share of the work: batches [b0, b1), rows [m0, m1), columns [n0, n1)."""
 
 PARALLEL_FLOPS = 4_000_000
-"""Below this much work a kernel runs on the calling thread: starting a thread costs tens of us."""
+"""Below this much work a kernel runs on the calling thread alone: the handoff to the pool's
+threads costs microseconds."""
 
 
 def partition(spec: GemmSpec, mr: int, nr: int, threads: int) -> list[Part]:
@@ -356,7 +357,6 @@ def partition(spec: GemmSpec, mr: int, nr: int, threads: int) -> list[Part]:
 
 
 _PART_ARGS = "ptr %A, ptr %B, ptr %C, i64 %b0, i64 %b1, i64 %m0, i64 %m1, i64 %n0, i64 %n1"
-_CONTEXT = "{ ptr, ptr, ptr, i64, i64, i64, i64, i64, i64 }"
 
 
 def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: int,
@@ -379,37 +379,19 @@ def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: 
         w.lines.append("}")
         return w.lines
     parts = partition(spec, mr, nr, threads)
-    spawned = []
-    for i, part in enumerate(parts[1:], 1):  # threads for all parts but the first
-        context = w(f"alloca {_CONTEXT}", "ctx")
+    if len(parts) == 1:
+        w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, {_i64s(parts[0])})")
+    else:  # the parts on the thread pool (tapeml/codegen/pool.py), the caller taking one
+        context = w("alloca [3 x ptr]", "ctx")
         for field, value in enumerate(["%A", "%B", "%C"]):
-            at = w(f"getelementptr {_CONTEXT}, ptr {context}, i32 0, i32 {field}")
-            w.do(f"store ptr {value}, ptr {at}")
-        for field, value in enumerate(part, 3):
-            at = w(f"getelementptr {_CONTEXT}, ptr {context}, i32 0, i32 {field}")
-            w.do(f"store i64 {value}, ptr {at}")
-        tid = w("alloca i64", "tid")
-        rc = w(f"call i32 @pthread_create(ptr {tid}, ptr null, ptr @{name}.worker, "
-               f"ptr {context})")
-        started = w(f"icmp eq i32 {rc}, 0")
-        w.do(f"br i1 {started}, label %go{i}, label %inline{i}")
-        w.label(f"%inline{i}")  # no thread to be had: this thread does that part too
-        w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, {_i64s(part)})")
-        w.do(f"br label %go{i}")
-        w.label(f"%go{i}")
-        spawned.append((i, tid, started))
-    w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, {_i64s(parts[0])})")
-    for i, tid, started in spawned:
-        w.do(f"br i1 {started}, label %join{i}, label %joined{i}")
-        w.label(f"%join{i}")
-        w.do(f"call i32 @pthread_join(i64 {w(f'load i64, ptr {tid}')}, ptr null)")
-        w.do(f"br label %joined{i}")
-        w.label(f"%joined{i}")
+            w.do(f"store ptr {value}, ptr {w(f'getelementptr ptr, ptr {context}, i64 {field}')}")
+        w.do(f"call void @tapeml_parallel_for(ptr @{name}.range, ptr {context}, "
+             f"i64 {len(parts)}, i64 {len(parts)})")
     w.do("ret void")
     w.lines.append("}")
     out = [*w.lines, ""]
     if len(parts) > 1:
-        out += _worker(name)
+        out += _range(name, parts)
     return out + _part(name, t, size, spec, mr, nr, mc, kc)
 
 
@@ -417,17 +399,25 @@ def _i64s(values: Part) -> str:
     return ", ".join(f"i64 {v}" for v in values)
 
 
-def _worker(name: str) -> list[str]:
-    """The thread's entry: the part its context names."""
+def _range(name: str, parts: list[Part]) -> list[str]:
+    """The pool's entry: parts [start, end) of the table, on the buffers the context holds."""
+    table = ", ".join(f"[6 x i64] [{_i64s(part)}]" for part in parts)
     w = _Writer()
-    w.lines.append(f"define internal ptr @{name}.worker(ptr %ctx) {{")
+    w.lines.append(f"@{name}.parts = internal constant [{len(parts)} x [6 x i64]] [{table}]")
+    w.lines.append(f"define internal void @{name}.range(ptr %ctx, i64 %start, i64 %end) {{")
     w.label("%entry")
-    values = []
-    for field, kind in enumerate(["ptr"] * 3 + ["i64"] * 6):
-        at = w(f"getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 {field}")
-        values.append(f"{kind} {w(f'load {kind}, ptr {at}')}")
-    w.do(f"call void @{name}.part({', '.join(values)})")
-    w.do("ret ptr null")
+    buffers = [w(f"load ptr, ptr {w(f'getelementptr ptr, ptr %ctx, i64 {i}')}")
+               for i in range(3)]
+
+    def body(i: str) -> None:
+        row = w(f"getelementptr [{len(parts)} x [6 x i64]], ptr @{name}.parts, i64 0, i64 {i}")
+        values = [w(f"load i64, ptr {w(f'getelementptr [6 x i64], ptr {row}, i64 0, i64 {j}')}")
+                  for j in range(6)]
+        w.do(f"call void @{name}.part({', '.join(f'ptr {b}' for b in buffers)}, "
+             f"{', '.join(f'i64 {v}' for v in values)})")
+
+    w.loop("%start", "%end", 1, body, "p")
+    w.do("ret void")
     w.lines.append("}")
     return [*w.lines, ""]
 
