@@ -101,8 +101,8 @@ def test_without_a_gpu_backend_cuda_says_so():
 def test_bad_options_are_clear_errors():
     with pytest.raises(ValueError, match="arch must be one of sm_80, sm_90"):
         get_backend("cuda", arch="sm_70")
-    with pytest.raises(ValueError, match="gemm_tile must be an int from 1 to 32"):
-        get_backend("cuda", gemm_tile=64)
+    with pytest.raises(ValueError, match="gemm_tile must be an int from 1 to 16"):
+        get_backend("cuda", gemm_tile=32)
     with pytest.raises(cuda_driver.GPUUnavailableError, match="compute capability 8.0"):
         arch_for((7, 5))
     assert arch_for((8, 6)) == "sm_80" and arch_for((9, 0)) == "sm_90"
@@ -204,3 +204,36 @@ def test_parameters_stay_on_the_gpu_between_steps():
     np.testing.assert_allclose(w.numpy(), expected, rtol=1e-4)
     with pytest.raises(ValueError, match="must have shape"):
         step(cuda_driver.DeviceArray.from_numpy(np.ones((3, 4), np.float32)), x)
+
+
+def test_bad_pass_options_and_input_not_in_loop_form_are_clear_errors():
+    from tapeml.transforms.to_loops import LoweringError
+
+    program = tapeml.trace(lambda a: a * 2.0, np.ones(4, np.float32))
+    with pytest.raises(LoweringError, match="not in the loop form"):
+        outline_module(tapeml.Program.parse(str(program)).module)
+    lower_module(program.module)
+    for options, message in [({"block": 0}, "block must be 1 to 1024"),
+                             ({"block": 4096}, "block must be 1 to 1024"),
+                             ({"gemm_tile": 0}, "gemm_tile must be 1 to 16"),
+                             ({"gemm_tile": 32}, "gemm_tile must be 1 to 16")]:
+        with pytest.raises(LoweringError, match=message):
+            outline_module(program.module.clone(), **options)
+
+
+def test_a_gemm_grid_is_one_dimensional_and_a_launch_past_the_limits_is_an_error():
+    """Rows and batches are folded into grid x (y and z reach only 65535 blocks)."""
+    from tapeml.transforms.to_loops import LoweringError
+
+    big = tapeml.trace(lambda a, b: ops.matmul(a, b), tapeml.Spec((70000, 2, 2), np.float32),
+                       tapeml.Spec((70000, 2, 2), np.float32))
+    lower_module(big.module)
+    outline_module(big.module)
+    launch = next(op for op in big.function.body.block.ops if op.name == "gpu.launch_func")
+    grid = [op.owner.value.value.data for op in launch.operands[:3]]
+    assert grid == [70000, 1, 1]
+    huge = tapeml.trace(lambda a: a + a, tapeml.Spec((1 << 40,), np.float32))
+    lower_module(huge.module)
+    with pytest.raises(LoweringError, match="past the GPU's"):
+        outline_module(huge.module)
+

@@ -143,3 +143,15 @@ def test_arguments_are_checked_before_anything_reaches_the_device(device):
         compiled()
     assert len(device.memory) <= launched + 1  # only the rejected DeviceArray was allocated
     assert math.prod(compiled.outputs[0].shape) == 3
+
+
+def test_device_arrays_read_back_with_numpy_and_a_freed_one_is_refused(device):
+    f = tapeml.jit(lambda a: ops.sum(a * a), backend="cuda")
+    a = cuda_driver.DeviceArray.from_numpy(np.arange(4, dtype=np.float32))
+    total = f(a)
+    assert float(np.asarray(total)) == 14.0 and float(total.numpy()) == 14.0
+    cpu = tapeml.jit(lambda a: ops.sum(a * a))
+    assert float(cpu(a)) == 14.0  # the other backends take a device array (copied back)
+    a.buffer.free()
+    with pytest.raises(ValueError, match="freed device array"):
+        f(a)

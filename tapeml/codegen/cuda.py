@@ -7,7 +7,8 @@ buffers of its intermediates, placed by their live ranges in one arena (allocate
 call and reused) so the GPU holds at most the live ones, as the CPU's plan does. Constant
 arrays are copied to the device once.
 
-A call checks every argument's shape and dtype first. Arguments may be numpy arrays (copied to
+A call checks every argument's shape and dtype (and that no device array was freed) before it
+copies any. Arguments may be numpy arrays (copied to
 the device) or DeviceArrays (used where they are: parameters stay on the GPU between steps);
 results are DeviceArrays (`.numpy()` copies one back).
 
@@ -34,7 +35,7 @@ from tapeml.frontend.program import Program
 from tapeml.interpreters import interpret
 from tapeml.profile import count_ops, record
 from tapeml.transforms.gemm_gpu import GEMM_TILE
-from tapeml.transforms.to_gpu import outline_module
+from tapeml.transforms.to_gpu import MAX_GEMM_TILE, outline_module
 from tapeml.transforms.to_loops import LoweringError
 
 _ALIGN = 256  # bytes: every buffer in the arena starts on a 256-byte boundary, as cuMemAlloc's
@@ -152,8 +153,10 @@ class CUDAProgram:
     def __call__(self, *leaves: Any) -> tuple[cuda_driver.DeviceArray, ...]:
         if len(leaves) != len(self.inputs):
             raise TypeError(f"@{self.name} takes {len(self.inputs)} arrays, got {len(leaves)}")
-        arrays = [_on_device(leaf, arg, self.name) for leaf, arg in
-                  zip(leaves, self.inputs, strict=True)]
+        checked_leaves = [_checked_leaf(leaf, arg, self.name) for leaf, arg in
+                          zip(leaves, self.inputs, strict=True)]  # all, before any copy
+        arrays = [leaf if isinstance(leaf, cuda_driver.DeviceArray) else
+                  cuda_driver.DeviceArray.from_numpy(leaf) for leaf in checked_leaves]
         outputs = [cuda_driver.DeviceArray.empty(a.shape, a.dtype) for a in self.outputs]
         with self._lock:  # one arena: calls run one after another
             if self._arena is None:
@@ -173,8 +176,11 @@ class CUDAProgram:
         return tuple(outputs)
 
 
-def _on_device(value: Any, arg: Argument, name: str) -> cuda_driver.DeviceArray:
+def _checked_leaf(value: Any, arg: Argument, name: str) -> cuda_driver.DeviceArray | np.ndarray:
+    """A DeviceArray of `arg`'s shape and dtype, or a numpy array checked as the CPU's."""
     if isinstance(value, cuda_driver.DeviceArray):
+        if value.buffer.freed:
+            raise ValueError(f"@{name}: argument `{arg.name}` is a freed device array")
         if value.dtype != arg.dtype:
             raise TypeError(f"@{name}: argument `{arg.name}` must be {arg.dtype}, got "
                             f"{value.dtype}")
@@ -182,7 +188,7 @@ def _on_device(value: Any, arg: Argument, name: str) -> cuda_driver.DeviceArray:
             raise ValueError(f"@{name}: argument `{arg.name}` must have shape {arg.shape}, got "
                              f"{value.shape}")
         return value
-    return cuda_driver.DeviceArray.from_numpy(checked(value, arg, name))
+    return checked(value, arg, name)
 
 
 @dataclass
@@ -215,9 +221,9 @@ class CUDABackend:
         if arch is not None and arch not in ARCHES:
             raise ValueError(f"backend='cuda': arch must be one of {', '.join(ARCHES)}, "
                              f"got {arch!r}")
-        if not isinstance(gemm_tile, int) or not 1 <= gemm_tile <= 32:
-            raise ValueError(f"backend='cuda': gemm_tile must be an int from 1 to 32 (at most "
-                             f"1024 threads per block), got {gemm_tile!r}")
+        if not isinstance(gemm_tile, int) or not 1 <= gemm_tile <= MAX_GEMM_TILE:
+            raise ValueError(f"backend='cuda': gemm_tile must be an int from 1 to "
+                             f"{MAX_GEMM_TILE}, got {gemm_tile!r}")
         self.fuse, self.emulate, self.arch, self.gemm_tile = fuse, emulate, arch, gemm_tile
 
     def compile(self, program: Program, stages: bool = False) -> CUDAProgram | Emulated:

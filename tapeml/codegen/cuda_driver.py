@@ -213,6 +213,10 @@ class DeviceBuffer:
             context()
             _call(cu.cuMemcpyDtoH, host, self.pointer, self.nbytes)
 
+    @property
+    def freed(self) -> bool:
+        return self._freed
+
     def free(self) -> None:
         """Free the allocation now; later calls do nothing."""
         if self._freed:
@@ -321,6 +325,14 @@ class DeviceArray:
         out = np.empty(self.shape, self.dtype)
         self.buffer.copy_to(out)
         return out
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """np.asarray(device_array) copies it back (so numpy code and the other backends
+        take it); a copy is always made."""
+        if copy is False:
+            raise ValueError("a device array cannot be viewed as a numpy array without a copy")
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
 
     @property
     def size(self) -> int:

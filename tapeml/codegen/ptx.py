@@ -21,6 +21,7 @@ import functools
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -65,17 +66,28 @@ def libdevice_path() -> Path | None:
     return None
 
 
-def llvm_ir(kernels: gpu.ModuleOp) -> tuple[str, list[str]]:
-    """The kernels of `kernels` as LLVM IR text for NVPTX, and the kernels' names."""
-    device, names = kernels_to_llvm(kernels)
+def llvm_ir(kernels: gpu.ModuleOp | Sequence[gpu.ModuleOp]) -> tuple[str, list[str]]:
+    """The kernels of one or more gpu.modules as LLVM IR text for NVPTX, and their names. A
+    kernel whose block size is known says so (`maxntid`: ptxas then keeps its registers within
+    what that many threads may use)."""
+    modules = [kernels] if isinstance(kernels, gpu.ModuleOp) else list(kernels)
+    device, blocks = kernels_to_llvm(modules)
     ir_module = convert_module(device, fallback_target_triple=TRIPLE)
     ir_module.data_layout = DATA_LAYOUT
     for function in ir_module.functions:
-        if function.name in names:
+        if function.name in blocks:
             function.calling_convention = "ptx_kernel"
             for arg in function.args:
                 arg.add_attribute("noalias")
-    return _shared_buffers(str(ir_module)), names
+    annotations = [(name, f"maxntid{axis}", size) for name, block in blocks.items() if block
+                   for axis, size in zip("xyz", block, strict=True)]
+    text = _shared_buffers(str(ir_module))
+    if annotations:
+        text += "\n!nvvm.annotations = !{" + ", ".join(
+            f"!{i}" for i in range(len(annotations))) + "}\n" + "".join(
+            f'!{i} = !{{ptr @"{name}", !"{key}", i32 {value}}}\n'
+            for i, (name, key, value) in enumerate(annotations))
+    return text, list(blocks)
 
 
 _ELEMENT = {"f32": "float", "f64": "double"}
@@ -123,8 +135,9 @@ class PTXModule:
     llvm_ir: str
 
 
-def compile_ptx(kernels: gpu.ModuleOp, arch: str = "sm_90") -> PTXModule:
-    """PTX for every kernel of `kernels`, optimized at O3 for `arch`."""
+def compile_ptx(kernels: gpu.ModuleOp | Sequence[gpu.ModuleOp], arch: str = "sm_90"
+                ) -> PTXModule:
+    """PTX for every kernel of one or more gpu.modules, optimized at O3 for `arch`."""
     from tapeml.codegen.cpu import _LLVM_LOCK
 
     text, names = llvm_ir(kernels)
@@ -138,7 +151,10 @@ def compile_ptx(kernels: gpu.ModuleOp, arch: str = "sm_90") -> PTXModule:
         parsed = llvm_binding.parse_assembly(text)
         parsed.verify()
         if library is not None:
-            linked = llvm_binding.parse_bitcode(library.read_bytes())
+            try:
+                linked = llvm_binding.parse_bitcode(library.read_bytes())
+            except (OSError, RuntimeError) as error:
+                raise PTXError(f"PTX: cannot read libdevice from {library}: {error}") from None
             linked.triple, linked.data_layout = TRIPLE, DATA_LAYOUT
             parsed.link_in(linked)
             for function in parsed.functions:  # O3 then drops what no kernel calls
@@ -163,6 +179,6 @@ class PTXTarget(XTarget):
         found = [op for op in module.walk() if isinstance(op, gpu.ModuleOp)]
         if not found:
             raise PTXError("-t ptx: no gpu.module to compile (lower first, e.g. -p tape-to-gpu)")
-        for kernels in found:
-            output.write(f"// gpu.module @{kernels.sym_name.data}\n")
-            output.write(compile_ptx(kernels).ptx)
+        names = ", ".join(f"@{kernels.sym_name.data}" for kernels in found)
+        output.write(f"// the kernels of {names}\n")  # one PTX module: ptxas takes it whole
+        output.write(compile_ptx(found).ptx)

@@ -1,7 +1,8 @@
 """The GPU kernel for `kernel.gemm`: shared-memory tiles, one thread per element of C.
 
-A block of tile x tile threads computes one tile x tile block of C (grid: the column blocks,
-the row blocks, the batches). For each step of `tile` along k, every thread loads one element of
+A block of tile x tile threads computes one tile x tile block of C. The grid is one-dimensional
+(x reaches 2^31 - 1 blocks, y and z only 65535): block b is column block b % nb, row block
+(b / nb) % mb, batch b / (nb mb). For each step of `tile` along k, every thread loads one element of
 A's and one of B's tile into shared memory (zero past the edges: the index is clamped first, so
 nothing outside a buffer is read), the block meets at a barrier, each thread adds the products
 along its row of A's tile and column of B's, and the block meets again before the tiles are
@@ -26,10 +27,17 @@ from tapeml.transforms.to_loops import Emitter
 GEMM_TILE = 16
 
 
+def blocks(spec: GemmSpec, tile: int) -> tuple[int, int, int]:
+    """Column blocks, row blocks and batches of the grid (summed batches: one layer)."""
+    return (max(1, -(-spec.n // tile)), max(1, -(-spec.m // tile)),
+            max(1, spec.batch if spec.c0 else 1))
+
+
 def gemm_kernel(name: str, spec: GemmSpec, a_type: MemRefType, b_type: MemRefType,
                 c_type: MemRefType, tile: int = GEMM_TILE) -> gpu.FuncOp:
     """The kernel `name`(a, b, c) computing `spec` (see tapeml/dialects/kernel.py)."""
-    f = gpu.FuncOp(name, ([a_type, b_type, c_type], []), kernel=True)
+    f = gpu.FuncOp(name, ([a_type, b_type, c_type], []), kernel=True,
+                   known_block_size=[tile, tile, 1])
     a, b, c = f.body.block.args
     e = Emitter(Builder(InsertPoint.at_end(f.body.block)))
     t = c_type.get_element_type()
@@ -37,10 +45,13 @@ def gemm_kernel(name: str, spec: GemmSpec, a_type: MemRefType, b_type: MemRefTyp
     def dim(op: type, axis: gpu.DimensionEnum) -> SSAValue:
         return e.insert(op(gpu.DimensionAttr(axis)))
 
-    X, Y, Z = gpu.DimensionEnum.X, gpu.DimensionEnum.Y, gpu.DimensionEnum.Z
+    X, Y = gpu.DimensionEnum.X, gpu.DimensionEnum.Y
     tx, ty = dim(gpu.ThreadIdOp, X), dim(gpu.ThreadIdOp, Y)
-    row = e.linear([dim(gpu.BlockIdOp, Y), ty], [tile, 1])
-    col = e.linear([dim(gpu.BlockIdOp, X), tx], [tile, 1])
+    column_blocks, row_blocks = blocks(spec, tile)[:2]
+    block = dim(gpu.BlockIdOp, X)
+    rest = e.insert(arith.DivSIOp(block, e.index(column_blocks)))
+    row = e.linear([e.insert(arith.RemSIOp(rest, e.index(row_blocks))), ty], [tile, 1])
+    col = e.linear([e.insert(arith.RemSIOp(block, e.index(column_blocks))), tx], [tile, 1])
     a_tile = e.insert(kernel.SharedOp(MemRefType(t, [tile * tile])))
     b_tile = e.insert(kernel.SharedOp(MemRefType(t, [tile * tile])))
     mine = e.linear([ty, tx], [tile, 1])  # the element of each tile this thread loads
@@ -72,7 +83,7 @@ def gemm_kernel(name: str, spec: GemmSpec, a_type: MemRefType, b_type: MemRefTyp
         return e.reduce([-(-spec.k // tile)], acc, step)
 
     if spec.c0:
-        batch = dim(gpu.BlockIdOp, Z)
+        batch = e.insert(arith.DivSIOp(rest, e.index(row_blocks)))
         total = one_batch(e, batch, zero)
         at = e.linear([batch, row, col], [spec.c0, spec.n, 1])
     else:  # every batch adds into one C

@@ -15,6 +15,7 @@ conversions as the CPU's (convert-scf-to-cf, convert-loops-to-llvm), plus:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import func, gpu, llvm
@@ -60,10 +61,12 @@ class GPUToNVVM(RewritePattern):
                                              return_type=op.results[0].type))
 
 
-def kernels_to_llvm(kernels: gpu.ModuleOp) -> tuple[ModuleOp, list[str]]:
-    """The llvm-dialect module of `kernels`' functions, and the kernels' names."""
-    functions, names = [], []
-    for f in kernels.body.block.ops:
+def kernels_to_llvm(modules: Sequence[gpu.ModuleOp]
+                    ) -> tuple[ModuleOp, dict[str, tuple[int, ...] | None]]:
+    """One llvm-dialect module of the functions of `modules` (their names are distinct: each
+    starts with its host function's), and each kernel's block size where it is known."""
+    functions, names = [], {}
+    for f in (op for kernels in modules for op in kernels.body.block.ops):
         if not isinstance(f, gpu.FuncOp):
             raise LoweringError(f"gpu-to-nvvm: a gpu.module holds gpu.func's, not {f.name}")
         body = f.body.clone()
@@ -72,7 +75,8 @@ def kernels_to_llvm(kernels: gpu.ModuleOp) -> tuple[ModuleOp, list[str]]:
                 Rewriter.replace_op(op, func.ReturnOp())
         functions.append(func.FuncOp(f.sym_name.data, f.function_type, body))
         if f.kernel is not None:
-            names.append(f.sym_name.data)
+            known = f.known_block_size
+            names[f.sym_name.data] = tuple(known.get_values()) if known is not None else None
     device = ModuleOp(functions)
     loops_to_cf(device)
     shared = [op for op in device.walk() if isinstance(op, kernel.SharedOp)]

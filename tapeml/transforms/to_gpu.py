@@ -41,12 +41,24 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from tapeml.dialects import kernel
-from tapeml.transforms.gemm_gpu import GEMM_TILE, gemm_kernel
+from tapeml.transforms.gemm_gpu import GEMM_TILE, blocks, gemm_kernel
 from tapeml.transforms.to_loops import LoweringError
 
 INDEX = IndexType()
 BLOCK = 256
 """Threads per block of an elementwise (parallel-loop) kernel."""
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+MAX_GEMM_TILE = 16
+"""A GEMM tile's tile x tile threads each hold their sums and addresses in registers: at 32
+(1024 threads) an f32 kernel needs more registers than a multiprocessor has."""
+
+
+def check_options(block: int, gemm_tile: int) -> None:
+    if not isinstance(block, int) or not 1 <= block <= 1024:
+        raise LoweringError(f"convert-loops-to-gpu: block must be 1 to 1024 threads, got {block}")
+    if not isinstance(gemm_tile, int) or not 1 <= gemm_tile <= MAX_GEMM_TILE:
+        raise LoweringError(f"convert-loops-to-gpu: gemm_tile must be 1 to {MAX_GEMM_TILE}, got "
+                            f"{gemm_tile}")
 
 
 def _constant(value: SSAValue) -> int | None:
@@ -85,8 +97,8 @@ class Outliner:
     def module_name(self) -> str:
         return f"{self.function}_kernels"
 
-    def _new_kernel(self, external: list[SSAValue]) -> tuple[gpu.FuncOp, dict[SSAValue, SSAValue],
-                                                             list[SSAValue], Builder]:
+    def _new_kernel(self, external: list[SSAValue], block: tuple[int, int, int]
+                    ) -> tuple[gpu.FuncOp, dict[SSAValue, SSAValue], list[SSAValue], Builder]:
         """A kernel taking the buffers among `external` (constants are cloned into it)."""
         buffers = [v for v in external if isinstance(v.type, MemRefType)]
         others = [v for v in external if v not in buffers and _constant_op(v) is None]
@@ -95,7 +107,8 @@ class Outliner:
                                 f"{others[0].type} values computed outside it")
         name = f"{self.function}_k{self.count}"
         self.count += 1
-        kernel_func = gpu.FuncOp(name, ([b.type for b in buffers], []), kernel=True)
+        kernel_func = gpu.FuncOp(name, ([b.type for b in buffers], []), kernel=True,
+                                 known_block_size=list(block))
         body = kernel_func.body.block
         for old, new in zip(buffers, body.args, strict=True):
             new.name_hint = old.name_hint
@@ -111,6 +124,9 @@ class Outliner:
 
     def _launch(self, name: str, grid: Sequence[int], block: Sequence[int],
                 operands: Sequence[SSAValue], at: Operation) -> None:
+        if any(g > limit for g, limit in zip(grid, GRID_LIMITS, strict=True)):
+            raise LoweringError(f"convert-loops-to-gpu: @{self.function}: {name} needs a grid "
+                                f"of {tuple(grid)} blocks, past the GPU's {GRID_LIMITS}")
         sizes = [arith.ConstantOp.from_int_and_width(v, INDEX) for v in (*grid, *block)]
         launch = gpu.LaunchFuncOp(SymbolRefAttr(self.module_name, [name]), sizes[:3], sizes[3:],
                                   kernelOperands=list(operands))
@@ -131,7 +147,8 @@ class Outliner:
             return
         body_ops = list(op.body.block.ops)[:-1]  # without scf.reduce
         external = [v for v in _external_values(body_ops) if v not in op.body.block.args]
-        kernel_func, mapping, buffers, b = self._new_kernel(external)
+        threads = min(self.block, total)
+        kernel_func, mapping, buffers, b = self._new_kernel(external, (threads, 1, 1))
         thread = _global_thread(b)
         inside = b.insert(arith.CmpiOp(thread, _index(b, total), "slt")).result
         then = Block()
@@ -154,8 +171,7 @@ class Outliner:
         t.insert(scf.YieldOp())
         b.insert(scf.IfOp(inside, [], [then]))
         b.insert(gpu.ReturnOp([]))
-        blocks = -(-total // self.block)
-        self._launch(kernel_func.sym_name.data, (blocks, 1, 1), (min(self.block, total), 1, 1),
+        self._launch(kernel_func.sym_name.data, (-(-total // threads), 1, 1), (threads, 1, 1),
                      buffers, op)
         op.detach()
         op.erase()
@@ -169,7 +185,7 @@ class Outliner:
                 if any(_top(use.operation, block) not in here for use in result.uses):
                     raise LoweringError(f"convert-loops-to-gpu: @{self.function}: "
                                         f"{result.type} values flow between kernels")
-        kernel_func, mapping, buffers, b = self._new_kernel(external)
+        kernel_func, mapping, buffers, b = self._new_kernel(external, (1, 1, 1))
         for op in ops:
             b.insert(op.clone(value_mapper=mapping))
         b.insert(gpu.ReturnOp([]))
@@ -196,9 +212,7 @@ class Outliner:
 
 
 def _gemm_grid(spec, tile: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    batches = spec.batch if spec.c0 else 1  # summed batches: each thread sums them
-    return ((max(1, -(-spec.n // tile)), max(1, -(-spec.m // tile)), max(1, batches)),
-            (tile, tile, 1))
+    return (math.prod(blocks(spec, tile)), 1, 1), (tile, tile, 1)
 
 
 def _constant_op(value: SSAValue) -> arith.ConstantOp | None:
@@ -228,6 +242,10 @@ def outline_function(f: func.FuncOp, module: ModuleOp, block: int = BLOCK,
                      gemm_tile: int = GEMM_TILE) -> gpu.ModuleOp:
     """Turn `f` (loop form) into a host function of launches; returns its kernels' module."""
     name = f.sym_name.data
+    if any(not isinstance(t, MemRefType) for t in f.function_type.inputs) or (
+            f.function_type.outputs.data):
+        raise LoweringError(f"convert-loops-to-gpu: @{name} is not in the loop form (buffers "
+                            "in, nothing returned): run tape-to-loops first, or tape-to-gpu")
     kernels = gpu.ModuleOp(StringAttr(f"{name}_kernels"), Region(Block()))
     outliner = Outliner(name, kernels.body.block, block, gemm_tile)
     body = f.body.block
@@ -268,6 +286,7 @@ def outline_function(f: func.FuncOp, module: ModuleOp, block: int = BLOCK,
 
 def outline_module(module: ModuleOp, block: int = BLOCK, gemm_tile: int = GEMM_TILE) -> None:
     """`convert-loops-to-gpu` on every defined function of `module`, in place."""
+    check_options(block, gemm_tile)
     functions = [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]
     for f in functions:
         outline_function(f, module, block, gemm_tile)
@@ -283,7 +302,8 @@ class ConvertLoopsToGPUPass(ModulePass):
     block: int = BLOCK
     """Threads per block of a parallel-loop kernel."""
     gemm_tile: int = GEMM_TILE
-    """The GEMM kernels' tile: tile x tile threads per block, each computing one element."""
+    """The GEMM kernels' tile: tile x tile threads per block (at most 16), each computing one
+    element."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         outline_module(op, self.block, self.gemm_tile)
