@@ -9,14 +9,17 @@ The function is f(x, w) = sum(tanh(x @ w)) on a 2x3 and a 3x4 array. Its stages:
                        f's ops, then the ops of its gradient
     fused              tape-fuse: elementwise chains become tape.fused groups
     loops              tape-to-loops: scf loops over flat memref buffers
+    outlined           outline-parallel-loops: the parallel loops worth threads, as functions
+                       the thread pool splits (none here: f is tiny, or one thread)
     llvm-dialect       convert-scf-to-cf, canonicalize, cse, convert-loops-to-llvm
     llvm-ir            the llvm dialect as LLVM IR text
     optimized-llvm-ir  after LLVM O3 for this CPU
     assembly           this CPU's machine code
 
 Every stage after `traced` comes from one compilation:
-`tapeml.jit(tapeml.value_and_grad(f, argnums=(0, 1))).lower(x, w)`. (A GPU backend, and with it
-a PTX stage, is not built yet.)
+`tapeml.jit(tapeml.value_and_grad(f, argnums=(0, 1))).lower(x, w)`. The GPU's stages are
+`tapeml-opt FILE -p tape-to-gpu` and `-t ptx` (see examples/README.md); `.lower()` of
+`jit(f, backend="cuda")` returns them too, where there is a GPU.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ STAGES = {
     "differentiated": ("tape", "tape-differentiate"),
     "fused": ("fused tape", "tape-fuse"),
     "loops": ("loops", "tape-to-loops"),
+    "outlined": ("outlined loops", "outline-parallel-loops"),
     "llvm-dialect": ("llvm dialect", "convert-scf-to-cf,canonicalize,cse,convert-loops-to-llvm"),
     "llvm-ir": ("llvm ir", "xDSL's convert_module"),
     "optimized-llvm-ir": ("optimized llvm ir", "LLVM O3"),

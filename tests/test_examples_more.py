@@ -86,6 +86,7 @@ STAGE_CONTENTS = {  # stage: (texts it must contain, texts it must not)
                         "func.return %result.0, %result.1.0, %result.1.1"], ["tape.fused"]),
     "fused": (["tape.fused", "tape.yield", "tape.matmul"], []),
     "loops": (["scf.for", "memref.load", "memref.store", "memref.alloc"], ["tape."]),
+    "outlined": (["memref.load", "memref.store"], ["tape."]),
     "llvm-dialect": (["llvm.func @f(", "llvm.getelementptr", "llvm.call @malloc"],
                      ["scf.", "memref.", "arith.", "tape."]),
     "llvm-ir": (['define void @"f"(', "getelementptr", "phi"], ["llvm.func"]),
@@ -111,8 +112,8 @@ def test_inspect_pipeline_prints_every_stage_under_a_header(capsys):
     headers = [line for line in out.splitlines() if line.startswith("==== ")]
     assert [h.split()[1].rstrip(":") for h in headers] == list(STAGE_CONTENTS)
     assert "- 6 ops (tape 3, func 2, builtin 1)" in headers[0], headers[0]  # matmul, tanh, sum
-    assert re.search(r"- \d+ ops \(llvm \d+, builtin 1\)", headers[4]), headers[4]
-    assert all(re.search(r"- \d+ lines ", h) for h in headers[5:]), headers[5:]
+    assert re.search(r"- \d+ ops \(llvm \d+, builtin 1\)", headers[5]), headers[5]
+    assert all(re.search(r"- \d+ lines ", h) for h in headers[6:]), headers[6:]
     assert "ptx" not in out.lower()
 
 

@@ -177,12 +177,12 @@ class CPUBackend:
         module, inputs, outputs, _ = to_loops(program, kept, self.fuse, self.libm)
         started = time.perf_counter()
         threads = host_threads()
-        if threads > 1:
-            outlined = outline_parallel_loops(module)
-            kept.keep("outlined loops", lambda: str(module))
-            record("outline-parallel-loops", count_ops(module), started,
-                   f"{outlined} loops shared by {threads} threads")
-            started = time.perf_counter()
+        outlined = outline_parallel_loops(module) if threads > 1 else 0
+        kept.keep("outlined loops", lambda: str(module))
+        record("outline-parallel-loops", count_ops(module), started,
+               f"{outlined} loops shared by {threads} threads" if threads > 1 else
+               "one thread: nothing to share")
+        started = time.perf_counter()
         loops_to_cf(module)  # the rest of tape-to-llvm, stage by stage
         convert_to_llvm(module)
         keep("llvm dialect", lambda: str(module))

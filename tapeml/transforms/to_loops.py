@@ -474,8 +474,12 @@ def lower_fold(e: Emitter, op: tape.FoldOp, ins: list[SSAValue], out: SSAValue) 
                                                     strict=True)]
              + [d * st for d, st in zip(op.params["dilation"], dst[batch:], strict=True)])
     _zero(e, out, math.prod(out_shape), op.result.type.get_element_type())
+    # windows that do not overlap (stride >= dilated kernel) add into disjoint elements
+    disjoint = all(s >= (kk - 1) * d + 1 for s, kk, d in zip(
+        op.params["stride"], op.params["kernel"], op.params["dilation"], strict=True))
     e.loops(in_shape, lambda e, ivs: _accumulate(
-        e, out, e.linear(ivs, steps), e.load(ins[0], e.linear(ivs, strides(in_shape)))))
+        e, out, e.linear(ivs, steps), e.load(ins[0], e.linear(ivs, strides(in_shape)))),
+        parallel=disjoint)
 
 
 def _tap(e: Emitter, position: SSAValue, stride: int, tap: SSAValue, dilation: int,
@@ -775,7 +779,9 @@ def lower_pool_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: SSA
 
         e.loops([kh, kw], scatter)
 
-    e.loops(ct_shape, body)
+    # windows that do not overlap (stride >= kernel) scatter into disjoint elements
+    (sh, sw) = op.params["stride"]
+    e.loops(ct_shape, body, parallel=sh >= kh and sw >= kw)
 
 
 WINDOW = {
