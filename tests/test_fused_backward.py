@@ -9,6 +9,7 @@ import reference
 from xdsl.ir import Block
 
 import tapeml
+from tapeml import nn, ops
 from tapeml.dialects import tape
 from tapeml.interpreters.tape import evaluate
 
@@ -84,3 +85,22 @@ def test_backward_shape_rules_check_the_cotangent_against_the_forward():
     with pytest.raises(tapeml.ShapeError, match="tape.maxpool2d_backward: cotangent"):
         tape.MaxPool2dBackwardOp.build(_arg((1, 1, 4, 4)), _arg((1, 1, 3, 3)), kernel=(2, 2),
                                        stride=(2, 2), padding=(0, 0, 0, 0))
+
+
+@pytest.mark.parametrize("case", [*POOLS, ((2, 2, 7, 7), (2, 2), (2, 2), (0, 0, 0, 0)),
+                                  ((1, 2, 8, 7), (2, 2), (3, 3), (0, 0, 0, 0))], ids=str)
+def test_compiled_pool_backward_matches_the_interpreter(case):
+    """On the CPU: windows side by side (written, not added; the uncovered last rows and the
+    gaps between windows zeroed) and the general scatter, with many ties."""
+    xs, kernel, stride, padding = case
+    x = RNG.integers(0, 3, xs).astype(np.float32)
+    pad = padding  # (top, left, bottom, right), as the ops take it
+
+    def grads(x):
+        def loss(x):
+            return ops.sum(nn.max_pool2d(x, kernel, stride, pad) ** 2
+                           + nn.avg_pool2d(x, kernel, stride, pad))
+        return tapeml.grad(loss)(x)
+
+    np.testing.assert_allclose(tapeml.jit(grads)(x), tapeml.jit(grads, backend="interp")(x),
+                               rtol=1e-6, atol=1e-6)

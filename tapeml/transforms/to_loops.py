@@ -750,8 +750,12 @@ def lower_pool_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: SSA
     ct_shape = _shape(op.cotangent)
     t = op.result.type.get_element_type()
     kh, kw = op.params["kernel"]
-    _zero(e, out, math.prod(x_shape), t)
+    (sh, sw) = op.params["stride"]
     ct_buf = ins[1] if isinstance(op, tape.MaxPool2dBackwardOp) else ins[0]
+    if sh >= kh and sw >= kw and not any(op.params["padding"]):
+        _pool_backward_tiled(e, op, ins, out, ct_buf)
+        return
+    _zero(e, out, math.prod(x_shape), t)
 
     def body(e: Emitter, ivs: list[SSAValue]) -> None:
         ct = e.load(ct_buf, e.linear(ivs, strides(ct_shape)))
@@ -780,8 +784,48 @@ def lower_pool_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: SSA
         e.loops([kh, kw], scatter)
 
     # windows that do not overlap (stride >= kernel) scatter into disjoint elements
-    (sh, sw) = op.params["stride"]
     e.loops(ct_shape, body, parallel=sh >= kh and sw >= kw)
+
+
+def _pool_backward_tiled(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
+                         ct_buf: SSAValue) -> None:
+    """Pool windows side by side (stride >= kernel, no padding): every tap is inside the input
+    and every input element in one window at most, so each window writes its taps (no bounds
+    check, no read-modify-write) and only the elements no window covers are zeroed first."""
+    x_shape, ct_shape = _shape(op.result), _shape(op.cotangent)
+    t = op.result.type.get_element_type()
+    (kh, kw), (sh, sw) = op.params["kernel"], op.params["stride"]
+    if (sh, sw) != (kh, kw) or ct_shape[2] * sh != x_shape[2] or ct_shape[3] * sw != x_shape[3]:
+        _zero(e, out, math.prod(x_shape), t)
+    maximum = isinstance(op, tape.MaxPool2dBackwardOp)
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        b, ch, y, xx = ivs
+
+        def at(e: Emitter, taps: list[SSAValue]) -> SSAValue:
+            return e.linear([b, ch, e.linear([y, taps[0]], [sh, 1]),
+                             e.linear([xx, taps[1]], [sw, 1])], strides(x_shape))
+
+        ct = e.load(ct_buf, e.linear(ivs, strides(ct_shape)))
+        if not maximum:
+            share = e.insert(arith.DivfOp(ct, e.scalar(kh * kw, t)))
+            e.loops([kh, kw], lambda e, taps: e.store(share, out, at(e, taps)))
+            return
+        x_buf = ins[0]
+        top = e.reduce([kh, kw], e.scalar(-np.inf, t), lambda e, taps, acc: e.insert(
+            arith.MaximumfOp(acc, e.load(x_buf, at(e, taps)))))
+
+        def hit(e: Emitter, taps: list[SSAValue]) -> SSAValue:
+            return e.insert(arith.CmpfOp(e.load(x_buf, at(e, taps)), top, "oeq"))
+
+        count = e.reduce([kh, kw], e.scalar(0.0, t), lambda e, taps, acc: e.insert(
+            arith.AddfOp(acc, e.insert(arith.SelectOp(hit(e, taps), e.scalar(1.0, t),
+                                                      e.scalar(0.0, t))))))
+        share = e.insert(arith.DivfOp(ct, count))  # ct split evenly among the maxima
+        e.loops([kh, kw], lambda e, taps: e.store(
+            e.insert(arith.SelectOp(hit(e, taps), share, e.scalar(0.0, t))), out, at(e, taps)))
+
+    e.loops(ct_shape, body, parallel=True)
 
 
 WINDOW = {
