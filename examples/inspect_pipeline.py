@@ -18,8 +18,8 @@ The function is f(x, w) = sum(tanh(x @ w)) on a 2x3 and a 3x4 array. Its stages:
 
 Every stage after `traced` comes from one compilation:
 `tapeml.jit(tapeml.value_and_grad(f, argnums=(0, 1))).lower(x, w)`. The GPU's stages are
-`tapeml-opt FILE -p tape-to-gpu` and `-t ptx` (see examples/README.md); `.lower()` of
-`jit(f, backend="cuda")` returns them too, where there is a GPU.
+`tapeml-opt FILE -p tape-to-gpu` and `-t ptx` (see examples/README.md), or `.lower()` of
+`jit(f, backend="cuda", arch="sm_90")`.
 """
 
 from __future__ import annotations

@@ -91,11 +91,18 @@ def test_a_training_step_on_the_emulated_gpu_through_jit():
     assert "gpu" in emulated.lower(params, x, y)
 
 
-def test_without_a_gpu_backend_cuda_says_so():
+def test_without_a_gpu_backend_cuda_says_so_and_shows_its_ptx_for_a_given_arch():
     if GPU:
         pytest.skip("this machine has a GPU")
+    x = np.ones(3, np.float32)
     with pytest.raises(cuda_driver.GPUUnavailableError, match="needs an NVIDIA GPU"):
-        tapeml.jit(lambda a: a * 2.0, backend="cuda")(np.ones(3, np.float32))
+        tapeml.jit(lambda a: a * 2.0, backend="cuda")(x)
+    given = tapeml.jit(lambda a: a * 2.0, backend="cuda", arch="sm_80")
+    stages = given.lower(x)
+    assert list(stages) == ["tape", "fused tape", "loops", "gpu", "llvm ir", "ptx"]
+    assert ".target sm_80" in stages["ptx"]
+    with pytest.raises(cuda_driver.GPUUnavailableError, match="needs an NVIDIA GPU"):
+        given(x)  # the first call loads the PTX
 
 
 def test_bad_options_are_clear_errors():
@@ -147,8 +154,8 @@ def test_the_schedule_places_live_intermediates_apart_and_reuses_freed_space():
     lower_module(program.module)
     outline_module(program.module)
     f = program.function
-    plan = schedule(f, lambda name: name)
-    assert [launch.function for launch in plan.launches][:2] == ["chain_k0", "chain_gemm0"]
+    plan = schedule(f)
+    assert [launch.kernel for launch in plan.launches][:2] == ["chain_k0", "chain_gemm0"]
     buffers = [op for op in f.body.block.ops if op.name in ("gpu.alloc", "memref.get_global")]
     slot = {op: len(f.body.block.args) + i for i, op in enumerate(buffers)}  # as schedule()
     sizes = {op: op.results[0].type.get_shape()[0] * 4 for op in buffers}

@@ -1,7 +1,9 @@
 """The CUDA backend: tape -> tape-fuse -> tape-to-loops -> convert-loops-to-gpu -> PTX for the
 GPU's architecture (ptx.py) -> cuda-python's driver API (cuda_driver.py).
 
-The PTX module is loaded once per compilation. The host function that convert-loops-to-gpu
+The PTX is compiled for the GPU's architecture (or the one given: then no GPU is needed until
+the first call, so `jit(f, backend="cuda", arch="sm_90").lower(x)` shows the PTX anywhere) and
+loaded on the first call. The host function that convert-loops-to-gpu
 leaves is read once into a schedule: launches with their grids and buffers, and the device
 buffers of its intermediates, placed by their live ranges in one arena (allocated on the first
 call and reused) so the GPU holds at most the live ones, as the CPU's plan does. Constant
@@ -52,7 +54,7 @@ def arch_for(capability: tuple[int, int]) -> str:
 
 @dataclass
 class Launch:
-    function: Any
+    kernel: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     slots: list[int]
@@ -73,9 +75,8 @@ class Schedule:
     """Constant slot -> its value (copied to the device once)."""
 
 
-def schedule(f: func.FuncOp, kernel: Any) -> Schedule:
-    """Read the host function `f` (after convert-loops-to-gpu); `kernel(name)` gives a kernel's
-    launchable function."""
+def schedule(f: func.FuncOp) -> Schedule:
+    """Read the host function `f` (after convert-loops-to-gpu)."""
     block = f.body.block
     slot: dict[Any, int] = {arg: i for i, arg in enumerate(block.args)}
     launches: list[Launch] = []
@@ -103,7 +104,7 @@ def schedule(f: func.FuncOp, kernel: Any) -> Schedule:
             constants[slot[op.memref]] = _global_value(globals_[op.name_.root_reference.data])
         elif isinstance(op, gpu.LaunchFuncOp):
             sizes = [_index(v) for v in op.operands[:6]]
-            launches.append(Launch(kernel(op.kernel.nested_references.data[0].data),
+            launches.append(Launch(op.kernel.nested_references.data[0].data,
                                    tuple(sizes[:3]), tuple(sizes[3:]),
                                    [slot[v] for v in op.kernelOperands]))
         else:
@@ -143,9 +144,11 @@ class CUDAProgram:
     inputs: list[Argument]
     outputs: list[Argument]
     plan: Schedule
-    context: Any
-    module: Any  # the loaded PTX: kept alive as long as its functions are
+    ptx: str
     stages: dict[str, str] = field(default_factory=dict)
+    _context: Any = None
+    _module: Any = None  # the loaded PTX: kept alive as long as its functions are
+    _functions: dict[str, Any] = field(default_factory=dict)
     _arena: Any = None
     _constants: dict[int, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -159,8 +162,12 @@ class CUDAProgram:
                   cuda_driver.DeviceArray.from_numpy(leaf) for leaf in checked_leaves]
         outputs = [cuda_driver.DeviceArray.empty(a.shape, a.dtype) for a in self.outputs]
         with self._lock:  # one arena: calls run one after another
-            if self._arena is None:
-                self._arena = self.context.alloc(self.plan.arena_bytes)
+            if self._arena is None:  # the first call loads the PTX (a GPU is needed from here)
+                self._context = cuda_driver.context()
+                self._module = self._context.load(self.ptx)
+                self._functions = {launch.kernel: self._module.function(launch.kernel)
+                                   for launch in self.plan.launches}
+                self._arena = self._context.alloc(self.plan.arena_bytes)
                 for i, value in self.plan.constants.items():
                     self._constants[i] = cuda_driver.DeviceArray.from_numpy(value)
             pointers = [a.buffer.pointer for a in (*arrays, *outputs)]
@@ -170,9 +177,9 @@ class CUDAProgram:
             for i, array in self._constants.items():
                 pointers[i] = array.buffer.pointer
             for launch in self.plan.launches:
-                launch.function.launch(launch.grid, launch.block,
-                                       [pointers[i] for i in launch.slots])
-            self.context.synchronize()
+                self._functions[launch.kernel].launch(launch.grid, launch.block,
+                                                      [pointers[i] for i in launch.slots])
+            self._context.synchronize()
         return tuple(outputs)
 
 
@@ -227,7 +234,8 @@ class CUDABackend:
         self.fuse, self.emulate, self.arch, self.gemm_tile = fuse, emulate, arch, gemm_tile
 
     def compile(self, program: Program, stages: bool = False) -> CUDAProgram | Emulated:
-        context = None if self.emulate else cuda_driver.context()  # no GPU: say so first
+        # the GPU's architecture, unless given: no GPU is then a clear error, said first
+        context = None if self.emulate or self.arch else cuda_driver.context()
         kept = Stages(stages)
         module, inputs, outputs, _ = to_loops(program, kept, self.fuse, libm=False)
         started = time.perf_counter()
@@ -243,8 +251,4 @@ class CUDABackend:
         kept.keep("llvm ir", lambda: compiled.llvm_ir)
         kept.keep("ptx", lambda: compiled.ptx)
         record("PTX (LLVM O3, NVPTX)", None, started, f"{len(compiled.kernels)} kernels")
-        started = time.perf_counter()
-        loaded = context.load(compiled.ptx)
-        plan = schedule(f, loaded.function)
-        record("load (cuModuleLoadData)", None, started)
-        return CUDAProgram(program.name, inputs, outputs, plan, context, loaded, kept.texts)
+        return CUDAProgram(program.name, inputs, outputs, schedule(f), compiled.ptx, kept.texts)
