@@ -161,10 +161,22 @@ class _Writer:
 
 
 def tiles(spec: GemmSpec, target: Target) -> tuple[int, int, int]:
-    """(lanes, MR, NR): NR is two vectors wide; MR rows use most of the registers."""
+    """(lanes, MR, NR). NR is two vectors wide, or one when C is that narrow. MR rows use most
+    of the registers (MR * NR/lanes accumulators, the B vectors and a broadcast) unless the
+    tiles would then pad C's rows by more than a tenth: a small m (the out channels of a
+    convolution) gets the tile height that wastes the fewest rows."""
     lanes = target.vector_bits // (32 if spec.dtype == "f32" else 64)
-    mr = 14 if target.registers >= 32 else 6
-    return lanes, mr, 2 * lanes
+    vectors = 1 if spec.n <= lanes else 2
+    wide = target.registers >= 32
+    most = (14 if wide else 6) if vectors == 2 else (16 if wide else 8)
+    m = max(spec.m, 1)
+    if m <= most:
+        return lanes, m, vectors * lanes
+    padded = -(-m // most) * most
+    if padded - m <= m // 10:
+        return lanes, most, vectors * lanes
+    mr = min(range(max(1, most // 2), most + 1), key=lambda r: (-(-m // r) * r, -r))
+    return lanes, mr, vectors * lanes
 
 
 def definition(spec: GemmSpec, target: Target) -> str:
