@@ -5,7 +5,8 @@
 The workloads are ../shared/reference/workloads.md's (W1 elementwise chain, W2 matmul, W3 MLP
 training step, W4 CNN training step, W5 first-call latency, W6 per-call latency); each checks
 tapeml's result against numpy's first. Run it pinned to one core for the single-thread figures:
-`OPENBLAS_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/run.py`.
+`OPENBLAS_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/run.py`. `--threads` compares one
+thread with all of them (W2 n=1024 and W4, called in turn in one process).
 """
 
 from __future__ import annotations
@@ -145,12 +146,51 @@ def w6(repeat: int) -> None:
         median_time(lambda: x * 2.0 + 1.0, repeat * 50) * 1e6)
 
 
+def threads(repeat: int) -> None:
+    """One thread against all of them (TAPEML_NUM_THREADS, else the affinity mask), both
+    compiled in this process and called in turn, so both see the same machine."""
+    import os
+
+    loss, params, x, y = _cnn()
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((1024, 1024)).astype(np.float32) for _ in range(2))
+    cases = [("W2 matmul n=1024", lambda a, b: a @ b, (a, b)),
+             ("W4 CNN training step", tapeml.value_and_grad(loss), (params, x, y))]
+    many = os.environ.get("TAPEML_NUM_THREADS")
+    count = int(many) if many else tapeml.codegen.gemm.host_threads()
+    print(f"{'workload':<34}{'1 thread':>12}{f'{count} threads':>12}{'speedup':>9}")
+    for name, fn, args in cases:
+        os.environ["TAPEML_NUM_THREADS"] = "1"
+        one = tapeml.jit(fn)
+        one(*args)  # compiled now, for the thread count set now
+        os.environ["TAPEML_NUM_THREADS"] = str(count)
+        all_ = tapeml.jit(fn)
+        all_(*args)
+        times: dict[int, list[float]] = {1: [], count: []}
+        for _ in range(repeat * 4):
+            for n, f in ((1, one), (count, all_)):
+                start = time.perf_counter()
+                f(*args)
+                times[n].append(time.perf_counter() - start)
+        first, most = (statistics.median(times[n]) * 1e3 for n in (1, count))
+        print(f"{name:<34}{first:>9.3f} ms{most:>9.3f} ms{first / most:>8.2f}x")
+    if many is None:
+        del os.environ["TAPEML_NUM_THREADS"]
+    else:
+        os.environ["TAPEML_NUM_THREADS"] = many
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
     parser.add_argument("--only", default="W1,W2,W3,W4,W6", help="comma-separated workload ids")
+    parser.add_argument("--threads", action="store_true",
+                        help="only W2 n=1024 and W4 on one thread against all, interleaved")
     args = parser.parse_args()
     repeat = 3 if args.quick else 10
+    if args.threads:
+        threads(repeat)
+        return
     only = set(args.only.split(","))
     print(f"{'workload':<34}{'tapeml-cpu':>21}{'numpy':>21}{'ratio':>9}")
     print(f"{'':<34}{'':>21}{'':>21}{'(>1: tapeml faster)':>9}")
