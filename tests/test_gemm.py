@@ -185,3 +185,21 @@ def test_verifier_rejects_reads_past_a_buffer():
     module = Parser(ctx, program).parse_module()
     with pytest.raises(VerifyException, match="b is read up to element 14, past its 12"):
         module.verify()
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+@pytest.mark.parametrize("m,n,k", [(16, 196, 144), (7, 9, 5), (32, 300, 20)])
+def test_one_a_for_every_batch_is_packed_once_and_read_by_every_part(monkeypatch, threads, m,
+                                                                      n, k):
+    """A convolution's forward GEMM: A (the weights) has batch stride 0; the batches may be
+    split over threads, each part packing A once for all of its batches."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    batch = 6
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal(m * k).astype(np.float32)
+    b = rng.standard_normal(batch * k * n).astype(np.float32)
+    spec = GemmSpec("f32", batch, m, n, k, (0, k, 1), (k * n, n, 1), m * n, False)
+    out = np.full(batch * m * n, np.nan, np.float32)
+    compiled(spec)(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+    expected = a.reshape(m, k).astype(np.float64) @ b.reshape(batch, k, n).astype(np.float64)
+    np.testing.assert_allclose(out.reshape(batch, m, n), expected, rtol=0, atol=4e-6 * k)

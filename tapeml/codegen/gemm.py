@@ -446,6 +446,12 @@ def _part(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: in
     a_bytes = mc * kc * size
     bp = w(f"call ptr @aligned_alloc(i64 64, i64 {b_bytes})", "bp")
     ap = w(f"call ptr @aligned_alloc(i64 64, i64 {a_bytes})", "ap")
+    # one A for every batch (a convolution's weights), in one block of rows and of k: packed
+    # once here, not once per batch
+    shared_a = a0 == 0 and spec.m <= mc and k <= kc
+    if shared_a:
+        w.do(f"call void @{name}.pack_a(ptr %A, ptr {ap}, i64 %m0, "
+             f"i64 {w('sub i64 %m1, %m0')}, i64 0, i64 {k})")
 
     def batch(b: str) -> None:
         a = w.gep(t, "%A", w(f"mul i64 {b}, {a0}"))
@@ -463,8 +469,9 @@ def _part(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: in
 
             def rows(ic: str) -> None:
                 height = w.min(str(mc), w(f"sub i64 %m1, {ic}"))
-                w.do(f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
-                     f"i64 {pc}, i64 {depth})")
+                if not shared_a:
+                    w.do(f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, "
+                         f"i64 {height}, i64 {pc}, i64 {depth})")
 
                 def panel(jr: str) -> None:
                     width = w.min(str(nr), w(f"sub i64 %n1, {jr}"))
