@@ -54,6 +54,12 @@ def _tape_to_gpu() -> type[ModulePass]:
     return TapeToGPUPass
 
 
+def _outline_parallel() -> type[ModulePass]:
+    from tapeml.transforms.outline_parallel import OutlineParallelLoopsPass
+
+    return OutlineParallelLoopsPass
+
+
 def _to_llvm() -> type[ModulePass]:
     from tapeml.transforms.to_llvm import ConvertLoopsToLLVMPass
 
@@ -78,6 +84,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tape-fuse": _fuse,
     "tape-to-loops": _to_loops,
     "convert-loops-to-gpu": _to_gpu,
+    "outline-parallel-loops": _outline_parallel,
     "convert-loops-to-llvm": _to_llvm,
     "tape-to-llvm": _tape_to_llvm,
     "tape-to-gpu": _tape_to_gpu,

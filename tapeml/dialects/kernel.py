@@ -14,7 +14,7 @@ Strides let a transposed operand be read in place. `tape-to-loops` emits it for 
 whose name spells these parameters; the interpreter runs it with numpy. On the GPU,
 `convert-loops-to-gpu` launches a tiled kernel for it instead (tapeml/transforms/gemm_gpu.py).
 
-    kernel.parallel_for @f_part0(%x, %y) iterations 64 : memref<1024xf32>, memref<1024xf32>
+    kernel.parallel_for @f_part0(%x, %y) {iterations = 64 : i64} : memref<64xf32>, memref<64xf32>
 
 calls `@f_part0(%x, %y, %start, %end)` on contiguous ranges [start, end) that cover
 [0, iterations) exactly once, in any order or at once (the CPU backend's thread pool splits it;
@@ -40,6 +40,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Dialect, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
+    ParsePropInAttrDict,
     attr_def,
     irdl_op_definition,
     operand_def,
@@ -127,8 +128,8 @@ class ParallelForOp(IRDLOperation):
     callee = prop_def(SymbolRefAttr)
     iterations = prop_def(IntegerAttr)
 
-    assembly_format = ("$callee `(` $buffers `)` `iterations` $iterations attr-dict "
-                       "`:` type($buffers)")
+    assembly_format = "$callee `(` $buffers `)` attr-dict `:` type($buffers)"
+    irdl_options = (ParsePropInAttrDict(),)
 
     def __init__(self, callee: str, buffers: list[SSAValue], iterations: int) -> None:
         super().__init__(operands=[buffers], properties={
