@@ -22,6 +22,7 @@ from sklearn.model_selection import train_test_split
 
 import tapeml
 from tapeml import nn, ops, optim
+from tapeml.codegen.cuda_driver import GPUUnavailableError
 from tapeml.frontend.pytree import flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -101,13 +102,16 @@ def main(argv: list[str] | None = None) -> None:
     # 1. The pipeline, stage by stage: the first call traces and compiles the step.
     try:
         step = tapeml.jit(train_step, backend=args.backend)
-    except ValueError as error:  # e.g. --backend cuda before the GPU backend exists
+    except ValueError as error:  # an unknown backend
         parser.error(str(error))
     xb, yb = x_train[:batch], y_train[:batch]
     rate = np.float32(LEARNING_RATE)
     started = time.perf_counter()
-    with tapeml.profile() as stages:
-        compiled_out = step(params, state, xb, yb, rate)
+    try:
+        with tapeml.profile() as stages:
+            compiled_out = step(params, state, xb, yb, rate)
+    except GPUUnavailableError as error:  # --backend cuda on a machine without a GPU
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     first_call = time.perf_counter() - started
     print(f"the training step through the pipeline (first call, {first_call:.2f} s):")
     for stage in stages:
@@ -134,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
             take = order[i * batch:(i + 1) * batch]
             rate = schedule((epoch - 1) * steps_per_epoch + i, args.epochs * steps_per_epoch)
             params, state, value = step(params, state, x_train[take], y_train[take], rate)
-            losses.append(float(value))
+            losses.append(float(np.asarray(value)))  # a DeviceArray on the GPU
             if i % 8 == 0:
                 progress(epoch, args.epochs, i + 1, steps_per_epoch, f"loss {np.mean(losses):.4f}")
         accuracy = np.mean(predict(params, x_train) == y_train.argmax(1))

@@ -47,6 +47,17 @@ def test_demo_rejects_an_unknown_backend_cleanly(capsys):
     assert "unknown backend 'tpu'" in capsys.readouterr().err
 
 
+def test_demo_on_cuda_without_a_gpu_says_so(capsys):
+    from tapeml.codegen.cuda_driver import available
+
+    if available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(SystemExit) as exit_:
+        run_example("demo.py", "--backend", "cuda", "--epochs", "1")
+    assert exit_.value.code == 2
+    assert "needs an NVIDIA GPU" in capsys.readouterr().err
+
+
 def test_numpy_cnn_step_matches_tapeml_gradients():
     """The numpy step the demo and bench time is the same step (so the comparison is fair)."""
     sys.path.insert(0, str(EXAMPLES))
