@@ -118,3 +118,24 @@ def test_programs_called_from_several_threads_at_once(monkeypatch):
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_workers_asleep_between_jobs_wake_for_the_next():
+    """Past its spin a worker sleeps on a futex; the next job must wake it (or the caller
+    would wait for it forever)."""
+    import time
+
+    parallel_for = PARALLEL_FOR(pool.load(target_machine))
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def part(context, start, end):
+        with lock:
+            seen.append(threading.get_ident())
+
+    callback = PART(part)
+    for _ in range(3):
+        seen.clear()
+        time.sleep(0.05)  # far past the spin: the workers are asleep
+        parallel_for(ctypes.cast(callback, ctypes.c_void_p), None, 8, 2)
+        assert len(seen) == 2 and len(set(seen)) == 2
