@@ -31,7 +31,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from tapeml.dialects import kernel
-from tapeml.transforms.to_gpu import _constant, _constant_op, _external_values
+from tapeml.transforms.outlining import constant_index, constant_op, external_values, index
 
 INDEX = IndexType()
 OUTER = 64
@@ -48,7 +48,7 @@ def work(ops: list[Operation]) -> int:
             steps = op.step if isinstance(op, scf.ParallelOp) else [op.step]
             trips = 1
             for lo, hi, st in zip(lowers, uppers, steps, strict=True):
-                bounds = (_constant(lo), _constant(hi), _constant(st))
+                bounds = (constant_index(lo), constant_index(hi), constant_index(st))
                 trips *= 1 if None in bounds else max(0, -(-(bounds[1] - bounds[0])
                                                            // bounds[2]))
             total += trips * work(list(op.body.block.ops))
@@ -59,10 +59,6 @@ def work(ops: list[Operation]) -> int:
     return total
 
 
-def _index(b: Builder, value: int) -> SSAValue:
-    return b.insert(arith.ConstantOp.from_int_and_width(value, INDEX)).result
-
-
 @dataclass
 class Outliner:
     module: ModuleOp
@@ -71,7 +67,7 @@ class Outliner:
     count: int = 0
 
     def outline(self, op: scf.ParallelOp) -> None:
-        bounds = [tuple(_constant(v) for v in vs)
+        bounds = [tuple(constant_index(v) for v in vs)
                   for vs in zip(op.lowerBound, op.upperBound, op.step, strict=True)]
         if any(None in b for b in bounds) or op.initVals:
             return
@@ -82,9 +78,9 @@ class Outliner:
         while outer < len(counts) and math.prod(counts[:outer]) < OUTER:
             outer += 1
         body_ops = list(op.body.block.ops)[:-1]  # without scf.reduce
-        external = [v for v in _external_values(body_ops) if v not in op.body.block.args]
+        external = [v for v in external_values(body_ops) if v not in op.body.block.args]
         buffers = [v for v in external if isinstance(v.type, MemRefType)]
-        if any(v not in buffers and _constant_op(v) is None for v in external):
+        if any(v not in buffers and constant_op(v) is None for v in external):
             return
         name = f"{self.function.sym_name.data}_part{self.count}"
         self.count += 1
@@ -95,12 +91,12 @@ class Outliner:
         mapping: dict[SSAValue, SSAValue] = dict(zip(buffers, entry.args, strict=False))
         for value in external:
             if value not in mapping:
-                clone = _constant_op(value).clone()
+                clone = constant_op(value).clone()
                 b.insert(clone)
                 mapping[value] = clone.result
         start, end = entry.args[-2], entry.args[-1]
         loop_block = Block(arg_types=[INDEX])
-        b.insert(scf.ForOp(start, end, _index(b, 1), [], loop_block))
+        b.insert(scf.ForOp(start, end, index(b, 1), [], loop_block))
         b.insert(func.ReturnOp())
         inner = Builder(InsertPoint.at_end(loop_block))
         g = loop_block.args[0]
@@ -109,14 +105,14 @@ class Outliner:
             stride //= counts[k]
             iv = g
             if stride > 1:
-                iv = inner.insert(arith.DivSIOp(iv, _index(inner, stride))).result
+                iv = inner.insert(arith.DivSIOp(iv, index(inner, stride))).result
             if k > 0:
-                iv = inner.insert(arith.RemSIOp(iv, _index(inner, counts[k]))).result
+                iv = inner.insert(arith.RemSIOp(iv, index(inner, counts[k]))).result
             mapping[op.body.block.args[k]] = _scaled(inner, iv, *bounds[k][::2])
         for k in range(outer, len(counts)):  # the inner dimensions: a nest of loops
             lo, hi, st = bounds[k]
             block = Block(arg_types=[INDEX])
-            inner.insert(scf.ForOp(_index(inner, lo), _index(inner, hi), _index(inner, st), [],
+            inner.insert(scf.ForOp(index(inner, lo), index(inner, hi), index(inner, st), [],
                                    block))
             inner.insert(scf.YieldOp())
             inner = Builder(InsertPoint.at_end(block))
@@ -132,9 +128,9 @@ class Outliner:
 
 def _scaled(b: Builder, iv: SSAValue, lo: int, step: int) -> SSAValue:
     if step != 1:
-        iv = b.insert(arith.MuliOp(iv, _index(b, step))).result
+        iv = b.insert(arith.MuliOp(iv, index(b, step))).result
     if lo != 0:
-        iv = b.insert(arith.AddiOp(iv, _index(b, lo))).result
+        iv = b.insert(arith.AddiOp(iv, index(b, lo))).result
     return iv
 
 

@@ -42,6 +42,7 @@ from xdsl.rewriter import Rewriter
 
 from tapeml.dialects import kernel
 from tapeml.transforms.gemm_gpu import GEMM_TILE, blocks, gemm_kernel
+from tapeml.transforms.outlining import constant_index, constant_op, external_values, index
 from tapeml.transforms.to_loops import LoweringError
 
 INDEX = IndexType()
@@ -59,28 +60,6 @@ def check_options(block: int, gemm_tile: int) -> None:
     if not isinstance(gemm_tile, int) or not 1 <= gemm_tile <= MAX_GEMM_TILE:
         raise LoweringError(f"convert-loops-to-gpu: gemm_tile must be 1 to {MAX_GEMM_TILE}, got "
                             f"{gemm_tile}")
-
-
-def _constant(value: SSAValue) -> int | None:
-    owner = value.owner
-    if isinstance(owner, arith.ConstantOp) and isinstance(value.type, IndexType):
-        return owner.value.value.data
-    return None
-
-
-def _external_values(ops: Sequence[Operation]) -> list[SSAValue]:
-    """The values `ops` (and the ops nested in them) use but do not define, in first-use order."""
-    defined: set[SSAValue] = set()
-    used: dict[SSAValue, None] = {}
-    for top in ops:
-        for op in top.walk():
-            defined.update(op.results)
-            for region in op.regions:
-                for block in region.blocks:
-                    defined.update(block.args)
-            for operand in op.operands:
-                used.setdefault(operand)
-    return [v for v in used if v not in defined]
 
 
 @dataclass
@@ -101,7 +80,7 @@ class Outliner:
                     ) -> tuple[gpu.FuncOp, dict[SSAValue, SSAValue], list[SSAValue], Builder]:
         """A kernel taking the buffers among `external` (constants are cloned into it)."""
         buffers = [v for v in external if isinstance(v.type, MemRefType)]
-        others = [v for v in external if v not in buffers and _constant_op(v) is None]
+        others = [v for v in external if v not in buffers and constant_op(v) is None]
         if others:
             raise LoweringError(f"convert-loops-to-gpu: @{self.function}: a kernel would need "
                                 f"{others[0].type} values computed outside it")
@@ -116,7 +95,7 @@ class Outliner:
         mapping: dict[SSAValue, SSAValue] = dict(zip(buffers, body.args, strict=True))
         for value in external:
             if value not in mapping:
-                clone = _constant_op(value).clone()
+                clone = constant_op(value).clone()
                 builder.insert(clone)
                 mapping[value] = clone.result
         self.kernels.add_op(kernel_func)
@@ -134,7 +113,7 @@ class Outliner:
 
     def parallel(self, op: scf.ParallelOp) -> None:
         """One thread per iteration of `op` (constant bounds)."""
-        bounds = [tuple(_constant(v) for v in vs)
+        bounds = [tuple(constant_index(v) for v in vs)
                   for vs in zip(op.lowerBound, op.upperBound, op.step, strict=True)]
         if any(None in b for b in bounds) or op.initVals:
             raise LoweringError(f"convert-loops-to-gpu: @{self.function}: an scf.parallel needs "
@@ -146,11 +125,11 @@ class Outliner:
             op.erase()
             return
         body_ops = list(op.body.block.ops)[:-1]  # without scf.reduce
-        external = [v for v in _external_values(body_ops) if v not in op.body.block.args]
+        external = [v for v in external_values(body_ops) if v not in op.body.block.args]
         threads = min(self.block, total)
         kernel_func, mapping, buffers, b = self._new_kernel(external, (threads, 1, 1))
         thread = _global_thread(b)
-        inside = b.insert(arith.CmpiOp(thread, _index(b, total), "slt")).result
+        inside = b.insert(arith.CmpiOp(thread, index(b, total), "slt")).result
         then = Block()
         t = Builder(InsertPoint.at_end(then))
         stride = total
@@ -158,13 +137,13 @@ class Outliner:
             stride //= count
             iv = thread
             if stride > 1:
-                iv = t.insert(arith.DivSIOp(iv, _index(t, stride))).result
+                iv = t.insert(arith.DivSIOp(iv, index(t, stride))).result
             if count < total // stride:  # not the outermost: wrap around
-                iv = t.insert(arith.RemSIOp(iv, _index(t, count))).result
+                iv = t.insert(arith.RemSIOp(iv, index(t, count))).result
             if step != 1:
-                iv = t.insert(arith.MuliOp(iv, _index(t, step))).result
+                iv = t.insert(arith.MuliOp(iv, index(t, step))).result
             if lo != 0:
-                iv = t.insert(arith.AddiOp(iv, _index(t, lo))).result
+                iv = t.insert(arith.AddiOp(iv, index(t, lo))).result
             mapping[arg] = iv
         for inner in body_ops:
             t.insert(inner.clone(value_mapper=mapping))
@@ -178,7 +157,7 @@ class Outliner:
 
     def serial(self, ops: list[Operation]) -> None:
         """One thread runs `ops` in order."""
-        external = _external_values(ops)
+        external = external_values(ops)
         here, block = set(ops), ops[0].parent_block()
         for op in ops:
             for result in op.results:
@@ -215,19 +194,10 @@ def _gemm_grid(spec, tile: int) -> tuple[tuple[int, int, int], tuple[int, int, i
     return (math.prod(blocks(spec, tile)), 1, 1), (tile, tile, 1)
 
 
-def _constant_op(value: SSAValue) -> arith.ConstantOp | None:
-    owner = value.owner
-    return owner if isinstance(owner, arith.ConstantOp) else None
-
-
 def _top(op: Operation, block: Block) -> Operation:
     while op.parent_block() is not block:
         op = op.parent_op()
     return op
-
-
-def _index(b: Builder, value: int) -> SSAValue:
-    return b.insert(arith.ConstantOp.from_int_and_width(value, INDEX)).result
 
 
 def _global_thread(b: Builder) -> SSAValue:
