@@ -60,6 +60,12 @@ def _outline_parallel() -> type[ModulePass]:
     return OutlineParallelLoopsPass
 
 
+def _plan_arena() -> type[ModulePass]:
+    from tapeml.transforms.arena import PlanArenaPass
+
+    return PlanArenaPass
+
+
 def _to_llvm() -> type[ModulePass]:
     from tapeml.transforms.to_llvm import ConvertLoopsToLLVMPass
 
@@ -85,6 +91,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tape-to-loops": _to_loops,
     "convert-loops-to-gpu": _to_gpu,
     "outline-parallel-loops": _outline_parallel,
+    "plan-arena": _plan_arena,
     "convert-loops-to-llvm": _to_llvm,
     "tape-to-llvm": _tape_to_llvm,
     "tape-to-gpu": _tape_to_gpu,

@@ -87,8 +87,9 @@ STAGE_CONTENTS = {  # stage: (texts it must contain, texts it must not)
     "fused": (["tape.fused", "tape.yield", "tape.matmul"], []),
     "loops": (["scf.for", "memref.load", "memref.store", "memref.alloc"], ["tape."]),
     "outlined": (["memref.load", "memref.store"], ["tape."]),
-    "llvm-dialect": (["llvm.func @f(", "llvm.getelementptr", "llvm.call @malloc"],
-                     ["scf.", "memref.", "arith.", "tape."]),
+    "arena": (["memref.view %arena", "xi8> to memref<8xf32>"], ["memref.alloc", "memref.dealloc"]),
+    "llvm-dialect": (["llvm.func @f(", "llvm.getelementptr"],
+                     ["scf.", "memref.", "arith.", "tape.", "malloc", "free"]),
     "llvm-ir": (['define void @"f"(', "getelementptr", "phi"], ["llvm.func"]),
     "optimized-llvm-ir": (["define void @f(", "noalias"], []),
     "assembly": (["\nf:\n"], ["define"]),
@@ -112,8 +113,8 @@ def test_inspect_pipeline_prints_every_stage_under_a_header(capsys):
     headers = [line for line in out.splitlines() if line.startswith("==== ")]
     assert [h.split()[1].rstrip(":") for h in headers] == list(STAGE_CONTENTS)
     assert "- 6 ops (tape 3, func 2, builtin 1)" in headers[0], headers[0]  # matmul, tanh, sum
-    assert re.search(r"- \d+ ops \(llvm \d+, builtin 1\)", headers[5]), headers[5]
-    assert all(re.search(r"- \d+ lines ", h) for h in headers[6:]), headers[6:]
+    assert re.search(r"- \d+ ops \(llvm \d+, builtin 1\)", headers[6]), headers[6]
+    assert all(re.search(r"- \d+ lines ", h) for h in headers[7:]), headers[7:]
     assert "ptx" not in out.lower()
 
 

@@ -203,3 +203,38 @@ def test_one_a_for_every_batch_is_packed_once_and_read_by_every_part(monkeypatch
     compiled(spec)(a.ctypes.data, b.ctypes.data, out.ctypes.data)
     expected = a.reshape(m, k).astype(np.float64) @ b.reshape(batch, k, n).astype(np.float64)
     np.testing.assert_allclose(out.reshape(batch, m, n), expected, rtol=0, atol=4e-6 * k)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_callers_at_once_pack_into_scratch_of_their_own(monkeypatch, threads):
+    """A kernel packs into its static scratch; a caller that finds it taken (another Python
+    thread in the same kernel) packs into the heap. Both must give every caller its own
+    product."""
+    import threading
+
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    m, n, k = 96, 200, 300  # past the pool's threshold, so two threads share each call
+    spec = GemmSpec("f32", 1, m, n, k, (0, k, 1), (0, n, 1), m * n, False)
+    kernel = compiled(spec)
+    rng = np.random.default_rng(11)
+    pairs = [(rng.standard_normal((m, k)).astype(np.float32),
+              rng.standard_normal((k, n)).astype(np.float32)) for _ in range(4)]
+    expected = [a.astype(np.float64) @ b.astype(np.float64) for a, b in pairs]
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        a, b = pairs[i]
+        try:
+            for _ in range(30):
+                out = np.full((m, n), np.nan, np.float32)
+                kernel(a.ctypes.data, b.ctypes.data, out.ctypes.data)  # ctypes drops the GIL
+                np.testing.assert_allclose(out, expected[i], rtol=0, atol=4e-6 * k)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not errors, errors[0]

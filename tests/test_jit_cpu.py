@@ -70,9 +70,11 @@ def test_jit_of_value_and_grad_of_an_mlp_is_one_compiled_program():
     step = tapeml.jit(tapeml.value_and_grad(loss))
     close(step(params, x, y), tapeml.value_and_grad(loss)(params, x, y))
     stages = step.lower(params, x, y)
-    assert list(stages) == ["tape", "fused tape", "loops", "outlined loops", "llvm dialect",
-                            "llvm ir", "optimized llvm ir", "assembly"]
+    assert list(stages) == ["tape", "fused tape", "loops", "outlined loops", "arena",
+                            "llvm dialect", "llvm ir", "optimized llvm ir", "assembly"]
     assert "tape.fused" in stages["fused tape"] and "scf.for" in stages["loops"]
+    assert "memref.alloc" in stages["loops"] and "memref.alloc" not in stages["arena"]
+    assert "memref.view %arena" in stages["arena"]
     assert "llvm.getelementptr" in stages["llvm dialect"] and "define void" in stages["llvm ir"]
     assert "inttoptr" not in stages["llvm ir"]
     # lower() compiles afresh with the stages printed; the cached compilation keeps no text

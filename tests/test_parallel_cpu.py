@@ -27,23 +27,37 @@ PARALLEL_FOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 5])
 @pytest.mark.parametrize("total", [0, 1, 3, 10, 1000])
-def test_the_pool_covers_the_range_once_in_contiguous_parts(threads, total):
+def test_the_pool_covers_the_range_once_in_contiguous_chunks(threads, total):
+    """Every thread asked for takes part: each one's first chunk waits at a barrier for the
+    others (and would time out if one never came)."""
     parallel_for = PARALLEL_FOR(pool.load(target_machine))
     parts: list[tuple[int, int, int]] = []
     lock = threading.Lock()
+    taking_part = max(1, min(threads, total))
+    barrier = threading.Barrier(taking_part, timeout=20)
+    arrived: set[int] = set()
+    broken: list[BaseException] = []
 
     def part(context, start, end):
+        me = threading.get_ident()
         with lock:
-            parts.append((start, end, threading.get_ident()))
+            parts.append((start, end, me))
+            first = me not in arrived
+            arrived.add(me)
+        if first and taking_part > 1:
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError as error:
+                broken.append(error)
 
     callback = PART(part)
     parallel_for(ctypes.cast(callback, ctypes.c_void_p), None, total, threads)
     ranges = sorted((s, e) for s, e, _ in parts)
     covered = [i for s, e in ranges for i in range(s, e)]
     assert covered == list(range(total))
-    assert len(ranges) <= max(1, min(threads, total))
-    if threads > 1 and total > 1:  # the workers took part
-        assert len({t for *_, t in parts}) == min(threads, total)
+    assert total == 0 or all(s < e for s, e in ranges)
+    assert len(ranges) <= max(1, min(taking_part * pool.CHUNKS, total))
+    assert not broken and len(arrived) == taking_part
 
 
 def test_outlined_loops_interpret_to_the_same_values():
@@ -126,16 +140,24 @@ def test_workers_asleep_between_jobs_wake_for_the_next():
     import time
 
     parallel_for = PARALLEL_FOR(pool.load(target_machine))
-    seen: list[int] = []
+    seen: set[int] = set()
     lock = threading.Lock()
+    broken: list[BaseException] = []
 
     def part(context, start, end):
         with lock:
-            seen.append(threading.get_ident())
+            first = threading.get_ident() not in seen
+            seen.add(threading.get_ident())
+        if first:  # the caller's first chunk waits here for the worker's
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError as error:
+                broken.append(error)
 
     callback = PART(part)
     for _ in range(3):
         seen.clear()
+        barrier = threading.Barrier(2, timeout=20)
         time.sleep(0.05)  # far past the spin: the workers are asleep
         parallel_for(ctypes.cast(callback, ctypes.c_void_p), None, 8, 2)
-        assert len(seen) == 2 and len(set(seen)) == 2
+        assert not broken and len(seen) == 2

@@ -1,10 +1,12 @@
-"""The CPU backend: tape -> tape-fuse -> tape-to-loops -> convert-scf-to-cf, canonicalize, cse
--> convert-loops-to-llvm -> LLVM IR (xDSL's convert_module) -> LLVM O3 for the host CPU and its
-features -> MCJIT -> a function over numpy buffers.
+"""The CPU backend: tape -> tape-fuse -> tape-to-loops -> outline-parallel-loops (more than
+one thread) -> plan-arena -> convert-scf-to-cf, canonicalize, cse -> convert-loops-to-llvm ->
+LLVM IR (xDSL's convert_module) -> LLVM O3 for the host CPU and its features -> MCJIT -> a
+function over numpy buffers.
 
-The compiled function takes one pointer per input and per output buffer. `Native.__call__`
-checks every argument's shape and dtype against the program before any pointer is passed (a
-non-contiguous array is copied first), and returns fresh output arrays each call.
+The compiled function takes one pointer per input and per output buffer, then the arena's.
+`Native.__call__` checks every argument's shape and dtype against the program before any
+pointer is passed (a non-contiguous array is copied first), and returns fresh output arrays
+each call.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import ctypes
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, Any
 
 import llvmlite.binding as llvm_binding
@@ -28,6 +30,7 @@ from tapeml.codegen.gemm import GemmSpec, Target, definition, host_threads
 from tapeml.codegen.stages import Stages, to_loops
 from tapeml.frontend.program import Program
 from tapeml.profile import count_ops, profiling, record
+from tapeml.transforms.arena import ALIGN, plan_module
 from tapeml.transforms.outline_parallel import outline_parallel_loops
 from tapeml.transforms.scf_to_cf import loops_to_cf
 from tapeml.transforms.to_llvm import convert_to_llvm
@@ -138,16 +141,23 @@ class LLVMIRTarget(XTarget):
             output.write(str(parsed) if link_kernels(parsed, machine, optimized=False) else text)
 
 
-@dataclass
 class Native:
-    """A compiled program: call it with the program's flat arguments."""
+    """A compiled program: call it with the program's flat arguments.
 
-    name: str
-    inputs: list[Argument]
-    outputs: list[Argument]
-    engine: Any
-    function: Any
-    stages: dict[str, str] = field(default_factory=dict)
+    Its intermediates live in one arena (`plan-arena`), allocated on the first call and kept:
+    calls reuse it. A call made while another thread's call holds it gets an arena of its own
+    for that call."""
+
+    def __init__(self, name: str, inputs: list[Argument], outputs: list[Argument],
+                 engine: Any, function: Any, arena_bytes: int,
+                 stages: dict[str, str] | None = None) -> None:
+        self.name, self.inputs, self.outputs = name, inputs, outputs
+        self.engine, self.function = engine, function
+        self.arena_bytes = arena_bytes
+        self.stages = stages or {}
+        self._arena: int | None = None  # the arena's address, once allocated
+        self._arena_buffer: np.ndarray | None = None
+        self._arena_lock = threading.Lock()
 
     def __call__(self, *leaves: Any) -> tuple[np.ndarray, ...]:
         if len(leaves) != len(self.inputs):
@@ -155,9 +165,27 @@ class Native:
         buffers = [checked(leaf, arg, self.name) for leaf, arg in
                    zip(leaves, self.inputs, strict=True)]
         outputs = [np.empty(a.shape, a.dtype) for a in self.outputs]
-        self.function(*(b.__array_interface__["data"][0] for b in buffers),
-                      *(o.__array_interface__["data"][0] for o in outputs))
+        pointers = [*(b.__array_interface__["data"][0] for b in buffers),
+                    *(o.__array_interface__["data"][0] for o in outputs)]
+        if self._arena_lock.acquire(blocking=False):
+            try:
+                if self._arena is None:
+                    self._arena_buffer, self._arena = _aligned(self.arena_bytes)
+                self.function(*pointers, self._arena)
+            finally:
+                self._arena_lock.release()
+        else:  # another thread's call holds the arena
+            own, address = _aligned(self.arena_bytes)
+            self.function(*pointers, address)
+            del own
         return tuple(outputs)
+
+
+def _aligned(nbytes: int) -> tuple[np.ndarray, int]:
+    """A buffer of `nbytes` starting on a multiple of ALIGN bytes, and that address."""
+    buffer = np.empty(nbytes + ALIGN, np.uint8)
+    address = buffer.__array_interface__["data"][0]
+    return buffer, address + (-address) % ALIGN
 
 
 def _instructions(module: Any) -> int:
@@ -183,6 +211,11 @@ class CPUBackend:
                f"{outlined} loops shared by {threads} threads" if threads > 1 else
                "one thread: nothing to share")
         started = time.perf_counter()
+        arena_bytes = plan_module(module)[program.name]
+        kept.keep("arena", lambda: str(module))
+        record("plan-arena", count_ops(module), started,
+               f"one arena of {arena_bytes:,} bytes for the intermediates")
+        started = time.perf_counter()
         loops_to_cf(module)  # the rest of tape-to-llvm, stage by stage
         convert_to_llvm(module)
         keep("llvm dialect", lambda: str(module))
@@ -205,5 +238,6 @@ class CPUBackend:
             engine.finalize_object()
             address = engine.get_function_address(program.name)
             record("machine code (MCJIT)", None, started)
-        signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs)))
-        return Native(program.name, inputs, outputs, engine, signature(address), kept.texts)
+        signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs) + 1))
+        return Native(program.name, inputs, outputs, engine, signature(address), arena_bytes,
+                      kept.texts)

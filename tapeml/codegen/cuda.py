@@ -36,6 +36,7 @@ from tapeml.codegen.stages import Stages, to_loops
 from tapeml.frontend.program import Program
 from tapeml.interpreters import interpret
 from tapeml.profile import count_ops, record
+from tapeml.transforms.arena import FirstFit, element_bytes
 from tapeml.transforms.gemm_gpu import GEMM_TILE
 from tapeml.transforms.to_gpu import MAX_GEMM_TILE, outline_module
 from tapeml.transforms.to_loops import LoweringError
@@ -80,10 +81,9 @@ def schedule(f: func.FuncOp) -> Schedule:
     block = f.body.block
     slot: dict[Any, int] = {arg: i for i, arg in enumerate(block.args)}
     launches: list[Launch] = []
-    live: dict[int, tuple[int, int]] = {}  # slot -> (offset, bytes) while allocated
+    placement = FirstFit(_ALIGN)
     arena: dict[int, int] = {}
     constants: dict[int, np.ndarray] = {}
-    top = 0
     globals_ = {op.sym_name.data: op for op in f.parent_op().walk()
                 if isinstance(op, memref.GlobalOp)}
     for op in block.ops:
@@ -91,14 +91,11 @@ def schedule(f: func.FuncOp) -> Schedule:
             continue
         if isinstance(op, gpu.AllocOp):
             kind = op.result.type
-            size = -(-kind.get_shape()[0] * kind.get_element_type().bitwidth // 8 // _ALIGN)
-            offset = _first_fit(sorted(live.values()), size * _ALIGN)
             slot[op.result] = len(slot)
-            live[slot[op.result]] = (offset, size * _ALIGN)
-            arena[slot[op.result]] = offset
-            top = max(top, offset + size * _ALIGN)
+            arena[slot[op.result]] = placement.place(
+                slot[op.result], kind.get_shape()[0] * element_bytes(kind.get_element_type()))
         elif isinstance(op, gpu.DeallocOp):
-            live.pop(slot[op.buffer])
+            placement.free(slot[op.buffer])
         elif isinstance(op, memref.GetGlobalOp):
             slot[op.memref] = len(slot)
             constants[slot[op.memref]] = _global_value(globals_[op.name_.root_reference.data])
@@ -110,17 +107,7 @@ def schedule(f: func.FuncOp) -> Schedule:
         else:
             raise LoweringError(f"backend='cuda': the host function holds {op.name}, which "
                                 "only the GPU form's launches, allocations and constants may")
-    return Schedule(launches, len(slot), len(block.args), arena, top, constants)
-
-
-def _first_fit(used: list[tuple[int, int]], size: int) -> int:
-    """The lowest offset where `size` bytes fit between the (sorted) used ranges."""
-    offset = 0
-    for start, length in used:
-        if offset + size <= start:
-            break
-        offset = max(offset, start + length)
-    return offset
+    return Schedule(launches, len(slot), len(block.args), arena, placement.size, constants)
 
 
 def _index(value: Any) -> int:

@@ -371,8 +371,20 @@ def partition(spec: GemmSpec, mr: int, nr: int, threads: int) -> list[Part]:
 _PART_ARGS = "ptr %A, ptr %B, ptr %C, i64 %b0, i64 %b1, i64 %m0, i64 %m1, i64 %n0, i64 %n1"
 
 
+def _scratch_bytes(size: int, spec: GemmSpec, mr: int, nr: int, mc: int, kc: int
+                   ) -> tuple[int, int]:
+    """Bytes of one part's packing buffers: B's block ([n/NR][KC][NR]), then A's; each a
+    multiple of 64."""
+    b_bytes = -(-spec.n // nr) * nr * kc * size
+    a_bytes = mc * kc * size
+    return -(-b_bytes // 64) * 64, -(-a_bytes // 64) * 64
+
+
 def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: int,
             kc: int, threads: int) -> list[str]:
+    """The entry: the parts on the pool, each packing into its own slice of the kernel's
+    static scratch; a second caller while the scratch is taken (another Python thread) packs
+    into a slice of the heap instead."""
     w = _Writer()
     m, n, k = spec.m, spec.n, spec.k
     w.lines.append(f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C) "
@@ -391,19 +403,39 @@ def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: 
         w.lines.append("}")
         return w.lines
     parts = partition(spec, mr, nr, threads)
+    part_bytes = sum(_scratch_bytes(size, spec, mr, nr, mc, kc))
+    total = part_bytes * len(parts)
+    # the scratch lives as long as the kernel: no allocation, and no page faults, per call
+    w.do(f"%was = atomicrmw xchg ptr @{name}.busy, i8 1 acquire")
+    w.do("%mine = icmp eq i8 %was, 0")
+    w.do("br i1 %mine, label %run, label %heap")
+    w.label("%heap")
+    w.do(f"%own = call ptr @aligned_alloc(i64 64, i64 {total})")
+    w.do("br label %run")
+    w.label("%run")
+    w.do(f"%scratch = phi ptr [ @{name}.scratch, %entry ], [ %own, %heap ]")
     if len(parts) == 1:
-        w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, {_i64s(parts[0])})")
+        w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, {_i64s(parts[0])}, "
+             "ptr %scratch)")
     else:  # the parts on the thread pool (tapeml/codegen/pool.py), the caller taking one
-        context = w("alloca [3 x ptr]", "ctx")
-        for field, value in enumerate(["%A", "%B", "%C"]):
+        context = w("alloca [4 x ptr]", "ctx")
+        for field, value in enumerate(["%A", "%B", "%C", "%scratch"]):
             w.do(f"store ptr {value}, ptr {w(f'getelementptr ptr, ptr {context}, i64 {field}')}")
         w.do(f"call void @tapeml_parallel_for(ptr @{name}.range, ptr {context}, "
              f"i64 {len(parts)}, i64 {len(parts)})")
+    w.do("br i1 %mine, label %release, label %free")
+    w.label("%release")
+    w.do(f"store atomic i8 0, ptr @{name}.busy release, align 1")
+    w.do("ret void")
+    w.label("%free")
+    w.do("call void @free(ptr %scratch)")
     w.do("ret void")
     w.lines.append("}")
-    out = [*w.lines, ""]
+    out = [f"@{name}.busy = internal global i8 0",
+           f"@{name}.scratch = internal global [{total} x i8] zeroinitializer, align 64",
+           *w.lines, ""]
     if len(parts) > 1:
-        out += _range(name, parts)
+        out += _range(name, parts, part_bytes)
     return out + _part(name, t, size, spec, mr, nr, mc, kc)
 
 
@@ -411,22 +443,24 @@ def _i64s(values: Part) -> str:
     return ", ".join(f"i64 {v}" for v in values)
 
 
-def _range(name: str, parts: list[Part]) -> list[str]:
-    """The pool's entry: parts [start, end) of the table, on the buffers the context holds."""
+def _range(name: str, parts: list[Part], part_bytes: int) -> list[str]:
+    """The pool's entry: parts [start, end) of the table, on the buffers the context holds,
+    part p packing into the scratch's p-th slice."""
     table = ", ".join(f"[6 x i64] [{_i64s(part)}]" for part in parts)
     w = _Writer()
     w.lines.append(f"@{name}.parts = internal constant [{len(parts)} x [6 x i64]] [{table}]")
     w.lines.append(f"define internal void @{name}.range(ptr %ctx, i64 %start, i64 %end) {{")
     w.label("%entry")
     buffers = [w(f"load ptr, ptr {w(f'getelementptr ptr, ptr %ctx, i64 {i}')}")
-               for i in range(3)]
+               for i in range(4)]
 
     def body(i: str) -> None:
         row = w(f"getelementptr [{len(parts)} x [6 x i64]], ptr @{name}.parts, i64 0, i64 {i}")
         values = [w(f"load i64, ptr {w(f'getelementptr [6 x i64], ptr {row}, i64 0, i64 {j}')}")
                   for j in range(6)]
-        w.do(f"call void @{name}.part({', '.join(f'ptr {b}' for b in buffers)}, "
-             f"{', '.join(f'i64 {v}' for v in values)})")
+        scratch = w(f"getelementptr i8, ptr {buffers[3]}, i64 {w(f'mul i64 {i}, {part_bytes}')}")
+        w.do(f"call void @{name}.part({', '.join(f'ptr {b}' for b in buffers[:3])}, "
+             f"{', '.join(f'i64 {v}' for v in values)}, ptr {scratch})")
 
     w.loop("%start", "%end", 1, body, "p")
     w.do("ret void")
@@ -436,16 +470,14 @@ def _range(name: str, parts: list[Part]) -> list[str]:
 
 def _part(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: int,
           kc: int) -> list[str]:
-    """The loop nest over one part: its own packing buffers, all of k."""
+    """The loop nest over one part, all of k, packing into `%scratch`."""
     w = _Writer()
     n, k = spec.n, spec.k
     a0, b0, c0 = spec.a[0], spec.b[0], spec.c0
-    w.lines.append(f"define internal void @{name}.part({_PART_ARGS}) {_WIDE} {{")
+    w.lines.append(f"define internal void @{name}.part({_PART_ARGS}, ptr %scratch) {_WIDE} {{")
     w.label("%entry")
-    b_bytes = -(-n // nr) * nr * kc * size
-    a_bytes = mc * kc * size
-    bp = w(f"call ptr @aligned_alloc(i64 64, i64 {b_bytes})", "bp")
-    ap = w(f"call ptr @aligned_alloc(i64 64, i64 {a_bytes})", "ap")
+    bp = "%scratch"
+    ap = w.gep("i8", bp, str(_scratch_bytes(size, spec, mr, nr, mc, kc)[0]))
     # one A for every batch (a convolution's weights), in one block of rows and of k: packed
     # once here, not once per batch
     shared_a = a0 == 0 and spec.m <= mc and k <= kc
@@ -495,8 +527,6 @@ def _part(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: in
         w.loop("0", str(k), kc, block, "pc")
 
     w.loop("%b0", "%b1", 1, batch, "batch")
-    w.do(f"call void @free(ptr {bp})")
-    w.do(f"call void @free(ptr {ap})")
     w.do("ret void")
     w.lines.append("}")
     return w.lines

@@ -1,17 +1,20 @@
 """The CPU's thread pool, written as LLVM IR and compiled once per process: compiled programs
 call `tapeml_parallel_for(fn, ctx, total, threads)`, which runs `fn(ctx, start, end)` over
-[0, total) split into `threads` contiguous parts, the caller taking the first.
+[0, total) on up to `threads` threads, the caller one of them. The range is cut into up to
+CHUNKS contiguous chunks per thread; each thread claims the next chunk when it is done with
+one, so a thread on a busier core takes fewer.
 
     workers     threads - 1 pthreads, started on the first job that wants them and kept: each
                 waits for the job counter to move (spinning a while with `pause`, then asleep
-                on a futex), runs its part and counts itself done
-    the caller  publishes the job (function, context, total, parts), bumps the counter, wakes
-                sleeping workers, runs part 0, then spins until every worker is done
+                on a futex), claims chunks until none is left and counts itself done
+    the caller  publishes the job (function, context, total, threads, chunks), bumps the
+                counter, wakes sleeping workers, claims chunks too, then spins until every
+                worker is done
     one job     at a time: a caller that finds the pool busy (another Python thread's program)
                 runs its whole loop itself, so nothing waits on anything but its own workers
 
-Parts are contiguous and each iteration is computed exactly as alone, so results do not depend
-on the thread count. If pthread_create fails, fewer workers take part (down to none).
+Each iteration is computed exactly as alone, whichever thread runs it, so results do not
+depend on the thread count. If pthread_create fails, fewer workers take part (down to none).
 Linux x86-64 (futex through syscall 202), as the CPU backend.
 """
 
@@ -20,6 +23,10 @@ from __future__ import annotations
 import threading
 
 import llvmlite.binding as llvm_binding
+
+CHUNKS = 4
+"""Chunks per taking-part thread: each thread claims the next chunk when it finishes one, so a
+thread that runs slower (a busier core, colder caches) takes fewer."""
 
 SPIN = 1 << 14
 """pause instructions a worker spins before it sleeps (about 0.1 to 0.5 ms)."""
@@ -34,6 +41,8 @@ IR = rf"""
 @job.ctx = internal global ptr null
 @job.total = internal global i64 0
 @job.parts = internal global i64 0
+@job.chunks = internal global i64 0
+@job.next = internal global i64 0
 @job.generation = internal global i32 0
 @job.left = internal global i64 0
 @sleepers = internal global i32 0
@@ -43,22 +52,28 @@ declare i32 @pthread_detach(i64)
 declare i64 @syscall(i64, ...)
 declare void @llvm.x86.sse2.pause()
 
+; thread p's share of the job: if it takes part, chunks claimed one at a time until none is left
 define internal void @run_part(i64 %p) {{
 entry:
   %fn = load ptr, ptr @job.fn
   %ctx = load ptr, ptr @job.ctx
   %total = load i64, ptr @job.total
   %parts = load i64, ptr @job.parts
+  %chunks = load i64, ptr @job.chunks
   %mine = icmp ult i64 %p, %parts
-  br i1 %mine, label %run, label %done
+  br i1 %mine, label %claim, label %done
+claim:
+  %c = atomicrmw add ptr @job.next, i64 1 seq_cst
+  %more = icmp ult i64 %c, %chunks
+  br i1 %more, label %run, label %done
 run:
-  %a = mul i64 %total, %p
-  %start = udiv i64 %a, %parts
-  %p1 = add i64 %p, 1
-  %b = mul i64 %total, %p1
-  %end = udiv i64 %b, %parts
+  %a = mul i64 %total, %c
+  %start = udiv i64 %a, %chunks
+  %c1 = add i64 %c, 1
+  %b = mul i64 %total, %c1
+  %end = udiv i64 %b, %chunks
   call void %fn(ptr %ctx, i64 %start, i64 %end)
-  br label %done
+  br label %claim
 done:
   ret void
 }}
@@ -160,10 +175,14 @@ publish:
   %all = add i64 %workers, 1
   %some_parts = call i64 @llvm.umin.i64(i64 %all, i64 %threads)
   %parts = call i64 @llvm.umin.i64(i64 %some_parts, i64 %total)
+  %split = mul i64 %parts, {CHUNKS}
+  %chunks = call i64 @llvm.umin.i64(i64 %split, i64 %total)
   store ptr %fn, ptr @job.fn
   store ptr %ctx, ptr @job.ctx
   store i64 %total, ptr @job.total
   store i64 %parts, ptr @job.parts
+  store i64 %chunks, ptr @job.chunks
+  store i64 0, ptr @job.next
   store atomic i64 %workers, ptr @job.left seq_cst, align 8
   atomicrmw add ptr @job.generation, i32 1 seq_cst
   %asleep = load atomic i32, ptr @sleepers seq_cst, align 4

@@ -11,7 +11,8 @@ llvm counterpart. MLIR's own conversions are the semantics followed:
   math    exp, log, sqrt, tanh, powf as LLVM intrinsics (libm on the CPU)
   cf      br, cond_br
   memref  load/store as a getelementptr (not inttoptr: LLVM vectorizes GEP loops) and load/store;
-          alloc/dealloc as malloc/free; get_global/global as llvm globals
+          alloc/dealloc as malloc/free; view (plan-arena's) as a byte offset;
+          get_global/global as llvm globals
   func    func.func as an external llvm.func returning void, func.return as llvm.return
   kernel  kernel.gemm as a call to the generated kernel its parameters name (declared here;
           the CPU backend links in its definition from tapeml/codegen/gemm.py);
@@ -34,6 +35,7 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     IndexType,
     IntegerAttr,
+    IntegerType,
     MemRefType,
     ModuleOp,
     i64,
@@ -50,6 +52,7 @@ from xdsl.rewriter import Rewriter
 
 from tapeml.codegen.gemm import GemmSpec, host_threads
 from tapeml.dialects import kernel
+from tapeml.transforms.arena import element_bytes
 from tapeml.transforms.to_loops import LoweringError
 
 PTR = llvm.LLVMPointerType()
@@ -177,6 +180,9 @@ class MemrefToLLVM(RewritePattern):
             rewriter.replace(op, [size, call])
         elif isinstance(op, memref.DeallocOp):
             rewriter.replace(op, llvm.CallOp("free", op.memref))
+        elif isinstance(op, memref.ViewOp):  # plan-arena's: the arena's address plus a shift
+            rewriter.replace(op, llvm.GEPOp(op.source, [llvm.GEP_USE_SSA_VAL], IntegerType(8),
+                                            ssa_indices=[op.byte_shift], inbounds=True))
         elif isinstance(op, memref.GetGlobalOp):
             rewriter.replace(op, llvm.AddressOfOp(op.name_.root_reference, PTR))
         elif isinstance(op, memref.GlobalOp):
@@ -251,11 +257,6 @@ class FuncToLLVM(RewritePattern):
                                              body=op.detach_region(op.body)))
 
 
-def _element_bytes(t: Attribute) -> int:
-    """Bytes one element takes in memory (an i1 takes a byte, as LLVM stores it)."""
-    return (t.bitwidth + 7) // 8
-
-
 def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = ()) -> None:
     """Convert a loop-form module (after convert-scf-to-cf) to the llvm dialect, in place.
     `extra` patterns run first (the GPU's: gpu_to_nvvm.py)."""
@@ -263,7 +264,7 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = ()) -> N
     if leftover:
         raise LoweringError(f"convert-loops-to-llvm: {', '.join(sorted(leftover))} must be "
                             "lowered first (tape-to-loops, convert-scf-to-cf)")
-    sizes = {op: op.memref.type.get_shape()[0] * _element_bytes(op.memref.type.element_type)
+    sizes = {op: op.memref.type.get_shape()[0] * element_bytes(op.memref.type.element_type)
              for op in module.walk() if isinstance(op, memref.AllocOp)}
     symbols = {op: op.spec.symbol for op in module.walk() if isinstance(op, kernel.GemmOp)}
     entries = {op.callee.root_reference.data: len(op.buffers) for op in module.walk()
