@@ -134,6 +134,54 @@ def test_programs_called_from_several_threads_at_once(monkeypatch):
     assert not errors, errors[0]
 
 
+def test_calls_at_once_each_get_an_arena_for_their_intermediates(monkeypatch):
+    """A compiled program keeps one arena for its intermediates; a call made while another
+    thread's call holds it must get one of its own (or they would overwrite each other)."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", "1")
+
+    def f(a, b):
+        return ops.tanh(ops.tanh(a @ b) @ b.T) @ b
+
+    compiled = tapeml.jit(f)
+    rng = np.random.default_rng(5)
+    pairs = [(rng.standard_normal((96, 80)).astype(np.float32),
+              rng.standard_normal((80, 80)).astype(np.float32) / 9) for _ in range(4)]
+    expected = [np.asarray(tapeml.jit(f, backend="interp")(a, b)) for a, b in pairs]
+    compiled(*pairs[0])
+    ((_, native),) = compiled.cache.values()
+    assert native.arena_bytes >= 2 * 96 * 80 * 4  # two intermediates live at once, at least
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for _ in range(40):
+                np.testing.assert_allclose(compiled(*pairs[i]), expected[i], rtol=1e-4,
+                                           atol=1e-5)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_first_fit_reuses_the_bytes_of_dead_buffers():
+    from tapeml.transforms.arena import FirstFit
+
+    arena = FirstFit(64)
+    assert arena.place("a", 100) == 0  # 128 bytes
+    assert arena.place("b", 64) == 128
+    arena.free("a")
+    assert arena.place("c", 64) == 0  # in a's place
+    assert arena.place("d", 100) == 192  # a's remaining 64 bytes are too few
+    arena.free("b")
+    assert arena.place("e", 64) == 64
+    assert arena.size == 320
+
+
 def test_workers_asleep_between_jobs_wake_for_the_next():
     """Past its spin a worker sleeps on a futex; the next job must wake it (or the caller
     would wait for it forever)."""

@@ -22,8 +22,8 @@ def test_a_first_call_records_every_stage_in_order():
         step(params, x, y)
     names = [s.name for s in stages]
     assert names == ["trace loss", "tape-differentiate", "trace loss", "tape-fuse",
-                     "tape-to-loops", "outline-parallel-loops", "convert-loops-to-llvm", "LLVM O3",
-                     "machine code (MCJIT)"]
+                     "tape-to-loops", "outline-parallel-loops", "plan-arena",
+                     "convert-loops-to-llvm", "LLVM O3", "machine code (MCJIT)"]
     traced, differentiated = stages[0], stages[1]
     forward = len(tapeml.trace(loss, params, x, y).function.body.block.ops) - 1
     assert traced.ops == forward
@@ -31,6 +31,7 @@ def test_a_first_call_records_every_stage_in_order():
     assert f"{differentiated.ops - forward} backward ops appended" in differentiated.detail
     assert all(s.seconds >= 0 for s in stages)
     assert "elementwise groups" in stages[3].detail and "peak" in stages[4].detail
+    assert "one arena of" in stages[6].detail
     with tapeml.profile() as again:
         step(params, x, y)  # cached: nothing compiled, nothing recorded
     assert again == []

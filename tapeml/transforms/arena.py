@@ -32,7 +32,7 @@ from xdsl.dialects.builtin import (
     i8,
 )
 from xdsl.passes import ModulePass
-from xdsl.rewriter import Rewriter
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from tapeml.dialects import kernel
 
@@ -87,9 +87,8 @@ def plan_arena(f: func.FuncOp) -> int:
     arg.name_hint = "arena"
     for op, offset in offsets.items():
         shift = arith.ConstantOp(IntegerAttr(offset, IndexType()))
-        view = memref.ViewOp(arg, shift, [], op.memref.type)
-        view.result.name_hint = op.memref.name_hint
-        Rewriter.replace_op(op, [shift, view])
+        Rewriter.insert_op(shift, InsertPoint.before(op))
+        Rewriter.replace_op(op, memref.ViewOp(arg, shift, [], op.memref.type))
     for op in deallocs:
         Rewriter.erase_op(op)
     f.function_type = FunctionType.from_lists([a.type for a in block.args],
