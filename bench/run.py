@@ -6,7 +6,7 @@ The workloads are ../shared/reference/workloads.md's (W1 elementwise chain, W2 m
 training step, W4 CNN training step, W5 first-call latency, W6 per-call latency); each checks
 tapeml's result against numpy's first. Run it pinned to one core for the single-thread figures:
 `OPENBLAS_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/run.py`. `--threads` compares one
-thread with all of them (W2 n=1024 and W4, called in turn in one process).
+thread with all of them (W2 n=1024 and W4, in alternating blocks of calls in one process).
 """
 
 from __future__ import annotations
@@ -161,7 +161,9 @@ def w6(repeat: int) -> None:
 
 def threads(repeat: int) -> None:
     """One thread against all of them (TAPEML_NUM_THREADS, else the affinity mask), both
-    compiled in this process and called in turn, so both see the same machine."""
+    compiled in this process and called in alternating blocks of 8 calls, so both see the same
+    machine. (Alternating single calls would time the workers' wake from sleep every call, as
+    the 1-thread call outlasts their spin; a training loop calls one step back to back.)"""
     import os
 
     loss, params, x, y = _cnn()
@@ -180,11 +182,12 @@ def threads(repeat: int) -> None:
         all_ = tapeml.jit(fn)
         all_(*args)
         times: dict[int, list[float]] = {1: [], count: []}
-        for _ in range(repeat * 4):
+        for _ in range(repeat):  # blocks of calls, as a training loop makes them
             for n, f in ((1, one), (count, all_)):
-                start = time.perf_counter()
-                f(*args)
-                times[n].append(time.perf_counter() - start)
+                for _ in range(8):
+                    start = time.perf_counter()
+                    f(*args)
+                    times[n].append(time.perf_counter() - start)
         first, most = (statistics.median(times[n]) * 1e3 for n in (1, count))
         print(f"{name:<34}{first:>9.3f} ms{most:>9.3f} ms{first / most:>8.2f}x")
     if many is None:

@@ -238,3 +238,19 @@ def test_callers_at_once_pack_into_scratch_of_their_own(monkeypatch, threads):
     for t in workers:
         t.join()
     assert not errors, errors[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ta,tb,accumulate", [(False, False, False), (True, False, True),
+                                              (False, True, False), (True, True, True)])
+def test_one_product_on_threads_packs_b_once_for_all(monkeypatch, dtype, ta, tb, accumulate):
+    """One large product on three threads: B packed by all of them together per block of k,
+    then rows of C shared out; edges in m, n and k, transposes, accumulation, f32 and f64."""
+    from tapeml.codegen.gemm import shares_b
+
+    monkeypatch.setenv("TAPEML_NUM_THREADS", "3")
+    m, n, k = 203, 77, 301
+    spec = GemmSpec("f32" if dtype == np.float32 else "f64", 1, m, n, k, (0, k, 1), (0, n, 1),
+                    m * n, accumulate)
+    assert shares_b(spec, tiles(spec, Target.host())[1], 3)
+    check(m, n, k, dtype, ta, tb, accumulate=accumulate)

@@ -402,9 +402,10 @@ def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: 
         w.do("ret void")
         w.lines.append("}")
         return w.lines
-    parts = partition(spec, mr, nr, threads)
+    shared = shares_b(spec, mr, threads)
+    parts = [] if shared else partition(spec, mr, nr, threads)
     part_bytes = sum(_scratch_bytes(size, spec, mr, nr, mc, kc))
-    total = part_bytes * len(parts)
+    total = _scratch_bytes(size, spec, mr, nr, mc, kc)[0] if shared else part_bytes * len(parts)
     # the scratch lives as long as the kernel: no allocation, and no page faults, per call
     w.do(f"%was = atomicrmw xchg ptr @{name}.busy, i8 1 acquire")
     w.do("%mine = icmp eq i8 %was, 0")
@@ -414,7 +415,21 @@ def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: 
     w.do("br label %run")
     w.label("%run")
     w.do(f"%scratch = phi ptr [ @{name}.scratch, %entry ], [ %own, %heap ]")
-    if len(parts) == 1:
+    if shared:  # per block of k: B packed by every thread, then rows of C shared out
+        context = w("alloca [6 x i64]", "ctx")
+        slots = [w(f"getelementptr i64, ptr {context}, i64 {i}") for i in range(6)]
+        for i, value in enumerate(["%A", "%B", "%C", "%scratch"]):
+            w.do(f"store ptr {value}, ptr {slots[i]}")
+
+        def block(pc: str) -> None:
+            w.do(f"store i64 {pc}, ptr {slots[4]}")
+            w.do(f"store i64 {w.min(str(kc), w(f'sub i64 {k}, {pc}'))}, ptr {slots[5]}")
+            for job, count in (("pack", -(-n // nr)), ("rows", -(-m // mr))):
+                w.do(f"call void @tapeml_parallel_for(ptr @{name}.{job}, ptr {context}, "
+                     f"i64 {count}, i64 {threads})")
+
+        w.loop("0", str(k), kc, block, "pc")
+    elif len(parts) == 1:
         w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, {_i64s(parts[0])}, "
              "ptr %scratch)")
     else:  # the parts on the thread pool (tapeml/codegen/pool.py), the caller taking one
@@ -434,9 +449,82 @@ def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: 
     out = [f"@{name}.busy = internal global i8 0",
            f"@{name}.scratch = internal global [{total} x i8] zeroinitializer, align 64",
            *w.lines, ""]
+    if shared:
+        return out + _pack_job(name, t, spec, nr) + _rows_job(name, t, spec, mr, nr, mc, kc)
     if len(parts) > 1:
         out += _range(name, parts, part_bytes)
     return out + _part(name, t, size, spec, mr, nr, mc, kc)
+
+
+def shares_b(spec: GemmSpec, mr: int, threads: int) -> bool:
+    """One product worth threads (not batches of them): each block of B is packed once, the
+    threads packing its panels together, and then each takes rows of C, packing its own A. (A
+    split of C alone would have every thread pack all of B, or all of A.)"""
+    return (threads > 1 and spec.batch == 1 and -(-spec.m // mr) >= threads
+            and 2 * spec.m * spec.n * spec.k >= PARALLEL_FLOPS)
+
+
+def _job(name: str, job: str) -> tuple[_Writer, list[str], str, str]:
+    """The head of one of the pool's jobs over the context [A, B, C, packed B, pc, depth]:
+    the writer, the four pointers, pc and depth."""
+    w = _Writer()
+    w.lines.append(f"define internal void @{name}.{job}(ptr %ctx, i64 %start, i64 %end) "
+                   f"{_WIDE} {{")
+    w.label("%entry")
+    fields = [w(f"getelementptr i64, ptr %ctx, i64 {i}") for i in range(6)]
+    pointers = [w(f"load ptr, ptr {f}") for f in fields[:4]]
+    return w, pointers, w(f"load i64, ptr {fields[4]}"), w(f"load i64, ptr {fields[5]}")
+
+
+def _end(w: _Writer) -> list[str]:
+    w.do("ret void")
+    w.lines.append("}")
+    return [*w.lines, ""]
+
+
+def _pack_job(name: str, t: str, spec: GemmSpec, nr: int) -> list[str]:
+    """`.pack`: panels [start, end) of this block of B, packed where a whole pack puts them."""
+    w, (_, b, _, bp), pc, depth = _job(name, "pack")
+    j0 = w(f"mul i64 %start, {nr}")
+    j1 = w.min(w(f"mul i64 %end, {nr}"), str(spec.n))
+    dst = w.gep(t, bp, w(f"mul i64 {j0}, {depth}"))
+    w.do(f"call void @{name}.pack_b(ptr {b}, ptr {dst}, i64 {pc}, i64 {depth}, i64 {j0}, "
+         f"i64 {j1})")
+    return _end(w)
+
+
+def _rows_job(name: str, t: str, spec: GemmSpec, mr: int, nr: int, mc: int, kc: int
+              ) -> list[str]:
+    """`.rows`: the tiles of rows [start, end) of C against the packed block of B, packing A
+    in a buffer on this thread's stack."""
+    m, n = spec.m, spec.n
+    w, (a, _, c, bp), pc, depth = _job(name, "rows")
+    ap = w(f"alloca [{mc * kc} x {t}], align 64", "ap")
+    load = "true" if spec.accumulate else w(f"icmp sgt i64 {pc}, 0")
+    r1 = w.min(w(f"mul i64 %end, {mr}"), str(m))
+
+    def rows(ic: str) -> None:
+        height = w.min(str(mc), w(f"sub i64 {r1}, {ic}"))
+        w.do(f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
+             f"i64 {pc}, i64 {depth})")
+
+        def panel(jr: str) -> None:
+            width = w.min(str(nr), w(f"sub i64 {n}, {jr}"))
+            b_panel = w.gep(t, bp, w(f"mul i64 {jr}, {depth}"))
+
+            def tile(ir: str) -> None:
+                tall = w.min(str(mr), w(f"sub i64 {height}, {ir}"))
+                a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {depth}"))
+                c_tile = w.gep(t, c, w.add(w(f"mul i64 {w.add(ic, ir)}, {n}"), jr))
+                w.do(f"call void @{name}.tile(i64 {depth}, ptr {a_panel}, ptr {b_panel}, "
+                     f"ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load})")
+
+            w.loop("0", height, mr, tile, "ir")
+
+        w.loop("0", str(n), nr, panel, "jr")
+
+    w.loop(w(f"mul i64 %start, {mr}"), r1, mc, rows, "ic")
+    return _end(w)
 
 
 def _i64s(values: Part) -> str:
