@@ -348,11 +348,35 @@ PARALLEL_FLOPS = 4_000_000
 threads costs microseconds."""
 
 
+GROUPS = 8
+"""Batches summed into one C are summed in up to this many groups of consecutive batches, each
+into a C of its own, then the groups' sums added in order (see `batch_groups`)."""
+
+GROUPS_BYTES = 1 << 21
+"""...unless the groups' own Cs would take more than this."""
+
+
+def batch_groups(spec: GemmSpec) -> int:
+    """How many groups a batch-summed product (c0 = 0, a convolution's weight gradient) sums
+    its batches in: the groups are parts the threads share, where a split of one small C
+    would leave most threads idle. A function of the shape alone, not of the thread count, so
+    every thread count adds the same numbers in the same order."""
+    if spec.c0 != 0 or spec.batch < 2 or 2 * spec.batch * spec.m * spec.n * spec.k < PARALLEL_FLOPS:
+        return 1
+    groups = min(spec.batch, GROUPS)
+    size = 4 if spec.dtype == "f32" else 8
+    return groups if (groups - 1) * spec.m * spec.n * size <= GROUPS_BYTES else 1
+
+
 def partition(spec: GemmSpec, mr: int, nr: int, threads: int) -> list[Part]:
     """Split the work into up to `threads` parts that write disjoint parts of C: batches when
     each batch has its own C, else rows (whole MR tiles), else columns (whole NR panels).
     Each element's sum runs in the same order whichever part computes it."""
     whole = (0, spec.batch, 0, spec.m, 0, spec.n)
+    groups = batch_groups(spec)
+    if groups > 1:  # at any thread count: the order of the sums depends on it
+        return [(spec.batch * g // groups, spec.batch * (g + 1) // groups, 0, spec.m, 0, spec.n)
+                for g in range(groups)]
     if threads < 2 or 2 * spec.batch * spec.m * spec.n * spec.k < PARALLEL_FLOPS:
         return [whole]
 
@@ -404,8 +428,11 @@ def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: 
         return w.lines
     shared = shares_b(spec, mr, threads)
     parts = [] if shared else partition(spec, mr, nr, threads)
+    groups = batch_groups(spec)
     part_bytes = sum(_scratch_bytes(size, spec, mr, nr, mc, kc))
-    total = _scratch_bytes(size, spec, mr, nr, mc, kc)[0] if shared else part_bytes * len(parts)
+    sums = part_bytes * len(parts)  # where groups 1.. put their sums, after the packing slices
+    total = (_scratch_bytes(size, spec, mr, nr, mc, kc)[0] if shared
+             else sums + (groups - 1) * m * n * size)
     # the scratch lives as long as the kernel: no allocation, and no page faults, per call
     w.do(f"%was = atomicrmw xchg ptr @{name}.busy, i8 1 acquire")
     w.do("%mine = icmp eq i8 %was, 0")
@@ -431,13 +458,28 @@ def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: 
         w.loop("0", str(k), kc, block, "pc")
     elif len(parts) == 1:
         w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, {_i64s(parts[0])}, "
-             "ptr %scratch)")
+             f"ptr %scratch, i1 {str(spec.accumulate).lower()})")
     else:  # the parts on the thread pool (tapeml/codegen/pool.py), the caller taking one
         context = w("alloca [4 x ptr]", "ctx")
         for field, value in enumerate(["%A", "%B", "%C", "%scratch"]):
             w.do(f"store ptr {value}, ptr {w(f'getelementptr ptr, ptr {context}, i64 {field}')}")
-        w.do(f"call void @tapeml_parallel_for(ptr @{name}.range, ptr {context}, "
-             f"i64 {len(parts)}, i64 {len(parts)})")
+        if threads > 1:
+            w.do(f"call void @tapeml_parallel_for(ptr @{name}.range, ptr {context}, "
+                 f"i64 {len(parts)}, i64 {threads})")
+        else:  # the groups of batches, one after another
+            w.do(f"call void @{name}.range(ptr {context}, i64 0, i64 {len(parts)})")
+        if groups > 1:  # C += the other groups' sums, in order
+            first = w.gep("i8", "%scratch", str(sums))
+
+            def add(i: str) -> None:
+                c = w.gep(t, "%C", i)
+                value = w(f"load {t}, ptr {c}")
+                for g in range(1, groups):
+                    other = w.gep(t, first, w.add(i, str((g - 1) * m * n)))
+                    value = w(f"fadd {t} {value}, {w(f'load {t}, ptr {other}')}")
+                w.do(f"store {t} {value}, ptr {c}")
+
+            w.loop("0", str(m * n), 1, add, "s")
     w.do("br i1 %mine, label %release, label %free")
     w.label("%release")
     w.do(f"store atomic i8 0, ptr @{name}.busy release, align 1")
@@ -452,7 +494,7 @@ def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: 
     if shared:
         return out + _pack_job(name, t, spec, nr) + _rows_job(name, t, spec, mr, nr, mc, kc)
     if len(parts) > 1:
-        out += _range(name, parts, part_bytes)
+        out += _range(name, parts, part_bytes, spec, sums if groups > 1 else None)
     return out + _part(name, t, size, spec, mr, nr, mc, kc)
 
 
@@ -531,9 +573,11 @@ def _i64s(values: Part) -> str:
     return ", ".join(f"i64 {v}" for v in values)
 
 
-def _range(name: str, parts: list[Part], part_bytes: int) -> list[str]:
+def _range(name: str, parts: list[Part], part_bytes: int, spec: GemmSpec,
+           sums: int | None) -> list[str]:
     """The pool's entry: parts [start, end) of the table, on the buffers the context holds,
-    part p packing into the scratch's p-th slice."""
+    part p packing into the scratch's p-th slice. Groups of batches (`sums`: where their sums
+    start in the scratch) write group 0's sum into C, group g's into the g-th of the sums."""
     table = ", ".join(f"[6 x i64] [{_i64s(part)}]" for part in parts)
     w = _Writer()
     w.lines.append(f"@{name}.parts = internal constant [{len(parts)} x [6 x i64]] [{table}]")
@@ -547,8 +591,16 @@ def _range(name: str, parts: list[Part], part_bytes: int) -> list[str]:
         values = [w(f"load i64, ptr {w(f'getelementptr [6 x i64], ptr {row}, i64 0, i64 {j}')}")
                   for j in range(6)]
         scratch = w(f"getelementptr i8, ptr {buffers[3]}, i64 {w(f'mul i64 {i}, {part_bytes}')}")
-        w.do(f"call void @{name}.part({', '.join(f'ptr {b}' for b in buffers[:3])}, "
-             f"{', '.join(f'i64 {v}' for v in values)}, ptr {scratch})")
+        c, first = buffers[2], str(spec.accumulate).lower()
+        if sums is not None:
+            t = "float" if spec.dtype == "f32" else "double"
+            group0 = w(f"icmp eq i64 {i}, 0")
+            offset = w(f"mul i64 {w(f'sub i64 {i}, 1')}, {spec.m * spec.n}")
+            own = w.gep(t, w.gep("i8", buffers[3], str(sums)), offset)
+            c = w(f"select i1 {group0}, ptr {buffers[2]}, ptr {own}")
+            first = w(f"and i1 {group0}, {first}")
+        w.do(f"call void @{name}.part(ptr {buffers[0]}, ptr {buffers[1]}, ptr {c}, "
+             f"{', '.join(f'i64 {v}' for v in values)}, ptr {scratch}, i1 {first})")
 
     w.loop("%start", "%end", 1, body, "p")
     w.do("ret void")
@@ -558,11 +610,13 @@ def _range(name: str, parts: list[Part], part_bytes: int) -> list[str]:
 
 def _part(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: int,
           kc: int) -> list[str]:
-    """The loop nest over one part, all of k, packing into `%scratch`."""
+    """The loop nest over one part, all of k, packing into `%scratch`; `%first`: the first
+    block of k adds into what C holds (C (+)= ...) rather than overwriting it."""
     w = _Writer()
     n, k = spec.n, spec.k
     a0, b0, c0 = spec.a[0], spec.b[0], spec.c0
-    w.lines.append(f"define internal void @{name}.part({_PART_ARGS}, ptr %scratch) {_WIDE} {{")
+    w.lines.append(f"define internal void @{name}.part({_PART_ARGS}, ptr %scratch, i1 %first) "
+                   f"{_WIDE} {{")
     w.label("%entry")
     bp = "%scratch"
     ap = w.gep("i8", bp, str(_scratch_bytes(size, spec, mr, nr, mc, kc)[0]))
@@ -577,15 +631,14 @@ def _part(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: in
         a = w.gep(t, "%A", w(f"mul i64 {b}, {a0}"))
         bb = w.gep(t, "%B", w(f"mul i64 {b}, {b0}"))
         c = w.gep(t, "%C", w(f"mul i64 {b}, {c0}"))
-        later_batch = w(f"icmp sgt i64 {b}, 0") if c0 == 0 else "false"
+        later_batch = w(f"icmp sgt i64 {b}, %b0") if c0 == 0 else "false"
 
         def block(pc: str) -> None:
             depth = w.min(str(kc), w(f"sub i64 {k}, {pc}"))
             w.do(f"call void @{name}.pack_b(ptr {bb}, ptr {bp}, i64 {pc}, i64 {depth}, "
                  "i64 %n0, i64 %n1)")
             load = w(f"or i1 {w(f'icmp sgt i64 {pc}, 0')}, {later_batch}")
-            if spec.accumulate:
-                load = "true"
+            load = w(f"or i1 {load}, %first")  # into what C held (accumulating)
 
             def rows(ic: str) -> None:
                 height = w.min(str(mc), w(f"sub i64 %m1, {ic}"))
