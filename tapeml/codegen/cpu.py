@@ -70,13 +70,19 @@ def optimize(module: Any, machine: llvm_binding.TargetMachine) -> tuple[str, Any
     return text, parsed
 
 
+KERNEL_LEVEL = 2
+"""LLVM's level for the generated GEMM kernels. Their IR is already what the machine should
+run (packed loops, an explicit micro-kernel), and O3 ran them no faster than O2 here (W3's
+and W4's steps within noise, interleaved in one process) while taking ~0.25 s longer over
+W3's eight kernels in a fresh process (1.60 -> 1.35-1.40 s first call)."""
 _KERNELS: dict[tuple[str, Target], str] = {}  # (symbol, host) -> optimized IR text
 _KERNELS_LOCK = threading.Lock()
 
 
 def kernel_module(spec: GemmSpec, machine: llvm_binding.TargetMachine, optimized: bool = True
                   ) -> Any:
-    """The generated kernel for `spec`, parsed (and optimized at O3, cached per process)."""
+    """The generated kernel for `spec`, parsed (and optimized at KERNEL_LEVEL, cached per
+    process)."""
     host = Target.host()
     key = (spec.symbol, host)
     pool.load(target_machine)  # the kernel's threads are the pool's
@@ -89,7 +95,7 @@ def kernel_module(spec: GemmSpec, machine: llvm_binding.TargetMachine, optimized
             if not optimized:
                 return parsed
             passes = llvm_binding.create_pass_builder(
-                machine, llvm_binding.create_pipeline_tuning_options(speed_level=3))
+                machine, llvm_binding.create_pipeline_tuning_options(speed_level=KERNEL_LEVEL))
             passes.getModulePassManager().run(parsed, passes)
             text = _KERNELS[key] = str(parsed)
     return llvm_binding.parse_assembly(text)
