@@ -29,6 +29,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from tapeml.codegen.pool import CHUNKS
+
 _WIDE = '"prefer-vector-width"="512"'  # the host tunings prefer 256 bits; packing loops want 512
 
 KC = 256
@@ -369,9 +371,10 @@ def batch_groups(spec: GemmSpec) -> int:
 
 
 def partition(spec: GemmSpec, mr: int, nr: int, threads: int) -> list[Part]:
-    """Split the work into up to `threads` parts that write disjoint parts of C: batches when
-    each batch has its own C, else rows (whole MR tiles), else columns (whole NR panels).
-    Each element's sum runs in the same order whichever part computes it."""
+    """Split the work into parts that write disjoint parts of C: batches when each batch has
+    its own C (up to CHUNKS parts per thread, which the threads claim as they finish, so a
+    slower one takes fewer), else rows (whole MR tiles), else columns (whole NR panels), one
+    part per thread. Each element's sum runs in the same order whichever part computes it."""
     whole = (0, spec.batch, 0, spec.m, 0, spec.n)
     groups = batch_groups(spec)
     if groups > 1:  # at any thread count: the order of the sums depends on it
@@ -380,13 +383,14 @@ def partition(spec: GemmSpec, mr: int, nr: int, threads: int) -> list[Part]:
     if threads < 2 or 2 * spec.batch * spec.m * spec.n * spec.k < PARALLEL_FLOPS:
         return [whole]
 
-    def cut(size: int, align: int) -> list[tuple[int, int]]:
-        step = -(-size // threads)
+    def cut(size: int, align: int, parts: int = threads) -> list[tuple[int, int]]:
+        step = -(-size // parts)
         step = -(-step // align) * align
         return [(lo, min(lo + step, size)) for lo in range(0, size, step)]
 
     if spec.c0 and spec.batch >= threads:
-        return [(b0, b1, 0, spec.m, 0, spec.n) for b0, b1 in cut(spec.batch, 1)]
+        return [(b0, b1, 0, spec.m, 0, spec.n)
+                for b0, b1 in cut(spec.batch, 1, min(spec.batch, CHUNKS * threads))]
     if spec.m >= spec.n:
         return [(0, spec.batch, m0, m1, 0, spec.n) for m0, m1 in cut(spec.m, mr)]
     return [(0, spec.batch, 0, spec.m, n0, n1) for n0, n1 in cut(spec.n, nr)]
