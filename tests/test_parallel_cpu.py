@@ -81,9 +81,11 @@ def test_outlined_loops_interpret_to_the_same_values():
 
 
 def _cnn_step():
+    """Big enough for every kind of parallel GEMM: the forward split by batches, the weight
+    gradient summed in groups of batches (7 MFLOP), the linear layer's products."""
     params = {"w": RNG.standard_normal((8, 3, 3, 3)).astype(np.float32),
-              "v": RNG.standard_normal((8 * 8 * 8, 10)).astype(np.float32) * 0.1}
-    x = RNG.standard_normal((16, 3, 16, 16)).astype(np.float32)
+              "v": RNG.standard_normal((8 * 16 * 16, 10)).astype(np.float32) * 0.1}
+    x = RNG.standard_normal((16, 3, 32, 32)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[RNG.integers(0, 10, 16)]
 
     def loss(p, x, y):
@@ -107,6 +109,9 @@ def test_results_do_not_depend_on_the_thread_count(monkeypatch, threads):
     assert not outlined[0].detail.startswith("0 ")
     for a, b in zip(flatten(alone)[0], flatten(together)[0], strict=True):
         np.testing.assert_array_equal(a, b)
+    reference = tapeml.jit(step, backend="interp")(*args)
+    for a, r in zip(flatten(together)[0], flatten(reference)[0], strict=True):
+        np.testing.assert_allclose(a, np.asarray(r), rtol=2e-4, atol=2e-5)
 
 
 def test_programs_called_from_several_threads_at_once(monkeypatch):
