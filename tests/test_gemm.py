@@ -8,6 +8,7 @@ import ctypes
 
 import numpy as np
 import pytest
+from concurrency import at_once  # tests/concurrency.py
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -233,8 +234,6 @@ def test_callers_at_once_pack_into_scratch_of_their_own(monkeypatch, threads):
     """A kernel packs into its static scratch; a caller that finds it taken (another Python
     thread in the same kernel) packs into the heap. Both must give every caller its own
     product."""
-    import threading
-
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     m, n, k = 96, 200, 300  # past the pool's threshold, so two threads share each call
     spec = GemmSpec("f32", 1, m, n, k, (0, k, 1), (0, n, 1), m * n, False)
@@ -243,24 +242,15 @@ def test_callers_at_once_pack_into_scratch_of_their_own(monkeypatch, threads):
     pairs = [(rng.standard_normal((m, k)).astype(np.float32),
               rng.standard_normal((k, n)).astype(np.float32)) for _ in range(4)]
     expected = [a.astype(np.float64) @ b.astype(np.float64) for a, b in pairs]
-    errors: list[BaseException] = []
 
     def work(i: int) -> None:
         a, b = pairs[i]
-        try:
-            for _ in range(30):
-                out = np.full((m, n), np.nan, np.float32)
-                kernel(a.ctypes.data, b.ctypes.data, out.ctypes.data)  # ctypes drops the GIL
-                np.testing.assert_allclose(out, expected[i], rtol=0, atol=4e-6 * k)
-        except BaseException as error:  # noqa: BLE001 - reported below
-            errors.append(error)
+        for _ in range(30):
+            out = np.full((m, n), np.nan, np.float32)
+            kernel(a.ctypes.data, b.ctypes.data, out.ctypes.data)  # ctypes drops the GIL
+            np.testing.assert_allclose(out, expected[i], rtol=0, atol=4e-6 * k)
 
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-    assert not errors, errors[0]
+    at_once(work)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

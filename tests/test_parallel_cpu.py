@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+from concurrency import at_once  # tests/concurrency.py
 
 import tapeml
 from tapeml import nn, ops
@@ -122,21 +123,12 @@ def test_programs_called_from_several_threads_at_once(monkeypatch):
     expected = [np.asarray(tapeml.jit(lambda a: ops.tanh(a) * 2.0 + a, backend="interp")(a))
                 for a in arrays]
     f(arrays[0])  # compiled before the threads start
-    errors: list[BaseException] = []
 
     def work(i: int) -> None:
-        try:
-            for _ in range(20):
-                np.testing.assert_allclose(f(arrays[i]), expected[i], rtol=1e-6, atol=1e-6)
-        except BaseException as error:  # noqa: BLE001 - reported below
-            errors.append(error)
+        for _ in range(20):
+            np.testing.assert_allclose(f(arrays[i]), expected[i], rtol=1e-6, atol=1e-6)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    at_once(work)
 
 
 def test_calls_at_once_each_get_an_arena_for_their_intermediates(monkeypatch):
@@ -155,22 +147,13 @@ def test_calls_at_once_each_get_an_arena_for_their_intermediates(monkeypatch):
     compiled(*pairs[0])
     ((_, native),) = compiled.cache.values()
     assert native.arena_bytes >= 2 * 96 * 80 * 4  # two intermediates live at once, at least
-    errors: list[BaseException] = []
 
     def work(i: int) -> None:
-        try:
-            for _ in range(40):
-                np.testing.assert_allclose(compiled(*pairs[i]), expected[i], rtol=1e-4,
-                                           atol=1e-5)
-        except BaseException as error:  # noqa: BLE001 - reported below
-            errors.append(error)
+        for _ in range(40):
+            np.testing.assert_allclose(compiled(*pairs[i]), expected[i], rtol=1e-4,
+                                       atol=1e-5)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    at_once(work)
 
 
 def test_first_fit_reuses_the_bytes_of_dead_buffers():

@@ -539,6 +539,31 @@ def _pack_job(name: str, t: str, spec: GemmSpec, nr: int) -> list[str]:
     return _end(w)
 
 
+def _macro_kernel(w: _Writer, name: str, t: str, n: int, mr: int, nr: int,
+                  buffers: tuple[str, str, str], rows: tuple[str, str],
+                  columns: tuple[str, str], depth: str, load: str) -> None:
+    """Rows [ic, ic + height) of C, columns [j0, j1), against one packed block of A (`ap`,
+    from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR tile."""
+    ap, bp, c = buffers
+    ic, height = rows
+    j0, j1 = columns
+
+    def panel(jr: str) -> None:
+        width = w.min(str(nr), w(f"sub i64 {j1}, {jr}"))
+        b_panel = w.gep(t, bp, w(f"mul i64 {w(f'sub i64 {jr}, {j0}')}, {depth}"))
+
+        def tile(ir: str) -> None:
+            tall = w.min(str(mr), w(f"sub i64 {height}, {ir}"))
+            a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {depth}"))
+            c_tile = w.gep(t, c, w.add(w(f"mul i64 {w.add(ic, ir)}, {n}"), jr))
+            w.do(f"call void @{name}.tile(i64 {depth}, ptr {a_panel}, ptr {b_panel}, "
+                 f"ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load})")
+
+        w.loop("0", height, mr, tile, "ir")
+
+    w.loop(j0, j1, nr, panel, "jr")
+
+
 def _rows_job(name: str, t: str, spec: GemmSpec, mr: int, nr: int, mc: int, kc: int
               ) -> list[str]:
     """`.rows`: the tiles of rows [start, end) of C against the packed block of B, packing A
@@ -554,20 +579,8 @@ def _rows_job(name: str, t: str, spec: GemmSpec, mr: int, nr: int, mc: int, kc: 
         w.do(f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
              f"i64 {pc}, i64 {depth})")
 
-        def panel(jr: str) -> None:
-            width = w.min(str(nr), w(f"sub i64 {n}, {jr}"))
-            b_panel = w.gep(t, bp, w(f"mul i64 {jr}, {depth}"))
-
-            def tile(ir: str) -> None:
-                tall = w.min(str(mr), w(f"sub i64 {height}, {ir}"))
-                a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {depth}"))
-                c_tile = w.gep(t, c, w.add(w(f"mul i64 {w.add(ic, ir)}, {n}"), jr))
-                w.do(f"call void @{name}.tile(i64 {depth}, ptr {a_panel}, ptr {b_panel}, "
-                     f"ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load})")
-
-            w.loop("0", height, mr, tile, "ir")
-
-        w.loop("0", str(n), nr, panel, "jr")
+        _macro_kernel(w, name, t, n, mr, nr, (ap, bp, c), (ic, height), ("0", str(n)), depth,
+                      load)
 
     w.loop(w(f"mul i64 %start, {mr}"), r1, mc, rows, "ic")
     return _end(w)
@@ -650,22 +663,8 @@ def _part(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: in
                     w.do(f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, "
                          f"i64 {height}, i64 {pc}, i64 {depth})")
 
-                def panel(jr: str) -> None:
-                    width = w.min(str(nr), w(f"sub i64 %n1, {jr}"))
-                    b_panel = w.gep(t, bp, w(f"mul i64 {w(f'sub i64 {jr}, %n0')}, {depth}"))
-
-                    def tile(ir: str) -> None:
-                        tall = w.min(str(mr), w(f"sub i64 {height}, {ir}"))
-                        a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {depth}"))
-                        row = w(f"add i64 {ic}, {ir}")
-                        c_tile = w.gep(t, c, w.add(w(f"mul i64 {row}, {n}"), jr))
-                        w.do(f"call void @{name}.tile(i64 {depth}, ptr {a_panel}, "
-                             f"ptr {b_panel}, ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, "
-                             f"i1 {load})")
-
-                    w.loop("0", height, mr, tile, "ir")
-
-                w.loop("%n0", "%n1", nr, panel, "jr")
+                _macro_kernel(w, name, t, n, mr, nr, (ap, bp, c), (ic, height),
+                              ("%n0", "%n1"), depth, load)
 
             w.loop("%m0", "%m1", mc, rows, "ic")
 
