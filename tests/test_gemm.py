@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import tapeml
 from tapeml.codegen.cpu import kernel_module, target_machine
-from tapeml.codegen.gemm import GemmSpec, Target, batch_groups, partition, tiles
+from tapeml.codegen.gemm import GemmSpec, Target, batch_groups, definition, partition, tiles
 
 _ENGINES = []  # compiled kernels live as long as the test session
 
@@ -267,3 +267,34 @@ def test_one_product_on_threads_packs_b_once_for_all(monkeypatch, dtype, ta, tb,
                     m * n, accumulate)
     assert shares_b(spec, tiles(spec, Target.host())[1], 3)
     check(m, n, k, dtype, ta, tb, accumulate=accumulate)
+
+
+@pytest.mark.parametrize("panel_vectors", [1, 2])
+@pytest.mark.parametrize("m,n,k,ta,tb", [(33, 65, 300, False, False), (17, 31, 7, True, False),
+                                         (40, 100, 20, False, True)])
+def test_both_tile_widths_whatever_the_host(m, n, k, ta, tb, panel_vectors):
+    """The kernel for the other CPU family's tile too (14x32 and 16x16 with AVX-512), so a
+    host of one family still tests the other's code."""
+    import dataclasses
+
+    import llvmlite.binding as llvm
+
+    target = dataclasses.replace(Target.host(), threads=1, panel_vectors=panel_vectors)
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    spec = GemmSpec("f32", 1, m, n, k, (0, 1, m) if ta else (0, k, 1),
+                    (0, 1, k) if tb else (0, n, 1), m * n, False)
+    machine = target_machine()
+    module = llvm.parse_assembly(definition(spec, target))
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    _ENGINES.append(engine)
+    kernel = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3)(engine.get_function_address(
+        spec.symbol))
+    out = np.full((m, n), np.nan, np.float32)
+    kernel(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+    expected = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+    np.testing.assert_allclose(out, expected, rtol=0, atol=4e-6 * k)
+    lanes, _, nr = tiles(spec, target)
+    assert nr == (lanes if n <= lanes else panel_vectors * lanes)

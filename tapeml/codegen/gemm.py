@@ -45,6 +45,12 @@ class Target:
     registers: int
     threads: int = 1
     """Threads one kernel call may use (it splits its work when there is enough of it)."""
+    panel_vectors: int = 2
+    """Vectors across a tile's NR columns when n allows. AMD Zen 4 runs a 512-bit FMA as two
+    256-bit halves: there a 16x16 tile ran 3-10% faster than 14x32 on most of W2's and W3's
+    GEMM shapes alone (n=512 the same), and the W4 step 3.5% faster (W3's the same; one-process
+    A/Bs). Intel's AVX-512 cores measured best at 14x32
+    (../shared/reference/cpu-codegen-measurements.md)."""
 
     @staticmethod
     def host() -> Target:
@@ -53,7 +59,7 @@ class Target:
         features = {k for k, v in llvm.get_host_cpu_features().items() if v}
         threads = host_threads()
         if "avx512f" in features:
-            return Target(512, 32, threads)
+            return Target(512, 32, threads, 1 if llvm.get_host_cpu_name() == "znver4" else 2)
         if "avx" in features:
             return Target(256, 16, threads)
         return Target(128, 16, threads)
@@ -163,12 +169,13 @@ class _Writer:
 
 
 def tiles(spec: GemmSpec, target: Target) -> tuple[int, int, int]:
-    """(lanes, MR, NR). NR is two vectors wide, or one when C is that narrow. MR rows use most
+    """(lanes, MR, NR). NR is `target.panel_vectors` vectors wide, or one when C is that
+    narrow. MR rows use most
     of the registers (MR * NR/lanes accumulators, the B vectors and a broadcast) unless the
     tiles would then pad C's rows by more than a tenth: a small m (the out channels of a
     convolution) gets the tile height that wastes the fewest rows."""
     lanes = target.vector_bits // (32 if spec.dtype == "f32" else 64)
-    vectors = 1 if spec.n <= lanes else 2
+    vectors = 1 if spec.n <= lanes else target.panel_vectors
     wide = target.registers >= 32
     most = (14 if wide else 6) if vectors == 2 else (16 if wide else 8)
     m = max(spec.m, 1)
