@@ -232,3 +232,21 @@ def test_static_argnums_take_an_int_or_count_from_the_end():
         tapeml.jit(lambda a, n: a * n, static_argnums=5)(x, 1.0)
     with pytest.raises(TypeError, match="static_argnums must be ints, got 'a'"):
         tapeml.jit(lambda a: a, static_argnums="a")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,axes", [((256, 512), (0,)), ((5, 7, 33), (1,)),
+                                        ((6, 4, 9, 16), (0, 2)), ((300, 7), (0,)),
+                                        ((4, 130), (1,)), ((3, 5, 40), (0, 1))])
+def test_sums_and_maxes_add_in_order_whatever_the_loop_nest(dtype, shape, axes):
+    """The CPU folds a row of accumulators at a time when the last axes are kept (a bias
+    gradient), else one accumulator per output: either way each output is its terms added
+    one after another in row-major order (f32 in f64, rounded once), the same bits as a
+    sequential sum, and the max is numpy's."""
+    x = RNG.standard_normal(shape).astype(dtype)
+    sums, maxes = tapeml.jit(lambda x: (tapeml.sum(x, axes), tapeml.max(x, axes)))(x)
+    kept = [i for i in range(len(shape)) if i not in axes]
+    terms = np.transpose(x, [*axes, *kept]).reshape(-1, *[shape[i] for i in kept])
+    sequential = np.cumsum(terms.astype(np.float64), axis=0)[-1].astype(dtype)
+    np.testing.assert_array_equal(sums, sequential)
+    np.testing.assert_array_equal(maxes, x.max(axis=axes))

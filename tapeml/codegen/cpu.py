@@ -208,7 +208,8 @@ class CPUBackend:
     def compile(self, program: Program, stages: bool = False) -> Native:
         kept = Stages(stages)
         keep = kept.keep
-        module, inputs, outputs, _ = to_loops(program, kept, self.fuse, self.libm)
+        module, inputs, outputs, _ = to_loops(program, kept, self.fuse, self.libm,
+                                              row_reductions=True)
         started = time.perf_counter()
         threads = host_threads()
         outlined = outline_parallel_loops(module) if threads > 1 else 0

@@ -28,9 +28,11 @@ class Stages:
             self.texts[stage] = text()
 
 
-def to_loops(program: Program, stages: Stages, fuse: bool, libm: bool
+def to_loops(program: Program, stages: Stages, fuse: bool, libm: bool,
+             row_reductions: bool = False
              ) -> tuple[ModuleOp, list[Argument], list[Argument], PlanReport]:
-    """A copy of `program` fused (if asked) and lowered to loops; its arguments and plan."""
+    """A copy of `program` fused (if asked) and lowered to loops (`row_reductions`: the CPU's
+    reductions, see tape-to-loops); its arguments and plan."""
     stages.keep("tape", lambda: str(program))
     module: Any = program.module.clone()  # the program stays as it was
     inputs, outputs = arguments(module)
@@ -43,7 +45,7 @@ def to_loops(program: Program, stages: Stages, fuse: bool, libm: bool
                f"{sum(report.fired.values())} idioms raised ({fired or 'none'}), "
                f"{report.groups} elementwise groups of {report.grouped_ops} ops")
     started = time.perf_counter()
-    plan = lower_module(module, libm)
+    plan = lower_module(module, libm, row_reductions)
     stages.keep("loops", lambda: f"// {plan}\n{module!s}")
     record("tape-to-loops", count_ops(module), started, str(plan))
     return module, inputs, outputs, plan

@@ -302,7 +302,7 @@ class ConvertLoopsToLLVMPass(ModulePass):
 
 @dataclass(frozen=True)
 class TapeToLLVMPass(ModulePass):
-    """The whole way from tape to the llvm dialect: tape-fuse, tape-to-loops,
+    """The whole way from tape to the llvm dialect: tape-fuse, tape-to-loops{row_reductions},
     convert-scf-to-cf, canonicalize, cse, convert-loops-to-llvm (`-t llvm` prints LLVM IR)."""
 
     name = "tape-to-llvm"
@@ -319,6 +319,6 @@ class TapeToLLVMPass(ModulePass):
 
         if self.fuse:
             fuse(op)
-        lower_module(op, self.libm)
+        lower_module(op, self.libm, row_reductions=True)
         loops_to_cf(op, ctx)
         convert_to_llvm(op)

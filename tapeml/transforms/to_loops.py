@@ -340,8 +340,18 @@ def _lower_concat(e: Emitter, op: tape.ConcatOp, ins: list[SSAValue], out: SSAVa
         offset += shape[axis]
 
 
+ROW_WIDTH = 8
+"""The least number of contiguous kept elements for which `row_reductions` keeps a row of
+accumulators (fewer would not fill a vector)."""
+
+
 def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue],
-                    out: SSAValue) -> None:
+                    out: SSAValue, rows: PlanReport | None = None) -> None:
+    """One accumulator per output, folded over the reduced axes in row-major order. With
+    `rows` (the CPU's row_reductions; the report takes the scratch), when the input's last
+    axes are kept (a bias gradient: a sum over the batch), a whole row of accumulators is
+    folded at a time instead, so the innermost loop runs along contiguous memory and
+    vectorizes. Every output still adds the same terms in the same order."""
     shape = _shape(op.input)
     axes = op.params["axes"]
     kept = [i for i in range(len(shape)) if i not in axes]
@@ -352,6 +362,12 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
     # an f32 sum accumulates in f64: summed one after another, f32 would lose the small terms
     # of a long sum (numpy sums pairwise); the result is rounded to f32 once, at the end
     wide = f64 if isinstance(op, tape.SumOp) and t == f32 else t
+    combine = arith.AddfOp if isinstance(op, tape.SumOp) else arith.MaximumfOp
+    last = max(axes, default=len(shape))
+    width = math.prod(shape[last + 1:])
+    if rows is not None and axes and width >= ROW_WIDTH:
+        _row_reduction(e, op, ins[0], out, rows, wide, combine)
+        return
 
     def body(e: Emitter, ivs: list[SSAValue]) -> None:
         init = e.scalar(0.0 if isinstance(op, tape.SumOp) else -np.inf, wide)
@@ -365,7 +381,6 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
             x = e.load(ins[0], e.linear(index, src))
             if wide != t:
                 x = e.insert(arith.ExtFOp(x, wide))
-            combine = arith.AddfOp if isinstance(op, tape.SumOp) else arith.MaximumfOp
             return e.insert(combine(acc, x))
 
         total = e.reduce([shape[a] for a in axes], init, step)
@@ -374,6 +389,58 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
         e.store(total, out, e.linear(ivs, strides(out_shape)))
 
     e.loops(out_shape, body, parallel=True)
+
+
+def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SSAValue,
+                   report: PlanReport, wide: Attribute, combine: type[Operation]) -> None:
+    """`lower_reduction` with rows: for each index of the kept axes before the last reduced
+    one (in parallel), a row of accumulators over the trailing kept axes (contiguous in x and
+    in out), folded over the reduced indices in row-major order, then stored."""
+    shape = _shape(op.input)
+    axes = op.params["axes"]
+    last = max(axes)
+    width = math.prod(shape[last + 1:])
+    outer = [i for i in range(last) if i not in axes]
+    t = op.result.type.get_element_type()
+    size = math.prod(shape[i] for i in outer) * width
+    acc = e.insert(memref.AllocOp.get(wide, shape=[size]))
+    report.scratch_bytes = max(report.scratch_bytes, size * (wide.bitwidth // 8))
+    src = strides(shape)
+    init = 0.0 if isinstance(op, tape.SumOp) else -np.inf
+
+    def row(e: Emitter, outer_ivs: list[SSAValue]) -> None:
+        start = e.linear(outer_ivs, [s * width for s in strides([shape[i] for i in outer])])
+
+        def fold(e: Emitter, reduced: list[SSAValue]) -> None:
+            index: list[SSAValue | int] = [0] * (last + 1)
+            for i, iv in zip(outer, outer_ivs, strict=True):
+                index[i] = iv
+            for i, iv in zip(axes, reduced, strict=True):
+                index[i] = iv
+            base = e.linear(index, src[:last + 1])
+
+            def one(e: Emitter, w: list[SSAValue]) -> None:
+                at = e.insert(arith.AddiOp(start, w[0]))
+                value = e.load(x, e.insert(arith.AddiOp(base, w[0])))
+                if wide != t:
+                    value = e.insert(arith.ExtFOp(value, wide))
+                e.store(e.insert(combine(e.load(acc, at), value)), acc, at)
+
+            e.loops([width], one)
+
+        e.loops([width], lambda e, w: e.store(e.scalar(init, wide), acc,
+                                              e.insert(arith.AddiOp(start, w[0]))))
+        e.loops([shape[a] for a in axes], fold)
+
+        def store(e: Emitter, w: list[SSAValue]) -> None:
+            at = e.insert(arith.AddiOp(start, w[0]))
+            value = e.load(acc, at)
+            e.store(e.insert(arith.TruncFOp(value, t)) if wide != t else value, out, at)
+
+        e.loops([width], store)
+
+    e.loops([shape[i] for i in outer], row, parallel=True)
+    e.insert(memref.DeallocOp.get(acc))
 
 
 def lower_matmul(e: Emitter, op: tape.MatmulOp, ins: list[SSAValue], out: SSAValue,
@@ -863,7 +930,7 @@ class PlanReport:
 
 
 def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
-                   libm: bool = False) -> None:
+                   libm: bool = False, row_reductions: bool = False) -> None:
     block = f.body.block
     ret = block.last_op
     assert isinstance(ret, func.ReturnOp)
@@ -918,7 +985,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         elif isinstance(op, LAYOUT):
             lower_layout(e, op, ins, out)
         elif isinstance(op, tape.SumOp | tape.MaxOp):
-            lower_reduction(e, op, ins, out)
+            lower_reduction(e, op, ins, out, report if row_reductions else None)
         elif isinstance(op, tape.MatmulOp):
             lower_matmul(e, op, ins, out, views)
         elif type(op) in CONVOLUTIONS and op.params["groups"] == 1:
@@ -996,13 +1063,16 @@ def _free_after_last_use(block: Block, allocated: list[SSAValue], report: PlanRe
     report.total_bytes += sum(sizes.values())
 
 
-def lower_module(module: ModuleOp, libm: bool = False) -> PlanReport:
+def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False
+                 ) -> PlanReport:
     """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
     call libm for exp, log, tanh and sigmoid (default: vectorizable arithmetic, see
-    transcendentals.py)."""
+    transcendentals.py). `row_reductions`: reductions that keep the input's last axes fold a
+    row of accumulators at a time (the CPU's choice, see `lower_reduction`; a GPU wants one
+    thread per output)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
-        lower_function(f, module, report, libm)
+        lower_function(f, module, report, libm, row_reductions)
     return report
 
 
@@ -1014,7 +1084,9 @@ class ToLoopsPass(ModulePass):
 
     libm: bool = False
     """Call libm for exp, log, tanh and sigmoid (default: vectorizable arithmetic)."""
+    row_reductions: bool = False
+    """Reductions that keep the last axes fold a row of accumulators at a time (the CPU's)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        lower_module(op, self.libm)
+        lower_module(op, self.libm, self.row_reductions)
 
