@@ -12,7 +12,7 @@ The function is f(x, w) = sum(tanh(x @ w)) on a 2x3 and a 3x4 array. Its stages:
     outlined           outline-parallel-loops: the parallel loops worth threads, as functions
                        the thread pool splits (none here: f is tiny, or one thread)
     arena              plan-arena: every intermediate a view of one arena, placed by live range
-    llvm-dialect       convert-scf-to-cf, canonicalize, cse, convert-loops-to-llvm
+    llvm-dialect       convert-scf-to-cf, convert-loops-to-llvm (LLVM folds and dedups later)
     llvm-ir            the llvm dialect as LLVM IR text
     optimized-llvm-ir  after LLVM O3 for this CPU
     assembly           this CPU's machine code
@@ -41,7 +41,7 @@ STAGES = {
     "loops": ("loops", "tape-to-loops"),
     "outlined": ("outlined loops", "outline-parallel-loops"),
     "arena": ("arena", "plan-arena"),
-    "llvm-dialect": ("llvm dialect", "convert-scf-to-cf,canonicalize,cse,convert-loops-to-llvm"),
+    "llvm-dialect": ("llvm dialect", "convert-scf-to-cf,convert-loops-to-llvm"),
     "llvm-ir": ("llvm ir", "xDSL's convert_module"),
     "optimized-llvm-ir": ("optimized llvm ir", "LLVM O3"),
     "assembly": ("assembly", "LLVM's code generator for this CPU"),

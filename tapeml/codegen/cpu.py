@@ -1,5 +1,5 @@
 """The CPU backend: tape -> tape-fuse -> tape-to-loops -> outline-parallel-loops (more than
-one thread) -> plan-arena -> convert-scf-to-cf, canonicalize, cse -> convert-loops-to-llvm ->
+one thread) -> plan-arena -> convert-scf-to-cf -> convert-loops-to-llvm ->
 LLVM IR (xDSL's convert_module) -> LLVM O3 for the host CPU and its features -> MCJIT -> a
 function over numpy buffers.
 
@@ -223,11 +223,11 @@ class CPUBackend:
         record("plan-arena", count_ops(module), started,
                f"one arena of {arena_bytes:,} bytes for the intermediates")
         started = time.perf_counter()
-        loops_to_cf(module)  # the rest of tape-to-llvm, stage by stage
+        loops_to_cf(module, tidy=False)  # the rest of tape-to-llvm, less the tidying
         convert_to_llvm(module)
         keep("llvm dialect", lambda: str(module))
         record("convert-loops-to-llvm", count_ops(module), started,
-               "after convert-scf-to-cf, canonicalize, cse")
+               "after convert-scf-to-cf (LLVM does canonicalize's and cse's work)")
         with _LLVM_LOCK:
             started = time.perf_counter()
             machine = target_machine()

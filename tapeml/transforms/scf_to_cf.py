@@ -54,8 +54,10 @@ class ConvertScfToCfPass(ConvertScfToCf):
         super().apply(ctx, op)
 
 
-def loops_to_cf(module: ModuleOp, ctx: Context | None = None) -> None:
-    """The loop form to branches, tidied: convert-scf-to-cf, canonicalize, cse."""
+def loops_to_cf(module: ModuleOp, ctx: Context | None = None, tidy: bool = True) -> None:
+    """The loop form to branches: convert-scf-to-cf, then (`tidy`) canonicalize and cse, for
+    a reader; LLVM does the same work again (the CPU backend leaves it to LLVM)."""
     ctx = ctx or Context()
     ConvertScfToCfPass().apply(ctx, module)
-    PassPipeline.parse_spec(get_all_passes(), "canonicalize,cse").apply(ctx, module)
+    if tidy:
+        PassPipeline.parse_spec(get_all_passes(), "canonicalize,cse").apply(ctx, module)
