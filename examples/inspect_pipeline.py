@@ -14,7 +14,7 @@ The function is f(x, w) = sum(tanh(x @ w)) on a 2x3 and a 3x4 array. Its stages:
     arena              plan-arena: every intermediate a view of one arena, placed by live range
     llvm-dialect       convert-scf-to-cf, convert-loops-to-llvm (LLVM folds and dedups later)
     llvm-ir            the llvm dialect as LLVM IR text
-    optimized-llvm-ir  after LLVM O3 for this CPU
+    optimized-llvm-ir  after LLVM O2 for this CPU
     assembly           this CPU's machine code
 
 Every stage after `traced` comes from one compilation:
@@ -43,7 +43,7 @@ STAGES = {
     "arena": ("arena", "plan-arena"),
     "llvm-dialect": ("llvm dialect", "convert-scf-to-cf,convert-loops-to-llvm"),
     "llvm-ir": ("llvm ir", "xDSL's convert_module"),
-    "optimized-llvm-ir": ("optimized llvm ir", "LLVM O3"),
+    "optimized-llvm-ir": ("optimized llvm ir", "LLVM O2"),
     "assembly": ("assembly", "LLVM's code generator for this CPU"),
 }
 TEXT_STAGES = {"llvm-ir", "optimized-llvm-ir", "assembly"}  # counted in lines, not ops

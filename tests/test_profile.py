@@ -23,7 +23,7 @@ def test_a_first_call_records_every_stage_in_order():
     names = [s.name for s in stages]
     assert names == ["trace loss", "tape-differentiate", "trace loss", "tape-fuse",
                      "tape-to-loops", "outline-parallel-loops", "plan-arena",
-                     "convert-loops-to-llvm", "LLVM O3", "machine code (MCJIT)"]
+                     "convert-loops-to-llvm", "LLVM O2", "machine code (MCJIT)"]
     traced, differentiated = stages[0], stages[1]
     forward = len(tapeml.trace(loss, params, x, y).function.body.block.ops) - 1
     assert traced.ops == forward
