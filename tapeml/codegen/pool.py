@@ -9,7 +9,8 @@ one, so a thread on a busier core takes fewer.
                 on a futex), claims chunks until none is left and counts itself done
     the caller  publishes the job (function, context, total, threads, chunks), bumps the
                 counter, wakes sleeping workers, claims chunks too, then spins until every
-                worker is done
+                chunk is done (not every worker: one that has not woken yet did none, and its
+                late claim fails), yielding its core now and then
     one job     at a time: a caller that finds the pool busy (another Python thread's program)
                 runs its whole loop itself, so nothing waits on anything but its own workers
 
@@ -28,6 +29,9 @@ CHUNKS = 4
 """Chunks per taking-part thread: each thread claims the next chunk when it finishes one, so a
 thread that runs slower (a busier core, colder caches) takes fewer."""
 
+YIELD = 1 << 10
+"""pause instructions the caller spins, waiting for the last chunks, between sched_yields."""
+
 SPIN = 1 << 14
 """pause instructions a worker spins before it sleeps (about 0.1 to 0.5 ms)."""
 
@@ -42,9 +46,9 @@ IR = rf"""
 @job.total = internal global i64 0
 @job.parts = internal global i64 0
 @job.chunks = internal global i64 0
-@job.next = internal global i64 0
+@job.ticket = internal global i64 0
+@job.done = internal global i64 0
 @job.generation = internal global i32 0
-@job.left = internal global i64 0
 @sleepers = internal global i32 0
 
 declare i32 @pthread_create(ptr, ptr, ptr, ptr)
@@ -52,8 +56,10 @@ declare i32 @pthread_detach(i64)
 declare i64 @syscall(i64, ...)
 declare void @llvm.x86.sse2.pause()
 
-; thread p's share of the job: if it takes part, chunks claimed one at a time until none is left
-define internal void @run_part(i64 %p) {{
+; thread p's share of job g: if it takes part, chunks claimed one at a time until none is
+; left. The ticket holds the job's generation (high half) and its next chunk (low half): a
+; claim made for a job that is over (the thread saw it late) fails, whatever fields it read.
+define internal void @run_part(i64 %p, i32 %g) {{
 entry:
   %fn = load ptr, ptr @job.fn
   %ctx = load ptr, ptr @job.ctx
@@ -63,9 +69,20 @@ entry:
   %mine = icmp ult i64 %p, %parts
   br i1 %mine, label %claim, label %done
 claim:
-  %c = atomicrmw add ptr @job.next, i64 1 seq_cst
+  %t = load atomic i64, ptr @job.ticket seq_cst, align 8
+  %tg64 = lshr i64 %t, 32
+  %tg = trunc i64 %tg64 to i32
+  %same = icmp eq i32 %tg, %g
+  br i1 %same, label %check, label %done
+check:
+  %c = and i64 %t, 4294967295
   %more = icmp ult i64 %c, %chunks
-  br i1 %more, label %run, label %done
+  br i1 %more, label %take, label %done
+take:
+  %t1 = add i64 %t, 1
+  %pair = cmpxchg ptr @job.ticket, i64 %t, i64 %t1 seq_cst seq_cst
+  %ok = extractvalue {{ i64, i1 }} %pair, 1
+  br i1 %ok, label %run, label %claim
 run:
   %a = mul i64 %total, %c
   %start = udiv i64 %a, %chunks
@@ -73,6 +90,7 @@ run:
   %b = mul i64 %total, %c1
   %end = udiv i64 %b, %chunks
   call void %fn(ptr %ctx, i64 %start, i64 %end)
+  atomicrmw add ptr @job.done, i64 1 seq_cst
   br label %claim
 done:
   ret void
@@ -115,8 +133,7 @@ slept:
   br label %wait
 work:
   %now = phi i32 [%g, %wait]
-  call void @run_part(i64 %index)
-  atomicrmw sub ptr @job.left, i64 1 seq_cst
+  call void @run_part(i64 %index, i32 %now)
   br label %ran
 ran:
   br label %wait
@@ -177,14 +194,20 @@ publish:
   %parts = call i64 @llvm.umin.i64(i64 %some_parts, i64 %total)
   %split = mul i64 %parts, {CHUNKS}
   %chunks = call i64 @llvm.umin.i64(i64 %split, i64 %total)
+  %old = load atomic i32, ptr @job.generation seq_cst, align 4
+  %gen = add i32 %old, 1
+  %gen64 = zext i32 %gen to i64
+  %open = shl i64 %gen64, 32
+  %closed = or i64 %open, 4294967295
+  store atomic i64 %closed, ptr @job.ticket seq_cst, align 8  ; no claim while fields change
   store ptr %fn, ptr @job.fn
   store ptr %ctx, ptr @job.ctx
   store i64 %total, ptr @job.total
   store i64 %parts, ptr @job.parts
   store i64 %chunks, ptr @job.chunks
-  store i64 0, ptr @job.next
-  store atomic i64 %workers, ptr @job.left seq_cst, align 8
-  atomicrmw add ptr @job.generation, i32 1 seq_cst
+  store atomic i64 0, ptr @job.done seq_cst, align 8
+  store atomic i64 %open, ptr @job.ticket seq_cst, align 8
+  store atomic i32 %gen, ptr @job.generation seq_cst, align 4
   %asleep = load atomic i32, ptr @sleepers seq_cst, align 4
   %wake = icmp ne i32 %asleep, 0
   br i1 %wake, label %futex, label %mine
@@ -192,14 +215,20 @@ futex:
   call i64 (i64, ...) @syscall(i64 202, ptr @job.generation, i64 {_FUTEX_WAKE}, i64 2147483647)
   br label %mine
 mine:
-  call void @run_part(i64 0)
+  call void @run_part(i64 0, i32 %gen)
   br label %join
-join:
-  %left = load atomic i64, ptr @job.left seq_cst, align 8
-  %done = icmp eq i64 %left, 0
-  br i1 %done, label %release, label %pause
+join:  ; until every chunk is done (not every worker: one that never woke did none)
+  %waited = phi i32 [0, %mine], [%waited1, %pause], [0, %yield]
+  %finished = load atomic i64, ptr @job.done seq_cst, align 8
+  %complete = icmp eq i64 %finished, %chunks
+  br i1 %complete, label %release, label %pause
 pause:
   call void @llvm.x86.sse2.pause()
+  %waited1 = add i32 %waited, 1
+  %long = icmp ugt i32 %waited1, {YIELD}
+  br i1 %long, label %yield, label %join
+yield:  ; the worker may be waiting for this core (the other is busy elsewhere)
+  call i64 (i64, ...) @syscall(i64 24)
   br label %join
 release:
   store atomic i32 0, ptr @lock seq_cst, align 4
