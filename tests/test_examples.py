@@ -34,7 +34,9 @@ def test_demo_trains_the_digits_cnn_through_the_pipeline(capsys):
         assert stage in out
     assert "conv2d-forward 2" in out and "maxpool2d-backward 2" in out
     difference = float(re.search(r"max \|difference\| (\S+)", out).group(1))
-    assert difference < 1e-5
+    # a tenth of the step's size: a wrong kernel moves parameters by the whole learning rate,
+    # while float32 rounding summed in another order can only shift a max-pool near-tie
+    assert difference < 3e-4
     accuracy = float(re.search(r"test accuracy ([\d.]+)%", out).group(1))
     assert accuracy >= 97.0
     assert re.search(r"step time, batch 32: tapeml [\d.]+ ms, numpy [\d.]+ ms", out)
