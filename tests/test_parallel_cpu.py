@@ -4,6 +4,7 @@ Each iteration is computed as alone, so results are bit-identical at any thread 
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 
 import numpy as np
@@ -197,3 +198,147 @@ def test_workers_asleep_between_jobs_wake_for_the_next():
         time.sleep(0.05)  # far past the spin: the workers are asleep
         parallel_for(ctypes.cast(callback, ctypes.c_void_p), None, 8, 2)
         assert not broken and len(seen) == 2
+
+
+_SHARED = re.compile(r"@(job\.\w+|sleepers|lock)\b")
+
+
+@pytest.mark.parametrize("triple", ["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"])
+def test_every_access_to_the_pools_shared_state_is_atomic(triple):
+    """A plain load racing a plain store is undefined in LLVM's memory model (it only happens
+    to work on x86): every load and store of a job's fields, the ticket, the lock and the
+    sleeper count is atomic, and a caller publishes in the module doc's order."""
+    text = pool.ir(pool.platform(triple))
+    accesses = [line.strip() for line in text.splitlines()
+                if _SHARED.search(line) and re.search(r"\b(load|store)\b", line)]
+    assert len(accesses) > 20
+    assert [a for a in accesses if " atomic " not in a] == []
+    publish = text[text.index("publish:"):text.index("mine:")]
+    steps = ["store atomic i64 %closed, ptr @job.ticket monotonic", "fence release",
+             "store atomic ptr %fn, ptr @job.fn monotonic", "store atomic i64 0, ptr @job.done",
+             "store atomic i64 %open, ptr @job.ticket release",
+             "store atomic i32 %gen, ptr @job.generation seq_cst"]
+    assert [publish.index(s) for s in steps] == sorted(publish.index(s) for s in steps)
+    part = text[text.index("@run_part"):text.index("claim:")]
+    assert "monotonic" in part and part.index("@job.chunks") < part.index("fence acquire")
+
+
+_COUNT = """
+define void @count(ptr %counts, i64 %start, i64 %end) {
+entry:
+  br label %head
+head:
+  %i = phi i64 [%start, %entry], [%next, %body]
+  %more = icmp slt i64 %i, %end
+  br i1 %more, label %body, label %done
+body:
+  %p = getelementptr i64, ptr %counts, i64 %i
+  atomicrmw add ptr %p, i64 1 monotonic
+  %next = add i64 %i, 1
+  br label %head
+done:
+  ret void
+}
+"""
+
+
+def test_jobs_back_to_back_each_run_every_chunk_once():
+    """Thousands of short jobs, sizes and thread counts varying, so that workers often see a
+    job late (its successor already published) and must neither run a chunk of it twice nor
+    miss one; now and then the workers fall asleep first. Each call must return with its whole
+    range counted once."""
+    import time
+
+    import llvmlite.binding as llvm
+
+    parallel_for = PARALLEL_FOR(pool.load(target_machine))
+    machine = target_machine()
+    module = llvm.parse_assembly(_COUNT)
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    count = engine.get_function_address("count")
+    rng = np.random.default_rng(1)
+    counts = np.zeros(64, np.int64)
+    expected = np.zeros(64, np.int64)
+    for job in range(10000):
+        total, threads = int(rng.integers(2, 65)), int(rng.integers(2, 6))
+        if job % 2500 == 2499:
+            time.sleep(0.02)
+        parallel_for(count, counts.ctypes.data, total, threads)
+        expected[:total] += 1
+        if not np.array_equal(counts, expected):
+            raise AssertionError(f"job {job} ({total} on {threads} threads): {counts - expected}")
+
+
+@pytest.mark.parametrize("triple,futex", [("x86_64-unknown-linux-gnu", 202),
+                                          ("x86_64-pc-linux-gnu", 202),
+                                          ("aarch64-unknown-linux-gnu", 98)])
+def test_the_pool_runs_on_linux_x86_64_and_aarch64(triple, futex):
+    assert pool.platform(triple).futex == futex
+    assert f"@syscall(i64 {futex}," in pool.ir(pool.platform(triple))
+
+
+@pytest.mark.parametrize("triple", ["x86_64-apple-darwin", "arm64-apple-macosx14.0.0",
+                                    "x86_64-pc-windows-msvc", "riscv64-unknown-linux-gnu",
+                                    "i686-pc-linux-gnu", "x86_64-unknown-linux-gnux32",
+                                    "unknown"])
+def test_elsewhere_the_pool_is_one_thread_with_a_reason(triple):
+    """No syscall whose number we do not know, and no abort: the range on the caller's thread."""
+    target = pool.platform(triple)
+    assert not target.threaded and triple in target.reason and "one thread" in target.reason
+    text = pool.ir(target)
+    assert "syscall" not in text and "pthread" not in text and "llvm.x86" not in text
+
+
+def test_the_fallback_runs_the_whole_range_on_the_calling_thread():
+    import llvmlite.binding as llvm
+
+    machine = target_machine()
+    module = llvm.parse_assembly(pool.ir(pool.platform("x86_64-apple-darwin")))
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    parallel_for = PARALLEL_FOR(engine.get_function_address("tapeml_parallel_for"))
+    calls = []
+    callback = PART(lambda context, start, end: calls.append((start, end,
+                                                              threading.get_ident())))
+    parallel_for(ctypes.cast(callback, ctypes.c_void_p), None, 10, 4)
+    assert calls == [(0, 10, threading.get_ident())]
+
+
+def test_the_pool_compiles_for_aarch64_linux():
+    """Generated and compiled for aarch64 (not run: no such machine here): the futex is
+    syscall 98 there, and the spin hint is `yield`."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    machine = llvm.Target.from_triple("aarch64-unknown-linux-gnu").create_target_machine()
+    assembly = machine.emit_assembly(pool.compile_for(machine))
+    assert "yield" in assembly and "#98" in assembly and "bl\tsyscall" in assembly
+    assert "pause" not in assembly
+
+
+def test_a_platform_without_the_pool_runs_programs_on_one_thread_and_says_so(monkeypatch):
+    """The message reaches the user once, as a warning, and compiled programs are correct on
+    one thread whatever TAPEML_NUM_THREADS says."""
+    import warnings
+
+    import llvmlite.binding as llvm
+
+    from tapeml.codegen.gemm import host_threads
+
+    monkeypatch.setattr(llvm, "get_default_triple", lambda: "x86_64-pc-windows-msvc")
+    monkeypatch.setattr(pool, "_HOST", None)
+    monkeypatch.setenv("TAPEML_NUM_THREADS", "3")
+    with pytest.warns(RuntimeWarning, match="not on x86_64-pc-windows-msvc: compiled programs "
+                                            "run on one thread"):
+        assert host_threads() == 1
+    a = RNG.standard_normal((256, 300)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once, not again
+        with tapeml.profile() as stages:
+            got = tapeml.jit(lambda a: ops.tanh(a @ a.T) + 1.0)(a)
+    outlined = [s for s in stages if s.name == "outline-parallel-loops"]
+    assert outlined[0].detail == "one thread: nothing to share"
+    np.testing.assert_allclose(got, np.tanh(a.astype(np.float64) @ a.T) + 1.0, rtol=1e-4,
+                               atol=1e-4)

@@ -29,7 +29,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from tapeml.codegen.pool import CHUNKS
+from tapeml.codegen import pool
 
 _WIDE = '"prefer-vector-width"="512"'  # the host tunings prefer 256 bits; packing loops want 512
 
@@ -67,11 +67,13 @@ class Target:
 
 def host_threads() -> int:
     """TAPEML_NUM_THREADS if set (1: single-threaded, for measuring), else the cores this
-    process may run on."""
+    process may run on; 1 on a platform the thread pool does not run on (it warns, once)."""
     value = os.environ.get("TAPEML_NUM_THREADS")
+    if value is not None and (not value.isdigit() or int(value) < 1):
+        raise ValueError(f"TAPEML_NUM_THREADS must be a positive integer, got {value!r}")
+    if not pool.host().threaded:
+        return 1
     if value is not None:
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"TAPEML_NUM_THREADS must be a positive integer, got {value!r}")
         return int(value)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
@@ -379,7 +381,7 @@ def batch_groups(spec: GemmSpec) -> int:
 
 def partition(spec: GemmSpec, mr: int, nr: int, threads: int) -> list[Part]:
     """Split the work into parts that write disjoint parts of C: batches when each batch has
-    its own C (up to CHUNKS parts per thread, which the threads claim as they finish, so a
+    its own C (up to pool.CHUNKS parts per thread, which the threads claim as they finish, so a
     slower one takes fewer), else rows (whole MR tiles), else columns (whole NR panels), one
     part per thread. Each element's sum runs in the same order whichever part computes it."""
     whole = (0, spec.batch, 0, spec.m, 0, spec.n)
@@ -397,7 +399,7 @@ def partition(spec: GemmSpec, mr: int, nr: int, threads: int) -> list[Part]:
 
     if spec.c0 and spec.batch >= threads:
         return [(b0, b1, 0, spec.m, 0, spec.n)
-                for b0, b1 in cut(spec.batch, 1, min(spec.batch, CHUNKS * threads))]
+                for b0, b1 in cut(spec.batch, 1, min(spec.batch, pool.CHUNKS * threads))]
     if spec.m >= spec.n:
         return [(0, spec.batch, m0, m1, 0, spec.n) for m0, m1 in cut(spec.m, mr)]
     return [(0, spec.batch, 0, spec.m, n0, n1) for n0, n1 in cut(spec.n, nr)]
