@@ -34,13 +34,37 @@ def _elementwise(op: type[TapeOp], fn: Callable[..., Any]) -> None:
     SEMANTICS[op] = lambda *xs: np.asarray(fn(*xs))
 
 
+# maximum and minimum are IEEE 754-2019's: NaN if either side is NaN, and -0 < +0. numpy's own
+# tie rule is the platform's (on x86, np.maximum(+0.0, -0.0) is -0.0), LLVM's llvm.maximum and
+# StableHLO's maximum are IEEE's; every stage computes this one.
+def maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    zeros = (a == 0) & (b == 0)
+    return np.where(zeros, a + b, np.maximum(a, b))  # -0 + -0 is -0; +0 beside either, +0
+
+
+def minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    zeros = (a == 0) & (b == 0)
+    return np.where(zeros, -(-a + -b), np.minimum(a, b))
+
+
+def max_over(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np.ndarray:
+    """The IEEE maximum of `x` over `axes`: NaN if any is NaN, +0 if the largest are zeros of
+    both signs (np.max keeps whichever zero its order meets first)."""
+    top = np.max(x, axis=axes, keepdims=keepdims)
+    zero = top == 0
+    if not np.any(zero):
+        return np.asarray(top)
+    positive = np.any((x == 0) & ~np.signbit(x), axis=axes, keepdims=keepdims)
+    return np.asarray(np.where(zero & positive, np.zeros((), x.dtype), top))
+
+
 for _op, _fn in {
     tape.AddOp: np.add,
     tape.SubOp: np.subtract,
     tape.MulOp: np.multiply,
     tape.DivOp: np.divide,
-    tape.MaximumOp: np.maximum,
-    tape.MinimumOp: np.minimum,
+    tape.MaximumOp: maximum,
+    tape.MinimumOp: minimum,
     # numpy takes a fast path (x*x, sqrt, ...) for some exponents given as a broadcast scalar;
     # contiguous operands pin pow to its general algorithm, whatever the layout
     tape.PowOp: lambda x, y: np.power(np.require(x, requirements="C"),
@@ -51,7 +75,7 @@ for _op, _fn in {
     tape.TanhOp: np.tanh,
     tape.SqrtOp: np.sqrt,
     tape.SigmoidOp: lambda x: 1 / (1 + np.exp(-x)),
-    tape.ReluOp: lambda x: np.maximum(x, 0),
+    tape.ReluOp: lambda x: maximum(x, np.zeros_like(x)),
 }.items():
     _elementwise(_op, _fn)
 
@@ -153,7 +177,7 @@ def sum_(x: np.ndarray, *, axes: Sequence[int], keepdims: bool) -> np.ndarray:
 
 @semantics(tape.MaxOp)
 def max_(x: np.ndarray, *, axes: Sequence[int], keepdims: bool) -> np.ndarray:
-    return np.asarray(np.max(x, axis=tuple(axes), keepdims=keepdims))
+    return max_over(x, tuple(axes), keepdims)
 
 
 @semantics(tape.MatmulOp)
@@ -183,7 +207,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, stride: Sequence[int], padding: Sequ
 def maxpool2d(x: np.ndarray, *, kernel: Sequence[int], stride: Sequence[int],
               padding: Sequence[int]) -> np.ndarray:
     cols = unfold(_pad2d(x, padding, -np.inf), kernel=kernel, stride=stride, dilation=(1, 1))
-    return cols.max(axis=(-2, -1))
+    return max_over(cols, (-2, -1))
 
 
 @semantics(tape.AvgPool2dOp)
