@@ -599,6 +599,25 @@ class _ConvGeometry:
                     first = (y0 * sh + i * dh - top) * self.w + x0 * sw + j * dw - left
                     yield i, j, (y0, y1), (x0, x1), first
 
+    def padding_reads(self):
+        """(i, j, rectangles) per tap reading the padding somewhere: the rectangles
+        ((row from, to), (column from, to)) of output positions whose tap is padding. The
+        direct loops skip those taps, so what they add (0 * w, NaN where w is not finite) is
+        added from here."""
+        (sh, sw), (dh, dw) = self.params["stride"], self.params["dilation"]
+        top, left = self.params["padding"][:2]
+        for i in range(self.kh):
+            for j in range(self.kw):
+                y0, y1 = _valid(self.oh, self.h, sh, i * dh - top)
+                x0, x1 = _valid(self.ow, self.w, sw, j * dw - left)
+                if y0 >= y1 or x0 >= x1:
+                    y0, y1, x0, x1 = 0, 0, 0, 0  # every position reads padding
+                rectangles = [((0, y0), (0, self.ow)), ((y1, self.oh), (0, self.ow)),
+                              ((y0, y1), (0, x0)), ((y0, y1), (x1, self.ow))]
+                rectangles = [(r, c) for r, c in rectangles if r[0] < r[1] and c[0] < c[1]]
+                if rectangles:
+                    yield i, j, rectangles
+
     def x_steps(self) -> list[int]:  # over (b, group, channel in group, row, column)
         sh, sw = self.params["stride"]
         return [self.c * self.h * self.w, self.cg * self.h * self.w, self.h * self.w,
@@ -621,7 +640,8 @@ def lower_conv2d(e: Emitter, op: tape.Conv2dOp, ins: list[SSAValue], out: SSAVal
     along the row, which stays in cache, and LLVM vectorizes it."""
     geo = _ConvGeometry.of(_shape(op.input), _shape(op.weight), _shape(op.result), op.params)
     og = geo.o // geo.groups
-    _zero(e, out, math.prod(_shape(op.result)), op.result.type.get_element_type())
+    t = op.result.type.get_element_type()
+    _zero(e, out, math.prod(_shape(op.result)), t)
 
     def row(e: Emitter, ivs: list[SSAValue]) -> None:
         b, gi, oi, y = ivs
@@ -639,6 +659,21 @@ def lower_conv2d(e: Emitter, op: tape.Conv2dOp, ins: list[SSAValue], out: SSAVal
                 e.loops([geo.cg, x1 - x0], body)
 
             e.if_(e.in_range(e.linear([y], [1], -y0), y1 - y0), tap)
+        for i, j, rectangles in geo.padding_reads():
+            zero = e.scalar(0.0, t)
+            def weight_times_zero(e: Emitter, inner: list[SSAValue], acc: SSAValue,
+                                  i=i, j=j, zero=zero) -> SSAValue:
+                weight = e.load(ins[1], e.linear([gi, oi, inner[0]], geo.w_steps(),
+                                                 i * geo.kw + j))
+                return e.insert(arith.AddfOp(acc, e.insert(arith.MulfOp(zero, weight))))
+
+            padding = e.reduce([geo.cg], zero, weight_times_zero)
+            for (r0, r1), (c0, c1) in rectangles:
+                def add(e: Emitter, c0=c0, c1=c1, padding=padding) -> None:
+                    e.loops([c1 - c0], lambda e, inner: _accumulate(
+                        e, out, e.linear([b, gi, oi, y, inner[0]], geo.y_steps(), c0), padding))
+
+                e.if_(e.in_range(e.linear([y], [1], -r0), r1 - r0), add)
 
     e.loops([geo.n, geo.groups, og, geo.oh], row, parallel=True)  # each writes its own row
 
@@ -696,6 +731,23 @@ def lower_conv2d_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: S
             _accumulate(e, out, e.linear([gi, oi, ci], geo.w_steps(), i * geo.kw + j), total)
 
         e.loops([geo.groups, og, geo.cg], body, parallel=True)
+    for i, j, rectangles in geo.padding_reads():
+        def padding(e: Emitter, ivs: list[SSAValue], i=i, j=j, rectangles=rectangles) -> None:
+            gi, oi, ci = ivs
+            zero = e.scalar(0.0, t)
+            for (r0, r1), (c0, c1) in rectangles:
+                def step(e: Emitter, inner: list[SSAValue], acc: SSAValue,
+                         r0=r0, c0=c0) -> SSAValue:
+                    b, y, xx = inner
+                    ct = e.load(ct_buf, e.linear([b, gi, oi, y, xx], geo.y_steps(),
+                                                 r0 * geo.ow + c0))
+                    return e.insert(arith.AddfOp(acc, e.insert(arith.MulfOp(ct, zero))))
+
+                total = e.reduce([geo.n, r1 - r0, c1 - c0], zero, step)
+                _accumulate(e, out, e.linear([gi, oi, ci], geo.w_steps(), i * geo.kw + j),
+                            total)
+
+        e.loops([geo.groups, og, geo.cg], padding, parallel=True)
 
 
 def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
@@ -781,6 +833,10 @@ def _window(e: Emitter, op: Operation, x_buf: SSAValue, x_shape: Sequence[int],
     return inside, index
 
 
+def _one_where(e: Emitter, condition: SSAValue, t: Attribute) -> SSAValue:
+    return e.insert(arith.SelectOp(condition, e.scalar(1.0, t), e.scalar(0.0, t)))
+
+
 def _window_max(e: Emitter, op: Operation, x_buf: SSAValue, x_shape: Sequence[int],
                 ivs: Sequence[SSAValue], t: Attribute) -> SSAValue:
     def step(e: Emitter, taps: list[SSAValue], acc: SSAValue) -> SSAValue:
@@ -830,23 +886,27 @@ def lower_pool_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: SSA
             x_buf = ins[0]
             top = _window_max(e, op, x_buf, x_shape, ivs, t)
 
-            def count(e: Emitter, taps: list[SSAValue], acc: SSAValue) -> SSAValue:
+            def mask(e: Emitter, taps: list[SSAValue]) -> tuple[SSAValue, SSAValue, SSAValue]:
+                """1 where the tap holds the window's max (padding counts as -inf), else 0."""
                 inside, index = _window(e, op, x_buf, x_shape, ivs, taps)
-                hit = e.insert(arith.AndIOp(inside, e.insert(arith.CmpfOp(
-                    e.load(x_buf, index), top, "oeq"))))
-                return e.insert(arith.AddfOp(acc, e.insert(arith.SelectOp(
-                    hit, e.scalar(1.0, t), e.scalar(0.0, t)))))
+                value = e.insert(arith.SelectOp(inside, e.load(x_buf, index),
+                                                e.scalar(-np.inf, t)))
+                return inside, index, _one_where(e, e.insert(arith.CmpfOp(value, top, "oeq")), t)
 
-            share = e.insert(arith.DivfOp(ct, e.reduce([kh, kw], e.scalar(0.0, t), count)))
+            share = e.insert(arith.DivfOp(ct, e.reduce([kh, kw], e.scalar(0.0, t), (
+                lambda e, taps, acc: e.insert(arith.AddfOp(acc, mask(e, taps)[2]))))))
         else:
             share = e.insert(arith.DivfOp(ct, e.scalar(kh * kw, t)))
 
         def scatter(e: Emitter, taps: list[SSAValue]) -> None:
-            inside, index = _window(e, op, ins[0], x_shape, ivs, taps)
             if isinstance(op, tape.MaxPool2dBackwardOp):
-                inside = e.insert(arith.AndIOp(inside, e.insert(arith.CmpfOp(
-                    e.load(ins[0], index), top, "oeq"))))
-            e.if_(inside, lambda e: _accumulate(e, out, index, share))
+                # mask * share, as the semantics: 0 * share is NaN where the window holds a NaN
+                # (no tap is its max, so share is ct / 0) or ct is not finite
+                inside, index, hit = mask(e, taps)
+                value = e.insert(arith.MulfOp(hit, share))
+            else:
+                (inside, index), value = _window(e, op, ins[0], x_shape, ivs, taps), share
+            e.if_(inside, lambda e: _accumulate(e, out, index, value))
 
         e.loops([kh, kw], scatter)
 
@@ -883,14 +943,16 @@ def _pool_backward_tiled(e: Emitter, op: Operation, ins: list[SSAValue], out: SS
             arith.MaximumfOp(acc, e.load(x_buf, at(e, taps)))))
 
         def hit(e: Emitter, taps: list[SSAValue]) -> SSAValue:
-            return e.insert(arith.CmpfOp(e.load(x_buf, at(e, taps)), top, "oeq"))
+            return _one_where(e, e.insert(arith.CmpfOp(e.load(x_buf, at(e, taps)), top, "oeq")),
+                              t)
 
         count = e.reduce([kh, kw], e.scalar(0.0, t), lambda e, taps, acc: e.insert(
-            arith.AddfOp(acc, e.insert(arith.SelectOp(hit(e, taps), e.scalar(1.0, t),
-                                                      e.scalar(0.0, t))))))
+            arith.AddfOp(acc, hit(e, taps))))
         share = e.insert(arith.DivfOp(ct, count))  # ct split evenly among the maxima
-        e.loops([kh, kw], lambda e, taps: e.store(
-            e.insert(arith.SelectOp(hit(e, taps), share, e.scalar(0.0, t))), out, at(e, taps)))
+        # 0 + mask * share, as the semantics sums into zeros: NaN for every tap of a window
+        # holding a NaN, +0 (not -0) where a tap takes none of a negative share
+        e.loops([kh, kw], lambda e, taps: e.store(e.insert(arith.AddfOp(
+            e.insert(arith.MulfOp(hit(e, taps), share)), e.scalar(0.0, t))), out, at(e, taps)))
 
     e.loops(ct_shape, body, parallel=True)
 
