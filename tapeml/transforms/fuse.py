@@ -116,6 +116,16 @@ class FusionPattern(RewritePattern):
         rewriter.replace(root, [*before, new], new.results)
         self.fired[self.name] += 1
 
+    def replace_if_typed(self, rewriter: PatternRewriter, root: Operation, new: Operation,
+                         before: Sequence[Operation] = ()) -> None:
+        """`replace`, if `new` gives `root`'s result type; otherwise decline, erasing the
+        unattached ops built for it (their operand uses), so the IR is as it was found."""
+        if new.results[0].type == root.results[0].type:
+            self.replace(rewriter, root, new, before)
+            return
+        for built in (new, *reversed(before)):
+            built.erase()
+
 
 class ConvForward(FusionPattern):
     """The convolution nn.conv2d records, groups = 1:
@@ -139,12 +149,9 @@ class ConvForward(FusionPattern):
         p = windows.params
         if p["kernel"] != weight.type.get_shape()[2:]:
             return
-        conv = tape.Conv2dOp.build(windows.x, weight, stride=p["stride"],
-                                   padding=windows.padding, dilation=p["dilation"],
-                                   groups=groups)
-        if conv.result.type != op.result.type:
-            return
-        self.replace(rewriter, op, conv)
+        self.replace_if_typed(rewriter, op, tape.Conv2dOp.build(
+            windows.x, weight, stride=p["stride"], padding=windows.padding,
+            dilation=p["dilation"], groups=groups))
 
     def _grouped_1(self, op: tape.PermuteOp) -> tuple[Windows, SSAValue, int] | None:
         y = producer(op.input, tape.ReshapeOp)  # N, OH, OW, O
@@ -206,7 +213,7 @@ class MaxPoolForward(FusionPattern):
         if windows is None or not single_use(*(o.results[0] for o in windows.ops())):
             return
         p = windows.params
-        self.replace(rewriter, op, tape.MaxPool2dOp.build(
+        self.replace_if_typed(rewriter, op, tape.MaxPool2dOp.build(
             windows.x, kernel=p["kernel"], stride=p["stride"], padding=windows.padding))
 
 
@@ -229,7 +236,7 @@ class AvgPoolForward(FusionPattern):
         if not single_use(total.results[0], *(o.results[0] for o in windows.ops())):
             return
         p = windows.params
-        self.replace(rewriter, op, tape.AvgPool2dOp.build(
+        self.replace_if_typed(rewriter, op, tape.AvgPool2dOp.build(
             windows.x, kernel=p["kernel"], stride=p["stride"], padding=windows.padding))
 
 
@@ -333,8 +340,7 @@ class ConvBackwardInput(FusionPattern):
         grad = tape.Conv2dBackwardInputOp.build(
             ct, weight, stride=p["stride"], padding=folded.padding, dilation=p["dilation"],
             groups=1, spatial=folded.spatial())
-        if grad.result.type == op.results[0].type:
-            self.replace(rewriter, op, grad)
+        self.replace_if_typed(rewriter, op, grad)
 
 
 class ConvBackwardWeight(FusionPattern):
@@ -362,8 +368,7 @@ class ConvBackwardWeight(FusionPattern):
         grad = tape.Conv2dBackwardWeightOp.build(
             windows.x, ct, stride=p["stride"], padding=windows.padding, dilation=p["dilation"],
             groups=1, kernel=p["kernel"])
-        if grad.result.type == op.result.type:
-            self.replace(rewriter, op, grad)
+        self.replace_if_typed(rewriter, op, grad)
 
 
 def skip_broadcast(value: SSAValue) -> SSAValue:
@@ -372,17 +377,23 @@ def skip_broadcast(value: SSAValue) -> SSAValue:
     return spread.input if spread else value
 
 
-def _unreduced(value: SSAValue) -> tuple[SSAValue, list[Operation]] | None:
-    """v = broadcast(reshape(r, (..., 1, 1))): the r a window reduction's pullback spreads, and
-    the reshape to give it its own shape when canonicalization merged that into an earlier one
-    (r then comes from a flatter value, as when the pooled result was flattened for a linear)."""
+def _unreduced(value: SSAValue) -> tuple[SSAValue, tuple[int, ...] | None] | None:
+    """v = broadcast(reshape(r, (..., 1, 1))): the r a window reduction's pullback spreads,
+    and the shape r must be reshaped to first (None if it has it) when canonicalization merged
+    that reshape into an earlier one (r then comes from a flatter value, as when the pooled
+    result was flattened for a linear). Nothing is built: a pattern may still decline."""
     kept = producer(skip_broadcast(value), tape.ReshapeOp)
     if kept is None or kept.result.type.get_shape()[-2:] != (1, 1):
         return None
     shape = kept.result.type.get_shape()[:-2]
-    if kept.input.type.get_shape() == shape:
-        return kept.input, []
-    reshape = tape.ReshapeOp.build(kept.input, shape=shape)
+    return kept.input, (None if kept.input.type.get_shape() == shape else shape)
+
+
+def _reshaped(source: SSAValue, shape: tuple[int, ...] | None) -> tuple[SSAValue, list]:
+    """`source` in `shape` (an _unreduced result), and the reshape op that makes it, if any."""
+    if shape is None:
+        return source, []
+    reshape = tape.ReshapeOp.build(source, shape=shape)
     return reshape.result, [reshape]
 
 
@@ -410,7 +421,7 @@ class MaxPoolBackward(FusionPattern):
                 and _splat(mask.on_true, 1.0) and _splat(mask.on_false, 0.0)):
             return
         top, ct = _unreduced(eq.rhs), _unreduced(div.lhs)
-        pooled = producer(top[0], tape.MaxOp) if top and not top[1] else None
+        pooled = producer(top[0], tape.MaxOp) if top and top[1] is None else None
         windows = pooled and _pool_windows(pooled, -np.inf)
         count = producer(skip_broadcast(div.rhs), tape.SumOp)
         if not (windows and ct and count and eq.lhs is pooled.input and count.input is mask.result
@@ -422,10 +433,10 @@ class MaxPoolBackward(FusionPattern):
                 folded.padding != windows.padding:
             return
         p = windows.params
-        grad = tape.MaxPool2dBackwardOp.build(windows.x, ct[0], kernel=p["kernel"],
+        cotangent, before = _reshaped(*ct)
+        grad = tape.MaxPool2dBackwardOp.build(windows.x, cotangent, kernel=p["kernel"],
                                               stride=p["stride"], padding=windows.padding)
-        if grad.result.type == op.results[0].type:
-            self.replace(rewriter, op, grad, ct[1])
+        self.replace_if_typed(rewriter, op, grad, before)
 
 
 class AvgPoolBackward(FusionPattern):
@@ -438,7 +449,7 @@ class AvgPoolBackward(FusionPattern):
         if not isinstance(op, tape.PadOp | tape.FoldOp) or (folded := match_folded(op)) is None:
             return
         share = _unreduced(folded.value)
-        div = producer(share[0], tape.DivOp) if share and not share[1] else None
+        div = producer(share[0], tape.DivOp) if share and share[1] is None else None
         p = folded.params
         if div is None or p["dilation"] != (1, 1) or not _splat(div.rhs, p["kernel"][0] *
                                                                 p["kernel"][1]):
@@ -447,8 +458,7 @@ class AvgPoolBackward(FusionPattern):
             return
         grad = tape.AvgPool2dBackwardOp.build(div.lhs, kernel=p["kernel"], stride=p["stride"],
                                               padding=folded.padding, spatial=folded.spatial())
-        if grad.result.type == op.results[0].type:
-            self.replace(rewriter, op, grad)
+        self.replace_if_typed(rewriter, op, grad)
 
 
 # ----------------------------------------------------------------------------------------------
