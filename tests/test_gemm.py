@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapeml
-from tapeml.codegen.cpu import kernel_module, target_machine
+from tapeml.codegen.cpu import bind_scratch, kernel_module, target_machine
 from tapeml.codegen.gemm import GemmSpec, Target, batch_groups, definition, partition, tiles
 
-_ENGINES = []  # compiled kernels live as long as the test session
+_ENGINES = []  # compiled kernels (and their scratch) live as long as the test session
 
 
 def compiled(spec: GemmSpec):
@@ -26,7 +26,7 @@ def compiled(spec: GemmSpec):
     machine = target_machine()
     engine = llvm.create_mcjit_compiler(kernel_module(spec, machine), machine)
     engine.finalize_object()
-    _ENGINES.append(engine)
+    _ENGINES.append((engine, bind_scratch(engine, [spec.symbol])))
     address = engine.get_function_address(spec.symbol)
     return ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3)(address)
 
@@ -289,7 +289,7 @@ def test_both_tile_widths_whatever_the_host(m, n, k, ta, tb, panel_vectors):
     module = llvm.parse_assembly(definition(spec, target))
     engine = llvm.create_mcjit_compiler(module, machine)
     engine.finalize_object()
-    _ENGINES.append(engine)
+    _ENGINES.append((engine, bind_scratch(engine, [spec.symbol])))
     kernel = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3)(engine.get_function_address(
         spec.symbol))
     out = np.full((m, n), np.nan, np.float32)

@@ -116,6 +116,22 @@ def link_kernels(parsed: Any, machine: llvm_binding.TargetMachine, optimized: bo
     return names
 
 
+def bind_scratch(engine: Any, kernels: list[str]) -> list[np.ndarray]:
+    """Allocate each linked kernel's packing scratch (tapeml/codegen/gemm.py's module doc) and
+    point the kernel at it; the buffers, which must live as long as `engine`. A numpy buffer,
+    so a scratch too large for this machine is a MemoryError here."""
+    buffers = []
+    for name in kernels:
+        size = ctypes.c_int64.from_address(
+            engine.get_global_value_address(f"{name}.scratch_bytes")).value
+        if size:
+            buffer, address = _aligned(size)
+            ctypes.c_void_p.from_address(
+                engine.get_global_value_address(f"{name}.scratch")).value = address
+            buffers.append(buffer)
+    return buffers
+
+
 def _prefer_wide_vectors(text: str) -> str:
     """Ask for the widest vectors (the CPU tunings here prefer 256 bits to the 512 they have):
     a string attribute on every defined function, which llvmlite's IR builder cannot add."""
@@ -160,10 +176,11 @@ class Native:
     for that call."""
 
     def __init__(self, name: str, inputs: list[Argument], outputs: list[Argument],
-                 engine: Any, function: Any, arena_bytes: int,
+                 engine: Any, function: Any, arena_bytes: int, scratch: list[np.ndarray],
                  stages: dict[str, str] | None = None) -> None:
         self.name, self.inputs, self.outputs = name, inputs, outputs
         self.engine, self.function = engine, function
+        self.scratch = scratch  # the kernels' packing buffers (bind_scratch)
         self.arena_bytes = arena_bytes
         self.stages = stages or {}
         self._arena: int | None = None  # the arena's address, once allocated
@@ -249,7 +266,8 @@ class CPUBackend:
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)
             engine.finalize_object()
             address = engine.get_function_address(program.name)
+            scratch = bind_scratch(engine, kernels)
             record("machine code (MCJIT)", None, started)
         signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs) + 1))
         return Native(program.name, inputs, outputs, engine, signature(address), arena_bytes,
-                      kept.texts)
+                      scratch, kept.texts)

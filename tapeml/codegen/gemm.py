@@ -21,6 +21,13 @@ The packed panels are zero-padded at the n edge and clamp rows at the m edge, so
 micro-kernel always runs a full tile; an edge tile is written through a small stack tile.
 Every element of C sums its k products in the same order whatever the tiling (each tile owns
 its elements; blocks of KC are added in order), so results do not depend on threads.
+
+A kernel packs into `@<symbol>.scratch`, a buffer of `@<symbol>.scratch_bytes` bytes (a multiple
+of 64; 0: the kernel packs nothing) that whoever loads the kernel allocates, 64-aligned, and
+points it at before the first call (`tapeml.codegen.cpu.bind_scratch`: a numpy buffer, so
+running out of memory is a MemoryError there, not an abort in the JIT's loader), and keeps as
+long as the kernel: no allocation and no page faults per call. A caller that finds it taken
+packs into the heap; where the heap has no room, it waits for the scratch.
 """
 
 from __future__ import annotations
@@ -203,6 +210,7 @@ def definition(spec: GemmSpec, target: Target) -> str:
            "declare i64 @llvm.smin.i64(i64, i64)",
            f"declare {vec} @llvm.fma.v{lanes}{spec.dtype}({vec}, {vec}, {vec})",
            "declare ptr @aligned_alloc(i64, i64)", "declare void @free(ptr)",
+           "declare i32 @sched_yield()",
            "declare void @tapeml_parallel_for(ptr, ptr, i64, i64)",
            ""]
     out += _micro_kernel(name, t, vec, lanes, mr, nr, spec.dtype)
@@ -420,25 +428,22 @@ def _scratch_bytes(size: int, spec: GemmSpec, mr: int, nr: int, mc: int, kc: int
 def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: int,
             kc: int, threads: int) -> list[str]:
     """The entry: the parts on the pool, each packing into its own slice of the kernel's
-    static scratch; a second caller while the scratch is taken (another Python thread) packs
-    into a slice of the heap instead."""
+    scratch (the module doc); a second caller while the scratch is taken (another Python
+    thread) packs into a slice of the heap instead, or, if the heap has no room, waits for the
+    scratch."""
     w = _Writer()
     m, n, k = spec.m, spec.n, spec.k
     w.lines.append(f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C) "
                    f"{_WIDE} {{")
     w.label("%entry")
-    if m == 0 or n == 0 or spec.batch == 0:
-        w.do("ret void")
-        w.lines.append("}")
-        return w.lines
-    if k == 0:  # an empty sum: C = 0, or C unchanged
-        if not spec.accumulate:
+    if m == 0 or n == 0 or spec.batch == 0 or k == 0:
+        if k == 0 and not spec.accumulate and m and n and spec.batch:  # an empty sum: C = 0
             total = m * n if spec.c0 == 0 else spec.batch * m * n
             w.loop("0", str(total), 1,
                    lambda i: w.do(f"store {t} 0.0, ptr {w.gep(t, '%C', i)}"), "z")
         w.do("ret void")
         w.lines.append("}")
-        return w.lines
+        return [f"@{name}.scratch_bytes = constant i64 0", *w.lines]
     shared = shares_b(spec, mr, threads)
     parts = [] if shared else partition(spec, mr, nr, threads)
     groups = batch_groups(spec)
@@ -446,15 +451,25 @@ def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: 
     sums = part_bytes * len(parts)  # where groups 1.. put their sums, after the packing slices
     total = (_scratch_bytes(size, spec, mr, nr, mc, kc)[0] if shared
              else sums + (groups - 1) * m * n * size)
-    # the scratch lives as long as the kernel: no allocation, and no page faults, per call
+    total = -(-total // 64) * 64  # aligned_alloc's size: a multiple of the alignment (C11)
     w.do(f"%was = atomicrmw xchg ptr @{name}.busy, i8 1 acquire")
-    w.do("%mine = icmp eq i8 %was, 0")
-    w.do("br i1 %mine, label %run, label %heap")
+    w.do("%free = icmp eq i8 %was, 0")
+    w.do("br i1 %free, label %kept, label %heap")
     w.label("%heap")
     w.do(f"%own = call ptr @aligned_alloc(i64 64, i64 {total})")
+    w.do("%none = icmp eq ptr %own, null")
+    w.do("br i1 %none, label %wait, label %run")
+    w.label("%wait")  # no room on the heap: the kept scratch, once its caller is done with it
+    w.do("call i32 @sched_yield()")
+    w.do(f"%was.again = atomicrmw xchg ptr @{name}.busy, i8 1 acquire")
+    w.do("%free.now = icmp eq i8 %was.again, 0")
+    w.do("br i1 %free.now, label %kept, label %wait")
+    w.label("%kept")
+    w.do(f"%bound = load ptr, ptr @{name}.scratch, align 8")
     w.do("br label %run")
     w.label("%run")
-    w.do(f"%scratch = phi ptr [ @{name}.scratch, %entry ], [ %own, %heap ]")
+    w.do("%scratch = phi ptr [ %bound, %kept ], [ %own, %heap ]")
+    w.do("%mine = phi i1 [ true, %kept ], [ false, %heap ]")
     if shared:  # per block of k: B packed by every thread, then rows of C shared out
         context = w("alloca [6 x i64]", "ctx")
         slots = [w(f"getelementptr i64, ptr {context}, i64 {i}") for i in range(6)]
@@ -493,17 +508,17 @@ def _driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: 
                 w.do(f"store {t} {value}, ptr {c}")
 
             w.loop("0", str(m * n), 1, add, "s")
-    w.do("br i1 %mine, label %release, label %free")
+    w.do("br i1 %mine, label %release, label %heap.free")
     w.label("%release")
     w.do(f"store atomic i8 0, ptr @{name}.busy release, align 1")
     w.do("ret void")
-    w.label("%free")
+    w.label("%heap.free")
     w.do("call void @free(ptr %scratch)")
     w.do("ret void")
     w.lines.append("}")
     out = [f"@{name}.busy = internal global i8 0",
-           f"@{name}.scratch = internal global [{total} x i8] zeroinitializer, align 64",
-           *w.lines, ""]
+           f"@{name}.scratch = global ptr null, align 8  ; set by the loader",
+           f"@{name}.scratch_bytes = constant i64 {total}", *w.lines, ""]
     if shared:
         return out + _pack_job(name, t, spec, nr) + _rows_job(name, t, spec, mr, nr, mc, kc)
     if len(parts) > 1:
