@@ -1,7 +1,8 @@
 """`grad`, `value_and_grad`, `vjp` and `triangle_gradients`, with JAX's signatures, on tapeml's
 machinery: trace the function, run the `tape-differentiate` pass on the traced program (the
-gradient is more tape), run that program. Differentiated programs are cached by the argument
-structure, shapes and dtypes, and are themselves traceable, so `grad(grad(f))` works."""
+gradient is more tape), run that program. As JAX's, they trace the function afresh on every
+call, so what it reads from its enclosing scope is read anew (only `jit` compiles once); the
+programs are themselves traceable, so `grad(grad(f))` works."""
 
 from __future__ import annotations
 
@@ -34,11 +35,6 @@ def _leaf_ranges(args: tuple) -> list[range]:
     return ranges
 
 
-def _signature(args: tuple, kwargs: dict) -> tuple:
-    leaves, tree = flatten((args, kwargs))
-    return tree, tuple((Spec.of(x).shape, Spec.of(x).dtype.str) for x in leaves)
-
-
 def _tuple_tree(children: Sequence[TreeDef]) -> TreeDef:
     return TreeDef("tuple", tuple(range(len(children))), tuple(children))
 
@@ -57,16 +53,12 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0,
                    has_aux: bool = False) -> Callable:
     """`fn` and its gradient with respect to the `argnums` arguments, each gradient in its
     argument's structure: `(value, grads)`, or `((value, aux), grads)` with `has_aux`.
-    An int `argnums` gives that argument's gradient; a sequence gives a tuple of them."""
-    cache: dict[tuple, Program] = {}
+    An int `argnums` gives that argument's gradient; a sequence gives a tuple of them.
+    Each call traces `fn` again (see the module doc)."""
 
     @functools.wraps(fn)
     def value_and_grad_fn(*args: Any, **kwargs: Any) -> Any:
-        nums = _argnums(argnums, len(args))
-        key = _signature(args, kwargs) + (nums,)
-        if (program := cache.get(key)) is None:
-            program = cache[key] = _differentiated(fn, args, kwargs, argnums, has_aux)
-        return program(*args, **kwargs)
+        return _differentiated(fn, args, kwargs, argnums, has_aux)(*args, **kwargs)
 
     return value_and_grad_fn
 
