@@ -101,11 +101,62 @@ def test_captured_arrays_become_constants():
     np.testing.assert_array_equal(program(x), x + table)
 
 
-def test_python_floats_are_rank0_float32_arguments_and_weak_scalars():
+def test_python_float_arguments_are_weak_scalars():
+    """A Python number argument is a float64 scalar that takes the dtype of the array it meets
+    (JAX's weak types): all of 0.1 in a float64 program, float32 in a float32 one."""
     program = tapeml.trace(lambda x, s: x * s + 1.0, rand(3, dtype=np.float64), 2.0)
-    assert program.input_shapes == ((Spec((3,), np.float64), Spec((), np.float32)), {})
-    # the float64 array wins; the Python constant 1.0 takes its dtype
+    assert program.input_shapes == ((Spec((3,), np.float64), Spec((), np.float64)), {})
     assert program.shapes == Spec((3,), np.float64)
+
+    def f(x, s):
+        return x * s
+
+    x64, x32 = np.ones(3), np.ones(3, np.float32)
+    for run in (tapeml.jit(f), tapeml.jit(f, backend="interp"), tapeml.trace(f, x64, 0.1)):
+        assert run(x64, 0.1).tolist() == [0.1] * 3  # not 0.10000000149
+    for run in (tapeml.jit(f), tapeml.trace(f, x32, 0.1)):
+        out = run(x32, 0.1)
+        assert out.dtype == np.float32 and out.tolist() == [np.float32(0.1)] * 3
+    # weak values alone compute in float64 and come out as a Python float's float32
+    alone = tapeml.jit(lambda s, t: s * t)(0.1, 3)
+    assert alone.dtype == np.float32 and alone == np.float32(0.1 * 3)
+
+
+def test_numpy_scalar_arguments_keep_their_dtype():
+    """np.float64 is a float subclass; it was traced as float32 and then refused as float64.
+    numpy scalars are strong (as in JAX): float32 meeting float64 gives float64. numpy ints
+    are weak numbers until tapeml has integer tensors."""
+    f = tapeml.jit(lambda a, s: a * s)
+    a = np.ones(3, np.float32)
+    out = f(a, np.float64(4.0))
+    assert out.dtype == np.float64 and out.tolist() == [4.0] * 3
+    assert f(a, np.float32(4.0)).dtype == np.float32
+    out = f(a, np.int64(4))
+    assert out.dtype == np.float32 and out.tolist() == [4.0] * 3
+    assert tapeml.trace(lambda a, s: a * s, a, np.int64(3))(a, 5).tolist() == [5.0] * 3
+
+
+def test_a_closed_over_boolean_mask_is_captured():
+    """A causal-mask style constant: captured as (float constant != 0), so where() takes it."""
+    mask = np.array([[True, False], [True, True]])
+
+    def f(x):
+        return tapeml.where(mask, x, -np.inf)
+
+    x = rand(2, 2)
+    expected = np.where(mask, x, -np.inf).astype(np.float32)
+    np.testing.assert_array_equal(tapeml.trace(f, x)(x), expected)
+    np.testing.assert_array_equal(tapeml.jit(f)(x), expected)
+    np.testing.assert_array_equal(f(x), expected)
+
+
+def test_numpy_functions_without_a_tapeml_op_are_not_recommended_as_tapeml_ops():
+    with pytest.raises(tapeml.TracingError) as error:
+        tapeml.trace(lambda x: np.argmax(x), rand(3))
+    assert "tapeml has no argmax" in str(error.value)
+    assert "use tapeml.argmax" not in str(error.value)
+    with pytest.raises(tapeml.TracingError, match=r"use tapeml\.sum"):
+        tapeml.trace(lambda x: np.sum(x), rand(3))
 
 
 def test_eval_shape_and_shapes():

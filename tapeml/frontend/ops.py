@@ -34,18 +34,32 @@ def _lift(x: Any) -> Array:
     return x if isinstance(x, Tracer) else as_array(x)
 
 
-def _common(name: str, *xs: Any) -> list[Array]:
-    """Operands of `name` brought to one dtype and one (broadcast) shape, numpy style."""
+def _is_weak(x: Any) -> bool:
+    return isinstance(x, Tracer) and x.weak
+
+
+def _common(name: str, *xs: Any) -> tuple[list[Array], bool]:
+    """Operands of `name` brought to one dtype and one (broadcast) shape, numpy style, and
+    whether the result is weak (every float operand a weak tracer or a Python number).
+
+    The dtype is float64 if any non-weak float array is float64, else float32; weak tracers
+    (Python numbers passed as arguments, see `Tracer`) and Python numbers take it. Weak operands
+    alone compute in float64."""
     arrays = [x for x in xs if _is_array(x)]
-    dtypes = {np.dtype(a.dtype) for a in arrays if np.dtype(a.dtype) != np.bool_}
-    dtype = np.dtype(np.float64) if np.dtype(np.float64) in dtypes else np.dtype(np.float32)
+    dtypes = {np.dtype(a.dtype) for a in arrays
+              if np.dtype(a.dtype) != np.bool_ and not _is_weak(a)}
+    weak = not dtypes and any(_is_weak(a) for a in arrays)
+    wide = weak or np.dtype(np.float64) in dtypes
+    dtype = np.dtype(np.float64) if wide else np.dtype(np.float32)
     lifted = []
     for x in xs:
         if not _is_array(x):
             if not isinstance(x, int | float | list | tuple):
                 raise TypeError(at_user_line(f"{name}: cannot use a {type(x).__name__} as an "
                                              "operand (arrays, tracers and numbers only)"))
-            x = as_array(np.asarray(x, dtype=dtype))
+            x = as_array(x if isinstance(x, list | tuple) else np.asarray(x, dtype=dtype))
+            if np.dtype(x.dtype) not in (dtype, np.bool_):
+                x = x.astype(dtype)
         elif np.dtype(x.dtype) not in (dtype, np.bool_):
             x = astype(x, dtype)
         lifted.append(x)
@@ -55,7 +69,14 @@ def _common(name: str, *xs: Any) -> list[Array]:
         shapes = ", ".join(str(_shape(x)) for x in lifted)
         raise ShapeError(at_user_line(f"{name}: operands with shapes {shapes} cannot be "
                                       "broadcast together")) from None
-    return [broadcast_to(x, shape) for x in lifted]
+    return [broadcast_to(x, shape) for x in lifted], weak
+
+
+def _weakened(result: Array, weak: bool) -> Array:
+    """`result`, marked weak when its operands were (see `Tracer`)."""
+    if weak and isinstance(result, Tracer):
+        result.weak = True
+    return result
 
 
 # ----------------------------------------------------------------------------------------------
@@ -64,7 +85,8 @@ def _common(name: str, *xs: Any) -> list[Array]:
 
 def _binary(op: type[tape.TapeOp]):
     def fn(x: Any, y: Any) -> Array:
-        return bind(op, *_common(fn.__name__, x, y))
+        operands, weak = _common(fn.__name__, x, y)
+        return _weakened(bind(op, *operands), weak)
 
     fn.__name__ = op.name.removeprefix("tape.")
     fn.__doc__ = f"Elementwise `{op.name}`, numpy broadcasting."
@@ -73,7 +95,8 @@ def _binary(op: type[tape.TapeOp]):
 
 def _unary(op: type[tape.TapeOp]):
     def fn(x: Any) -> Array:
-        return bind(op, _lift(x))
+        x = _lift(x)
+        return _weakened(bind(op, x), _is_weak(x))
 
     fn.__name__ = op.name.removeprefix("tape.")
     fn.__doc__ = f"Elementwise `{op.name}`."
@@ -108,7 +131,7 @@ def abs(x: Any) -> Array:  # noqa: A001 - numpy's name
 
 def _compare(predicate: str):
     def fn(x: Any, y: Any) -> Array:
-        return bind(tape.CmpOp, *_common(fn.__name__, x, y), predicate=predicate)
+        return bind(tape.CmpOp, *_common(fn.__name__, x, y)[0], predicate=predicate)
 
     fn.__name__ = {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal",
                    "eq": "equal", "ne": "not_equal"}[predicate]
@@ -126,8 +149,8 @@ def where(cond: Array, x: Any, y: Any) -> Array:
     if np.dtype(cond.dtype) != np.bool_:
         raise ShapeError(at_user_line(f"where: the condition must be boolean (a comparison), "
                                       f"got {cond.dtype}"))
-    cond, x, y = _common("where", cond, x, y)
-    return bind(tape.SelectOp, cond, x, y)
+    (cond, x, y), weak = _common("where", cond, x, y)
+    return _weakened(bind(tape.SelectOp, cond, x, y), weak)
 
 
 def astype(x: Any, dtype: Any) -> Array:

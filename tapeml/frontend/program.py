@@ -34,7 +34,15 @@ from xdsl.parser import Parser
 from tapeml.dialects import tape
 from tapeml.errors import TracingError
 from tapeml.frontend.pytree import LEAF, TreeDef, flatten, leaf_paths, unflatten
-from tapeml.frontend.trace import Tracer, as_array, at_user_line, bind, new_trace
+from tapeml.frontend.trace import (
+    Tracer,
+    as_array,
+    at_user_line,
+    bind,
+    is_weak_scalar,
+    new_trace,
+    runtime_leaf,
+)
 from tapeml.interpreters import interpret
 from tapeml.profile import count_ops, record
 
@@ -102,23 +110,26 @@ def _argument_paths(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
 def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
     """Run `fn` once on tracers shaped like the example arguments and record its tape program.
 
-    Arguments and results are pytrees (tuples, lists, dicts, None) of numpy arrays, Python
-    floats or `Spec`s. Arrays `fn` reads from its enclosing scope become `tape.constant` ops.
+    Arguments and results are pytrees (tuples, lists, dicts, None) of numpy arrays, numpy
+    scalars, Python numbers or `Spec`s. A Python number is a weak scalar (see `Tracer`): a
+    float64 argument that takes the dtype of the arrays it meets. Arrays `fn` reads from its
+    enclosing scope become `tape.constant` ops.
     """
     started = time.perf_counter()
     leaves, in_tree = flatten((example_args, example_kwargs))
     paths = _argument_paths(fn, example_args, example_kwargs)
-    specs = []
+    specs, weak = [], []
     for path, leaf in zip(paths, leaves, strict=True):
         if is_device_array(leaf):
             leaf = Spec(leaf.shape, leaf.dtype)
         if not isinstance(leaf, Spec | Tracer | np.ndarray | np.generic | float | int):
             raise TracingError(f"trace: argument `{path}` is a {type(leaf).__name__}; arguments "
                                "must be arrays, floats or tapeml.Spec (close over anything else)")
+        weak.append(is_weak_scalar(leaf) or (isinstance(leaf, Tracer) and leaf.weak))
         if isinstance(leaf, Spec | Tracer):
             spec = Spec.of(leaf)
-        elif isinstance(leaf, int | float) and not isinstance(leaf, bool):
-            spec = Spec((), np.float32)  # Python numbers are float32 scalars
+        elif weak[-1]:
+            spec = Spec((), np.float64)  # all of a Python float, whatever it meets
         else:
             spec = Spec(np.shape(leaf), np.result_type(leaf))
         if spec.dtype not in (np.float32, np.float64):
@@ -129,7 +140,7 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
     for arg, path in zip(block.args, paths, strict=True):
         arg.name_hint = _ssa_name(path)
     with new_trace(block) as tr:
-        tracers = [Tracer(a, tr) for a in block.args]
+        tracers = [Tracer(a, tr, w) for a, w in zip(block.args, weak, strict=True)]
         args, kwargs = unflatten(in_tree, tracers)
         out = fn(*args, **kwargs)
         out_leaves, out_tree = flatten(out)
@@ -152,6 +163,8 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
 
 
 def _checked_result(x: Any, path: str) -> Any:
+    if isinstance(x, Tracer) and x.weak:  # a weak value is a Python float's: float32
+        return bind(tape.CastOp, x, dtype=np.dtype(np.float32))
     if isinstance(x, Tracer | np.ndarray | np.generic | float | int):
         return x
     raise TracingError(at_user_line(f"trace: result `{path}` is a {type(x).__name__}; results "
@@ -235,7 +248,7 @@ class Program:
                             ".shapes or tapeml.eval_shape")
         if any(isinstance(leaf, Tracer) for leaf in leaves):
             return unflatten(self.out_tree, self._replay(leaves))
-        results = interpret(self.module, self.name, *leaves)
+        results = interpret(self.module, self.name, *(runtime_leaf(x) for x in leaves))
         return unflatten(self.out_tree, list(results))
 
     def _replay(self, leaves: list[Any]) -> list[Any]:

@@ -95,9 +95,10 @@ class Trace:
                     "closure"))
             return x.value
         array = as_array(x)
-        if array.dtype == np.bool_:
-            raise ShapeError(at_user_line("a boolean array from outside the traced function "
-                                          "cannot be captured; pass it as a float mask"))
+        if array.dtype == np.bool_:  # tape constants are floats: the mask is (c != 0)
+            ones = self.insert(tape.ConstantOp.build(value=array.astype(np.float32))).value
+            zeros = self.insert(tape.ConstantOp.build(value=np.zeros(array.shape, np.float32)))
+            return self.insert(tape.CmpOp.build(ones, zeros.value, predicate="ne")).value
         return self.insert(tape.ConstantOp.build(value=array)).value
 
 
@@ -130,7 +131,9 @@ def as_array(x: Any) -> np.ndarray:
         ):
             raise TracingError(at_user_line(
                 "a list or tuple holding tracers is not an array; make one with "
-                "tapeml.stack([...]) or tapeml.concatenate([...])"))
+                "tapeml.stack([...]) or tapeml.concatenate([...]) (a list passed to a traced "
+                "function is a pytree, each element traced on its own: pass np.asarray(list) "
+                "for an array)"))
         array = np.asarray(x)
         if array.dtype.kind in "iub":
             array = array.astype(np.float32)
@@ -174,14 +177,32 @@ def bind(op_type: type[TapeOp], *operands: Any, **params: Any) -> Any:
     return trace.insert(op)
 
 
+def is_weak_scalar(x: Any) -> bool:
+    """A Python number (or a numpy integer, until tapeml has integer tensors): traced as a
+    *weak* scalar, which takes the dtype of the arrays it meets (JAX's weak types)."""
+    return (isinstance(x, int | float) and not isinstance(x, bool | np.floating)) or \
+        isinstance(x, np.integer)
+
+
+def runtime_leaf(x: Any) -> Any:
+    """A weak scalar as the float64 its traced argument is; anything else as it is."""
+    return np.float64(x) if is_weak_scalar(x) else x
+
+
 class Tracer:
-    """Stands for an array while a function is traced: it has a shape and a dtype, no values."""
+    """Stands for an array while a function is traced: it has a shape and a dtype, no values.
 
-    __slots__ = ("trace", "value")
+    A *weak* tracer stands for a Python number passed as an argument: it is traced as a float64
+    scalar, so no precision is lost, and it takes the dtype of any non-weak array it meets (a
+    float32 program stays float32, a float64 one gets the full 0.1); ops on weak values only
+    stay weak, and a weak result comes out as float32, the dtype of a Python float."""
 
-    def __init__(self, value: SSAValue, trace: Trace) -> None:
+    __slots__ = ("trace", "value", "weak")
+
+    def __init__(self, value: SSAValue, trace: Trace, weak: bool = False) -> None:
         self.value = value
         self.trace = trace
+        self.weak = weak
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -205,7 +226,7 @@ class Tracer:
         return self.shape[0]
 
     def __repr__(self) -> str:
-        return f"Tracer({self.value.type})"
+        return f"Tracer({self.value.type}{', weak' if self.weak else ''})"
 
     # -- reading a value is what a trace cannot do -------------------------------------------
 
@@ -247,9 +268,15 @@ class Tracer:
         return fn(*inputs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        from tapeml.frontend import ops
+
+        if hasattr(ops, func.__name__):
+            advice = f"use tapeml.{func.__name__}"
+        else:
+            advice = (f"tapeml has no {func.__name__} yet: write it with tapeml's ops "
+                      "(tapeml.ops lists them)")
         raise TracingError(at_user_line(
-            f"numpy.{func.__name__} cannot run on a tracer; use tapeml.{func.__name__} (or the "
-            "tapeml op that does the same)"))
+            f"numpy.{func.__name__} cannot run on a tracer; {advice}"))
 
     def tolist(self) -> list:
         raise self._no_value("tolist()")
