@@ -1,8 +1,12 @@
 """`tapeml.jit`: capture a function on its first call, compile it, replay it after.
 
-The cache key is the structure of the arguments, the shape and dtype of every array in them, and
-the static arguments (by value). A miss traces and compiles again (the cache keeps the
-`cache_size` latest compilations); `explain()` says why each compilation happened.
+The cache key is the structure of the arguments, the shape and dtype of every array in them
+(a Python number is a weak scalar, whatever its value), and the static arguments by type and
+value. A miss traces and compiles again; the cache keeps the `cache_size` most recently used
+compilations. `explain()` says why each compilation happened. As in JAX, what the function
+reads from its enclosing scope (arrays, numbers, flags) is compiled in as it was on the
+compiling call: later changes to it are not seen until a recompilation, so pass what changes
+as an argument.
 """
 
 from __future__ import annotations
@@ -19,23 +23,43 @@ import numpy as np
 from tapeml.codegen import Compiled, get_backend
 from tapeml.frontend.program import Spec, trace
 from tapeml.frontend.pytree import TreeDef, flatten, unflatten
-from tapeml.frontend.trace import Tracer
+from tapeml.frontend.trace import Tracer, is_weak_scalar, runtime_leaf
 
 
 def _leaf_key(x: Any) -> tuple:
-    if isinstance(x, np.ndarray):
-        return x.shape, x.dtype.name
+    if type(x) is np.ndarray:
+        return x.shape, x.dtype
+    if is_weak_scalar(x):
+        return (), "weak"
+    if isinstance(x, Spec):
+        raise TypeError("jit: a compiled function runs on arrays, got a tapeml.Spec; for "
+                        "shapes alone use tapeml.eval_shape, for the compiled stages .lower()")
     spec = Spec.of(x)
-    return spec.shape, spec.dtype.name
+    return spec.shape, spec.dtype
 
 
-def _signature(leaves: list[Any], tree: TreeDef) -> tuple:
-    return tree, tuple(_leaf_key(x) for x in leaves)
+@functools.lru_cache(maxsize=64)
+def _arrays_tree(count: int) -> TreeDef:
+    """The structure of `count` positional arrays and no keywords: what `flatten` gives."""
+    return flatten((tuple(np.empty(0) for _ in range(count)), {}))[1]
+
+
+def _static_key(x: Any) -> Any:
+    """A static argument by type and value: 1, 1.0 and True compile apart, as in JAX."""
+    if isinstance(x, tuple):
+        return tuple, tuple(_static_key(item) for item in x)
+    hash(x)  # an unhashable static argument is reported by the caller
+    return type(x), x
+
+
+def _spec_text(spec: tuple) -> str:
+    shape, dtype = spec
+    return "a weak scalar" if dtype == "weak" else f"{np.dtype(dtype).name}{list(shape)}"
 
 
 def _describe(signature: tuple) -> str:
     tree, specs = signature
-    return f"{tree} with " + ", ".join(f"{d}{list(s)}" for s, d in specs)
+    return f"{tree} with " + ", ".join(_spec_text(spec) for spec in specs)
 
 
 class Jitted:
@@ -54,7 +78,8 @@ class Jitted:
             raise ValueError(f"jit: cache_size must be a positive int, got {cache_size!r}")
         self.cache_size = cache_size
         self.cache: OrderedDict[tuple, tuple[TreeDef, Compiled]] = OrderedDict()
-        """Compilations by signature; the oldest is dropped past `cache_size`."""
+        """Compilations by signature, least recently used first; the first is dropped past
+        `cache_size`."""
         self.log: list[str] = []
         self._last: tuple | None = None  # the signature of the latest compilation
         self._lock = threading.Lock()
@@ -79,29 +104,35 @@ class Jitted:
     def _entry(self, args: tuple, kwargs: dict
                ) -> tuple[tuple, list[Any], tuple[TreeDef, Compiled]]:
         static, dynamic, positions = self._split(args)
-        if not kwargs and all(type(a) is np.ndarray for a in dynamic):
-            # the common call, arrays only: keyed without walking a pytree
-            leaves: list[Any] = list(dynamic)
-            key = (len(leaves), tuple((a.shape, a.dtype) for a in leaves), static)
-        else:
-            leaves, tree = flatten((dynamic, kwargs))
-            key = (tree, tuple(_leaf_key(x) for x in leaves), static)
         try:
-            entry = self.cache.get(key)
+            static_key = _static_key(static)
         except TypeError:
             raise TypeError(f"jit: static arguments {self.static_argnums} must be hashable, "
                             f"got {static!r}") from None
-        if entry is not None:
+        if not kwargs and all(type(a) is np.ndarray for a in dynamic):
+            # the common call, arrays only: the same key, without walking a pytree
+            leaves: list[Any] = list(dynamic)
+            tree = _arrays_tree(len(leaves))
+            specs = tuple((a.shape, a.dtype) for a in leaves)
+        else:
+            leaves, tree = flatten((dynamic, kwargs))
+            specs = tuple(_leaf_key(x) for x in leaves)
+            leaves = [runtime_leaf(x) for x in leaves]
+        key = (tree, specs, static_key)
+        if (entry := self.cache.get(key)) is not None:
+            try:  # (cheaper than contextlib.suppress on this path, taken on every call)  # noqa: SIM105
+                self.cache.move_to_end(key)  # the most recently used
+            except KeyError:  # dropped by another thread meanwhile; it is still valid here
+                pass
             return dynamic, leaves, entry
         with self._lock:
             if (entry := self.cache.get(key)) is not None:  # compiled meanwhile
                 return dynamic, leaves, entry
-            leaves, tree = flatten((dynamic, kwargs))
-            self.log.append(self._why(_signature(leaves, tree), static))
+            self.log.append(self._why((tree, specs), static))
             program = trace(self._with_static(static, positions), *dynamic, **kwargs)
             entry = (program.out_tree, self.backend.compile(program))
             self.cache[key] = entry
-            if len(self.cache) > self.cache_size:  # the oldest compilation goes first
+            if len(self.cache) > self.cache_size:  # the least recently used goes
                 self.cache.popitem(last=False)
             return dynamic, leaves, entry
 
@@ -134,9 +165,9 @@ class Jitted:
         if last_signature[0] != signature[0]:
             reason = f"the argument structure changed from {last_signature[0]} to {signature[0]}"
         elif last_signature != signature:
-            changes = [f"leaf {i}: {d0}{list(s0)} -> {d1}{list(s1)}" for i, ((s0, d0), (s1, d1))
+            changes = [f"leaf {i}: {_spec_text(a)} -> {_spec_text(b)}" for i, (a, b)
                        in enumerate(zip(last_signature[1], signature[1], strict=True))
-                       if (s0, d0) != (s1, d1)]
+                       if a != b]
             reason = "shapes or dtypes changed (" + "; ".join(changes) + ")"
         else:
             reason = f"static arguments changed from {last_static!r} to {static!r}"

@@ -1,0 +1,79 @@
+"""What `tapeml.jit` compiles once and reuses: its cache key, its eviction, and the arguments
+it refuses (issue 15: FIFO eviction, two keys for one signature, 1 and 1.0 sharing an entry)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapeml
+from tapeml import ops
+
+
+def _counting(fn):
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return fn(*args, **kwargs)
+
+    counted.__name__ = fn.__name__
+    return counted, calls
+
+
+def test_the_cache_keeps_the_most_recently_used():
+    f, calls = _counting(lambda x: ops.sum(x))
+    jitted = tapeml.jit(f, backend="interp", cache_size=2)
+    a, b, c = np.ones(1), np.ones(2), np.ones(3)
+    jitted(a), jitted(b)
+    jitted(a)  # a is now the most recent: c evicts b
+    jitted(c)
+    assert len(calls) == 3
+    jitted(a)
+    assert len(calls) == 3
+    jitted(b)
+    assert len(calls) == 4
+
+
+def test_one_signature_compiles_once_whichever_path_keys_it():
+    """Arrays alone take a fast path; the same signature reached through the pytree walk (an
+    ndarray subclass here) must find the same entry."""
+    f, calls = _counting(lambda x: ops.sum(x))
+    jitted = tapeml.jit(f, backend="interp")
+    x = np.ones(3)
+    jitted(x)
+    jitted(x.view(type("Sub", (np.ndarray,), {})))
+    assert len(calls) == 1
+    assert jitted(x) == 3.0
+
+
+def test_static_arguments_are_keyed_by_type_and_value():
+    """1 == 1.0 == True, but a function may tell them apart: each compiles on its own."""
+    def f(x, k):
+        return x * 10.0 if isinstance(k, float) else x + k
+
+    jitted = tapeml.jit(f, static_argnums=1, backend="interp")
+    x = np.ones(2)
+    assert jitted(x, 1).tolist() == [2.0, 2.0]
+    assert jitted(x, 1.0).tolist() == [10.0, 10.0]
+    assert jitted(x, True).tolist() == [2.0, 2.0]
+    assert len(jitted.cache) == 3
+    assert "static arguments changed from (1.0,) to (True,)" in jitted.explain()
+    nested = tapeml.jit(lambda x, k: f(x, k[0]), static_argnums=1, backend="interp")
+    assert nested(x, (1,)).tolist() == [2.0, 2.0]
+    assert nested(x, (1.0,)).tolist() == [10.0, 10.0]
+
+
+def test_a_python_number_is_one_signature_whatever_its_value():
+    f, calls = _counting(lambda x, s: x * s)
+    jitted = tapeml.jit(f)
+    x = np.ones(2, np.float32)
+    assert jitted(x, 2.0).tolist() == [2.0, 2.0]
+    assert jitted(x, 3).tolist() == [3.0, 3.0]
+    assert len(calls) == 1
+    assert "a weak scalar" in jitted.explain()
+
+
+def test_a_spec_is_not_something_to_run_on():
+    with pytest.raises(TypeError, match="runs on arrays, got a tapeml.Spec"):
+        tapeml.jit(lambda x: x * 2)(tapeml.Spec((2,)))
