@@ -311,16 +311,40 @@ def test_hessian_vector_product_written_by_the_user():
     np.testing.assert_allclose(hvp(x, v), (np.exp(x) * (x + 2)) * v, rtol=1e-12)
 
 
-def test_gradients_are_cached_per_signature():
-    calls = []
+def test_grad_traces_afresh_so_it_sees_what_the_function_reads_now():
+    """As JAX's grad: a rebound global, an array changed in place, a Python flag — each call
+    differentiates the function as it is (a cache keyed by shapes returned the old gradient)."""
+    scale = {"w": np.ones(3), "square": False}
 
     def f(x):
-        calls.append(1)
-        return ops.sum(x * x)
+        y = x * x if scale["square"] else x
+        return ops.sum(y * scale["w"])
 
-    g = tapeml.grad(f)
-    g(r(3)), g(r(3)), g(r(4))
-    assert len(calls) == 2
+    g, vg = tapeml.grad(f), tapeml.value_and_grad(f)
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(g(x), [1, 1, 1])
+    scale["w"][:] = 50.0  # in place
+    np.testing.assert_array_equal(g(x), [50, 50, 50])
+    scale["w"] = np.array([1.0, 2.0, 3.0])  # rebound
+    assert vg(x)[0] == 14.0
+    scale["square"] = True
+    np.testing.assert_array_equal(g(x), 2 * x * [1, 2, 3])
+    out, vjp_fn = tapeml.vjp(f, x)
+    assert out == 36.0
+    np.testing.assert_array_equal(vjp_fn(np.float64(1.0))[0], 2 * x * [1, 2, 3])
+
+
+def test_jit_compiles_in_what_the_function_reads_as_the_readme_says():
+    """jit's other side: a closed-over array is compiled in as it was on the compiling call;
+    passed as an argument, the new value is used."""
+    w = np.ones(3, np.float32)
+    closed = tapeml.jit(lambda x: ops.sum(x * w))
+    passed = tapeml.jit(lambda x, w: ops.sum(x * w))
+    x = np.ones(3, np.float32)
+    assert closed(x) == 3.0 and passed(x, w) == 3.0
+    w[:] = 50.0
+    assert closed(x) == 3.0  # the compiled constant
+    assert passed(x, w) == 150.0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -388,3 +412,36 @@ def test_pytree_helpers_roundtrip():
     tree = {"a": (1, [2, None]), "b": 3}
     leaves, treedef = flatten(tree)
     assert unflatten(treedef, leaves) == tree
+
+
+def test_a_pullback_giving_the_wrong_shape_is_an_error_naming_the_op(monkeypatch):
+    """A wrong rule was silently broadcast into the sum of cotangents (issue 15)."""
+    from tapeml.transforms import pullbacks
+    from tapeml.transforms.differentiate import DifferentiateError
+
+    def wrong(ct, a, *, result):  # a (3,) operand given a (1,) cotangent
+        return (ops.sum(ct, axis=0, keepdims=True),)
+
+    monkeypatch.setitem(pullbacks.PULLBACKS, tape.TanhOp, wrong)
+    with pytest.raises(DifferentiateError, match=r"pullback of tape\.tanh gave operand 0 "
+                       r"\(tensor<3xf64>\) a cotangent of shape \(1,\)"):
+        tapeml.grad(lambda x: ops.sum(ops.tanh(x)))(r(3))
+
+
+def test_differentiate_skips_function_declarations():
+    from xdsl.context import Context
+
+    from tapeml.frontend.program import Program
+    from tapeml.transforms.differentiate import DifferentiateError, DifferentiatePass
+
+    text = """
+    func.func private @g(tensor<f32>) -> tensor<f32>
+    func.func @f(%x: tensor<f32>) -> tensor<f32> {
+      %y = tape.mul %x, %x : tensor<f32>
+      func.return %y : tensor<f32>
+    }"""
+    program = Program.parse(text, "f")
+    DifferentiatePass().apply(Context(), program.module)
+    assert len(program.function.function_type.outputs) == 2
+    with pytest.raises(DifferentiateError, match="@g is a declaration"):
+        DifferentiatePass(function="g").apply(Context(), Program.parse(text, "f").module)

@@ -48,12 +48,19 @@ class DifferentiateError(DiagnosticException):
 
 
 def _pick_function(module: ModuleOp, name: str) -> func.FuncOp:
+    """The function called `name`, or the first with a body (declarations have none)."""
     functions = [op for op in module.ops if isinstance(op, func.FuncOp)]
     for f in functions:
-        if not name or f.sym_name.data == name:
+        if name and f.sym_name.data == name:
+            if not f.body.blocks:
+                raise DifferentiateError(f"tape-differentiate: @{name} is a declaration; "
+                                         "only a function with a body can be differentiated")
             return f
-    known = ", ".join(f"@{f.sym_name.data}" for f in functions) or "none"
-    raise DifferentiateError(f"tape-differentiate: no function @{name} (functions: {known})")
+        if not name and f.body.blocks:
+            return f
+    known = ", ".join(f"@{f.sym_name.data}" for f in functions if f.body.blocks) or "none"
+    what = f"no function @{name}" if name else "no function with a body"
+    raise DifferentiateError(f"tape-differentiate: {what} (functions: {known})")
 
 
 def _needs_gradient(f: func.FuncOp, wrt: list[SSAValue]) -> set[SSAValue]:
@@ -77,6 +84,9 @@ def differentiate(f: func.FuncOp, wrt: tuple[int, ...] = (), of: tuple[int, ...]
     cotangent, after its own arguments (a vector-Jacobian product).
     """
     started = time.perf_counter()
+    if len(f.body.blocks) != 1:
+        raise DifferentiateError(f"tape-differentiate: @{f.sym_name.data} must be one block "
+                                 f"of tape ops, it has {len(f.body.blocks)}")
     block = f.body.block
     ret = block.last_op
     if not isinstance(ret, func.ReturnOp):
@@ -150,9 +160,25 @@ def _apply_pullback(trace: Trace, op: TapeOp, ct: Tracer, accumulate) -> None:
         cts = rule(ct, *operands, result=Tracer(op.results[0], trace), **op.params)
     finally:
         trace.location = None
-    for operand, operand_ct in zip(op.operands, cts, strict=True):
-        if operand_ct is not None:
-            accumulate(operand, operand_ct)
+    if len(cts) != len(op.operands):
+        raise DifferentiateError(f"tape-differentiate: the pullback of {op.name} gave "
+                                 f"{len(cts)} cotangents for {len(op.operands)} operands")
+    for i, (operand, operand_ct) in enumerate(zip(op.operands, cts, strict=True)):
+        if operand_ct is None:
+            continue
+        _check_cotangent(op, i, operand, operand_ct)
+        accumulate(operand, operand_ct)
+
+
+def _check_cotangent(op: TapeOp, i: int, operand: SSAValue, ct: Any) -> None:
+    """A cotangent has its primal's shape and dtype: a pullback that gets one wrong is a bug
+    in its rule, reported here instead of broadcast silently into the sum of cotangents."""
+    shape, dtype = operand.type.get_shape(), tape.dtype_of(operand.type)
+    if tuple(ct.shape) != shape or np.dtype(ct.dtype) != dtype:
+        raise DifferentiateError(
+            f"tape-differentiate: the pullback of {op.name} gave operand {i} ({operand.type}) "
+            f"a cotangent of shape {tuple(ct.shape)} and dtype {np.dtype(ct.dtype)}; a "
+            "cotangent has its operand's shape and dtype")
 
 
 def _gradient_of(trace: Trace, value: SSAValue, cotangents: dict[SSAValue, Any]) -> SSAValue:
