@@ -7,7 +7,8 @@ One pass converts all six dialects at once, so the IR is valid before and after 
 llvm counterpart. MLIR's own conversions are the semantics followed:
 
   arith   integer ops on i64, float ops, cmpi/cmpf (same predicate numbering), select, extf/truncf,
-          maximumf/minimumf as llvm.maximum/llvm.minimum (NaN propagating, as numpy's), max/minsi
+          maximumf/minimumf as llvm.maximum/llvm.minimum (IEEE 754-2019: NaN propagating,
+          -0 < +0), max/minsi
   math    exp, log, sqrt, tanh, powf as LLVM intrinsics (libm on the CPU)
   cf      br, cond_br
   memref  load/store as a getelementptr (not inttoptr: LLVM vectorizes GEP loops) and load/store;
