@@ -587,36 +587,37 @@ class _ConvGeometry:
         o, cg, kh, kw = w_shape
         return cls(n, c, h, w, o, cg, kh, kw, y_shape[2], y_shape[3], params["groups"], params)
 
-    def taps(self):
-        """(i, j, rows, columns, input offset of the first position) per tap reading input."""
+    def _ranges(self):
+        """(i, j, rows, columns) per tap: the output rows and columns it reads inside."""
         (sh, sw), (dh, dw) = self.params["stride"], self.params["dilation"]
         top, left = self.params["padding"][:2]
         for i in range(self.kh):
             for j in range(self.kw):
-                y0, y1 = _valid(self.oh, self.h, sh, i * dh - top)
-                x0, x1 = _valid(self.ow, self.w, sw, j * dw - left)
-                if y0 < y1 and x0 < x1:
-                    first = (y0 * sh + i * dh - top) * self.w + x0 * sw + j * dw - left
-                    yield i, j, (y0, y1), (x0, x1), first
+                yield (i, j, _valid(self.oh, self.h, sh, i * dh - top),
+                       _valid(self.ow, self.w, sw, j * dw - left))
+
+    def taps(self):
+        """(i, j, rows, columns, input offset of the first position) per tap reading input."""
+        (sh, sw), (dh, dw) = self.params["stride"], self.params["dilation"]
+        top, left = self.params["padding"][:2]
+        for i, j, (y0, y1), (x0, x1) in self._ranges():
+            if y0 < y1 and x0 < x1:
+                first = (y0 * sh + i * dh - top) * self.w + x0 * sw + j * dw - left
+                yield i, j, (y0, y1), (x0, x1), first
 
     def padding_reads(self):
         """(i, j, rectangles) per tap reading the padding somewhere: the rectangles
         ((row from, to), (column from, to)) of output positions whose tap is padding. The
         direct loops skip those taps, so what they add (0 * w, NaN where w is not finite) is
         added from here."""
-        (sh, sw), (dh, dw) = self.params["stride"], self.params["dilation"]
-        top, left = self.params["padding"][:2]
-        for i in range(self.kh):
-            for j in range(self.kw):
-                y0, y1 = _valid(self.oh, self.h, sh, i * dh - top)
-                x0, x1 = _valid(self.ow, self.w, sw, j * dw - left)
-                if y0 >= y1 or x0 >= x1:
-                    y0, y1, x0, x1 = 0, 0, 0, 0  # every position reads padding
-                rectangles = [((0, y0), (0, self.ow)), ((y1, self.oh), (0, self.ow)),
-                              ((y0, y1), (0, x0)), ((y0, y1), (x1, self.ow))]
-                rectangles = [(r, c) for r, c in rectangles if r[0] < r[1] and c[0] < c[1]]
-                if rectangles:
-                    yield i, j, rectangles
+        for i, j, (y0, y1), (x0, x1) in self._ranges():
+            if y0 >= y1 or x0 >= x1:
+                y0, y1, x0, x1 = 0, 0, 0, 0  # every position reads padding
+            rectangles = [((0, y0), (0, self.ow)), ((y1, self.oh), (0, self.ow)),
+                          ((y0, y1), (0, x0)), ((y0, y1), (x1, self.ow))]
+            rectangles = [(r, c) for r, c in rectangles if r[0] < r[1] and c[0] < c[1]]
+            if rectangles:
+                yield i, j, rectangles
 
     def x_steps(self) -> list[int]:  # over (b, group, channel in group, row, column)
         sh, sw = self.params["stride"]
