@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar, Self
 
 import numpy as np
 from xdsl.dialects.builtin import (
     BytesAttr,
     DenseIntOrFPElementsAttr,
+    Float16Type,
     Float32Type,
     Float64Type,
     TensorType,
@@ -41,6 +43,9 @@ from xdsl.irdl import (
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import Commutative, HasParent, IsTerminator, Pure
+from xdsl.utils.exceptions import ParseError
+from xdsl.utils.lexer import Position, Span, Token
+from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
 
 from tapeml.dialects.base import Flag, Float, Int, IntList, Keyword, TapeOp
 from tapeml.errors import ShapeError
@@ -326,7 +331,8 @@ class ConstantOp(TapeOp):
     @classmethod
     def parse(cls, parser: Parser) -> Self:
         start = parser.pos
-        value = parser.parse_attribute()
+        with dense_literal_errors(parser, f"{cls.name}: "):
+            value = parser.parse_attribute()
         if not isinstance(value, DenseIntOrFPElementsAttr):
             parser.raise_error("expected a dense literal such as dense<1.0> : tensor<2xf32>",
                                start, parser.pos)
@@ -372,6 +378,105 @@ def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     if flat.size == 1 and math.prod(shape) != 1:
         return np.full(shape, flat[0], dtype=flat.dtype)
     return flat.reshape(shape).copy()
+
+
+# xDSL's checks of a whole dense literal: it makes them once the literal's type is read, and so
+# reports them at the token after the literal (often on the next line).
+_WHOLE_LITERAL_CHECKS = (
+    "Shape mismatch in dense literal",
+    "Expected at least one element in the dense literal",
+    "Hex string in denseAttr is invalid",
+    "Expected memref, vector or tensor type",
+    "Dense literal attribute should have a static shape",
+    "No conversion from complex to float",
+)
+_OPENING = {MLIRTokenKind.LESS, MLIRTokenKind.L_SQUARE, MLIRTokenKind.L_PAREN,
+            MLIRTokenKind.L_BRACE}
+_CLOSING = {MLIRTokenKind.GREATER, MLIRTokenKind.R_SQUARE, MLIRTokenKind.R_PAREN,
+            MLIRTokenKind.R_BRACE}
+_NARROW_FLOATS = {Float16Type: np.float16, Float32Type: np.float32}
+
+
+class DenseLiteralError(ParseError):
+    """A mistake in a dense literal, located at the literal."""
+
+
+@contextmanager
+def dense_literal_errors(parser: Parser, what: str = "",
+                         start: Position | None = None) -> Iterator[None]:
+    """Report a mistake in the dense literal parsed inside the `with` (beginning at `start`,
+    default the next token) at the literal itself, `what` (e.g. an op's name) first: xDSL
+    reports its checks of a whole literal (element count against shape, its type) at the token
+    after it, and raises an OverflowError for a value too large for the element type."""
+    start = parser.pos if start is None else start
+    try:
+        yield
+    except DenseLiteralError as error:  # found by an inner check: say `what` too
+        raise DenseLiteralError(error.span, what + error.msg) from None
+    except OverflowError:
+        tokens = _tokens_before_current(parser, start)
+        message = _overflow_message(parser, tokens)
+        raise DenseLiteralError(_span(parser, start, tokens), what + message) from None
+    except ParseError as error:
+        if error.span.start != parser.pos or not error.msg.startswith(_WHOLE_LITERAL_CHECKS):
+            raise
+        tokens = _tokens_before_current(parser, start)
+        raise DenseLiteralError(_span(parser, start, tokens), what + error.msg) from None
+
+
+def _span(parser: Parser, start: Position, tokens: list[Token]) -> Span:
+    return Span(start, tokens[-1].span.end, parser.lexer.input)
+
+
+def _tokens_before_current(parser: Parser, start: Position) -> list[Token]:
+    """The tokens the parser consumed from `start` on (re-lexed: the parser keeps none)."""
+    lexer = MLIRLexer(parser.lexer.input)
+    lexer.pos = start
+    tokens = []
+    while (token := lexer.lex()).span.start < parser.pos:
+        tokens.append(token)
+    return tokens
+
+
+def _overflow_message(parser: Parser, tokens: list[Token]) -> str:
+    """Which number of the dense literal `tokens` (`dense<...> : type`) its element type
+    cannot hold."""
+    depth, colon = 0, len(tokens) - 1
+    for i, token in enumerate(tokens):
+        depth += (token.kind in _OPENING) - (token.kind in _CLOSING)
+        if depth == 0 and token.kind == MLIRTokenKind.COLON:
+            colon = i
+            break
+    type_text = parser.lexer.input.content[tokens[colon].span.end:tokens[-1].span.end].strip()
+    fallback = f"a value is too large for the element type of {type_text}"
+    try:
+        element = Parser(parser.ctx, type_text).parse_type().get_element_type()
+    except (ParseError, AttributeError):
+        return fallback
+    if (dtype := _NARROW_FLOATS.get(type(element))) is None:
+        return fallback
+    for before, token in zip(tokens, tokens[1:colon], strict=False):
+        if token.kind == MLIRTokenKind.FLOAT_LIT:
+            value = token.kind.get_float_value(token.span)
+        elif token.kind == MLIRTokenKind.INTEGER_LIT:
+            value = token.kind.get_int_value(token.span)
+        else:
+            continue
+        if not _fits(value, dtype):
+            sign = "-" if before.kind == MLIRTokenKind.MINUS else ""
+            return (f"{sign}{token.text} does not fit {element} (the largest finite {element} "
+                    f"is {np.format_float_scientific(np.finfo(dtype).max)})")
+    return fallback
+
+
+def _fits(value: int | float, dtype: type[np.floating]) -> bool:
+    """Whether `value` rounds to a finite number of `dtype` (what xDSL can pack)."""
+    try:
+        magnitude = abs(float(value))
+    except OverflowError:  # an integer beyond any double
+        return False
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(dtype(magnitude)))
 
 
 @irdl_op_definition

@@ -9,12 +9,15 @@ FileCheck tests: the (located) diagnostic goes to stdout and the exit status is 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from typing import IO
+from collections.abc import Callable, Sequence
+from typing import IO, get_type_hints
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass, get_pass_option_infos
+from xdsl.utils.arg_spec import _convert_arg_to_type, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
+from xdsl.utils.hints import type_repr
 from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -36,6 +39,7 @@ class TapeOptMain(xDSLOptMain):
     def __init__(self, description: str = "tapeml's modular optimizer driver",
                  args: Sequence[str] | None = None) -> None:
         self.spans: dict[Operation, Span] = {}
+        self.names: dict[SSAValue, str] = {}
         super().__init__(description, args)
 
     def register_all_dialects(self) -> None:
@@ -56,6 +60,10 @@ class TapeOptMain(xDSLOptMain):
             self.available_targets.setdefault(name, factory)
         self.available_targets["llvm"] = universe.llvm_ir
 
+    def setup_pipeline(self) -> None:
+        check_pass_options(self.available_passes, self.args.passes)
+        super().setup_pipeline()
+
     def parse_chunk(self, chunk: IO[bytes], file_extension: str,
                     start_offset: int = 0) -> ModuleOp | None:
         if (self.args.frontend or file_extension) != "mlir":
@@ -67,7 +75,7 @@ class TapeOptMain(xDSLOptMain):
             module = parser.parse_module(not self.args.no_implicit_module)
         except ParseError as error:
             raise LocatedParseError(error.span, error.msg) from None
-        self.spans = parser.spans
+        self.spans, self.names = parser.spans, parser.names
         return module
 
     def prepare_input(self) -> tuple[list[tuple[IO[bytes], int]], str]:
@@ -78,7 +86,7 @@ class TapeOptMain(xDSLOptMain):
 
     def apply_passes(self, prog: ModuleOp) -> None:
         if not self.args.disable_verify:
-            verify_located(prog, self.spans, self.get_input_name())
+            verify_located(prog, self.spans, self.names, self.get_input_name())
         super().apply_passes(prog)
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
@@ -95,10 +103,44 @@ class TapeOptMain(xDSLOptMain):
             ) from None
 
 
+_OPTION_VALUES = {"bool": "true or false", "int": "an integer", "float": "a number",
+                  "str": "a string"}
+
+
+def check_pass_options(passes: dict[str, Callable[[], type[ModulePass]]], pipeline: str) -> None:
+    """A UserError naming the pass and the option for an option a pass does not have, a value
+    of the wrong type, or options it refuses (xDSL's ValueError names neither)."""
+    for spec in parse_pipeline(pipeline):
+        if spec.name not in passes:
+            continue  # xDSL names unknown passes itself
+        pass_class = passes[spec.name]()
+        options = [info.name for info in get_pass_option_infos(pass_class)]
+        hints = get_type_hints(pass_class)
+        for key, values in spec.parameters.items():
+            field = key.replace("-", "_")
+            if field not in options:
+                takes = f"its options: {', '.join(options)}" if options else "it takes none"
+                raise UserError(f"pass {spec.name} has no option {key} ({takes})")
+            try:
+                _convert_arg_to_type(values, hints[field])
+            except ValueError:
+                expected = _OPTION_VALUES.get(type_repr(hints[field]), type_repr(hints[field]))
+                if not values:
+                    raise UserError(f"pass {spec.name}: option {key} needs a value "
+                                    f"({expected})") from None
+                given = ",".join(str(v) for v in values)
+                raise UserError(f"pass {spec.name}: option {key} takes {expected}, "
+                                f"not {given}") from None
+        try:
+            pass_class.from_pass_spec(spec)
+        except ValueError as error:  # a required option, or one the pass itself refuses
+            raise UserError(f"pass {spec.name}: {error}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         tool = TapeOptMain(args=argv)
-    except (ValueError, ArgSpecParseError) as error:  # an unknown pass, bad pass options
+    except (ValueError, ArgSpecParseError, UserError) as error:  # a bad pass or pass option
         return fail("tapeml-opt", str(error))
     try:
         tool.run()

@@ -24,7 +24,6 @@ from xdsl.dialects.builtin import (
     TensorType,
     i1,
 )
-from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.universe import Universe
 from xdsl.utils.exceptions import DiagnosticException, ParseError
@@ -60,7 +59,7 @@ def _load_module(ctx: Context, path: str) -> ModuleOp:
     require_utf8(text, path)
     parser = LocatingParser(ctx, text, path)
     module = parser.parse_module()
-    verify_located(module, parser.spans, path)
+    verify_located(module, parser.spans, parser.names, path)
     return module
 
 
@@ -71,7 +70,7 @@ def _parse_arg(ctx: Context, text: str, index: int) -> Any:
         except ValueError as error:
             raise InterpretError(f"argument {index}: {text} is not a numeric .npy file "
                                  f"({error})") from None
-    parser = Parser(ctx, text, f"argument {index}")
+    parser = LocatingParser(ctx, text, f"argument {index}")
     attr = parser.parse_attribute()
     if parser._current_token.kind != MLIRTokenKind.EOF:
         parser.raise_error("unexpected text after the literal")
