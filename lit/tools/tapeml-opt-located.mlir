@@ -94,3 +94,22 @@ func.func @stray(%a: tensor<2xf32>) -> tensor<2xf32> {
 // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:1: error: expected an operation or '}' to close the region opened at [[# @LINE + 1]]:57, found the end of the input
 func.func @unclosed(%a: tensor<2xf32>) -> tensor<2xf32> {
   func.return %a : tensor<2xf32>
+
+// -----
+
+// An integer clause beyond i64 (found by tests/fuzz_cli.py: xDSL raised a ValueError).
+func.func @beyond_i64(%a: tensor<2x3xf32>) -> tensor<3xf32> {
+  // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:28: error: axes: 99999999999999999999 does not fit i64
+  // CHECK-NEXT:  %0 = tape.sum %a axes = [99999999999999999999] : tensor<2x3xf32> -> tensor<3xf32>
+  // CHECK-NEXT:                           ^^^^^^^^^^^^^^^^^^^^
+  %0 = tape.sum %a axes = [99999999999999999999] : tensor<2x3xf32> -> tensor<3xf32>
+  func.return %0 : tensor<3xf32>
+}
+
+// -----
+
+func.func @beyond_i64_int(%a: tensor<2xf32>) -> tensor<4xf32> {
+  // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 1]]:34: error: axis: -9223372036854775809 does not fit i64
+  %0 = tape.concat %a, %a axis = -9223372036854775809 : tensor<2xf32> -> tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}

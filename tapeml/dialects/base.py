@@ -73,6 +73,18 @@ class Clause:
         raise NotImplementedError
 
 
+_I64_RANGE = range(-(1 << 63), 1 << 63)
+
+
+def _parse_i64(parser: Parser, name: str) -> int:
+    """An integer of clause `name`, a parse error at it unless it fits the i64 it is stored as."""
+    start = parser.pos
+    value = parser.parse_integer(allow_boolean=False)
+    if value not in _I64_RANGE:
+        parser.raise_error(f"{name}: {value} does not fit i64", start, parser.pos)
+    return value
+
+
 @dataclass(frozen=True)
 class IntList(Clause):
     """`name = [1, 2]`: a tuple of ints."""
@@ -90,7 +102,7 @@ class IntList(Clause):
 
     def parse_value(self, parser: Parser) -> Attribute:
         values = parser.parse_comma_separated_list(
-            parser.Delimiter.SQUARE, lambda: parser.parse_integer(allow_boolean=False))
+            parser.Delimiter.SQUARE, lambda: _parse_i64(parser, self.name))
         return self.to_attr(values)
 
     def print_value(self, printer: Printer, attr: Attribute | None) -> None:
@@ -113,7 +125,7 @@ class Int(Clause):
         return attr.value.data
 
     def parse_value(self, parser: Parser) -> Attribute:
-        return self.to_attr(parser.parse_integer(allow_boolean=False))
+        return self.to_attr(_parse_i64(parser, self.name))
 
     def print_value(self, printer: Printer, attr: Attribute | None) -> None:
         printer.print_string(str(self.to_python(attr)))
