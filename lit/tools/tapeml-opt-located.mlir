@@ -90,13 +90,6 @@ func.func @stray(%a: tensor<2xf32>) -> tensor<2xf32> {
 
 // -----
 
-// A region never closed: the same message, at the end of the input.
-// CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:1: error: expected an operation or '}' to close the region opened at [[# @LINE + 1]]:57, found the end of the input
-func.func @unclosed(%a: tensor<2xf32>) -> tensor<2xf32> {
-  func.return %a : tensor<2xf32>
-
-// -----
-
 // An integer clause beyond i64 (found by tests/fuzz_cli.py: xDSL raised a ValueError).
 func.func @beyond_i64(%a: tensor<2x3xf32>) -> tensor<3xf32> {
   // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:28: error: axes: 99999999999999999999 does not fit i64
@@ -113,3 +106,10 @@ func.func @beyond_i64_int(%a: tensor<2xf32>) -> tensor<4xf32> {
   %0 = tape.concat %a, %a axis = -9223372036854775809 : tensor<2xf32> -> tensor<4xf32>
   func.return %0 : tensor<4xf32>
 }
+
+// -----
+
+// A region never closed: the same message, at the end of the input.
+// CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:1: error: expected an operation or '}' to close the region opened at [[# @LINE + 1]]:57, found the end of the input
+func.func @unclosed(%a: tensor<2xf32>) -> tensor<2xf32> {
+  func.return %a : tensor<2xf32>
