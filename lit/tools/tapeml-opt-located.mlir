@@ -109,6 +109,21 @@ func.func @beyond_i64_int(%a: tensor<2xf32>) -> tensor<4xf32> {
 
 // -----
 
+// A block label declared twice, after a branch to it (found by tests/fuzz_cli.py: xDSL raised a
+// KeyError).
+// CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 7]]:1: error: re-declaration of block 'left', first declared at [[# @LINE + 5]]:1
+// CHECK-NEXT:^left:
+// CHECK-NEXT:^^^^^
+func.func @twice(%c: i1, %a: f32) -> f32 {
+  cf.cond_br %c, ^left, ^left
+^left:
+  cf.br ^left
+^left:
+  func.return %a : f32
+}
+
+// -----
+
 // A region never closed: the same message, at the end of the input.
 // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:1: error: expected an operation or '}' to close the region opened at [[# @LINE + 1]]:57, found the end of the input
 func.func @unclosed(%a: tensor<2xf32>) -> tensor<2xf32> {

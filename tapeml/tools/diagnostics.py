@@ -67,7 +67,8 @@ class LocatingParser(Parser):
       - a dense literal's count or type mismatch, or a value its element type cannot hold, at
         the literal (xDSL: at the next token, or an OverflowError);
       - an undefined value at its first use (xDSL: at the end of the input);
-      - a region that is never closed with a message (xDSL: an empty one)."""
+      - a region that is never closed with a message (xDSL: an empty one);
+      - a block label declared twice after a use (xDSL: a KeyError)."""
 
     def __init__(self, *args, line_offset: int = 0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -76,7 +77,8 @@ class LocatingParser(Parser):
         self.line_offset = line_offset
         self._last_token: Token | None = None
         self._first_uses: dict[str, Span] = {}
-        self._open_regions: list[Span] = []
+        self._open_regions: list[tuple[Span, dict[str, Span]]] = []
+        """Where each region being parsed opens, and its block labels so far."""
 
     def _consume_token(self, expected_kind: MLIRTokenKind | None = None) -> Token:
         self._last_token = super()._consume_token(expected_kind)
@@ -125,20 +127,29 @@ class LocatingParser(Parser):
 
     def parse_optional_region(self, arguments: Sequence[Parser.Argument] | None = None
                               ) -> Region | None:
-        self._open_regions.append(self._current_token.span)
+        self._open_regions.append((self._current_token.span, {}))
         try:
             return super().parse_optional_region(arguments)
         finally:
             self._open_regions.pop()
 
+    def _where(self, span: Span) -> str:
+        line, column = span.get_location()[1:]
+        return f"{line + self.line_offset}:{column}"
+
     def _parse_block(self) -> Block:
         # a region's parser calls this for anything but its closing '}'
-        if self._current_token.kind != MLIRTokenKind.CARET_IDENT:
-            line, column = self._open_regions[-1].get_location()[1:]
-            what = ("the end of the input" if self._current_token.kind == MLIRTokenKind.EOF
-                    else f"'{self._current_token.text}'")
+        opened, labels = self._open_regions[-1]
+        label = self._current_token
+        if label.kind != MLIRTokenKind.CARET_IDENT:
+            what = ("the end of the input" if label.kind == MLIRTokenKind.EOF
+                    else f"'{label.text}'")
             self.raise_error(f"expected an operation or '}}' to close the region opened at "
-                             f"{line + self.line_offset}:{column}, found {what}")
+                             f"{self._where(opened)}, found {what}")
+        if label.text in labels:  # xDSL's own check misses a block referenced before both
+            self.raise_error(f"re-declaration of block '{label.text[1:]}', first declared at "
+                             f"{self._where(labels[label.text])}", label.span)
+        labels[label.text] = label.span
         return super()._parse_block()
 
 
