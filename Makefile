@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint pytest lit bench clean
+.PHONY: test demo lint pytest lit bench clean fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,3 +31,9 @@ clean:
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# A long run of the tapeml-opt mutation fuzzer (tests/fuzz_cli.py; pytest runs 250 cases of it).
+FUZZ_CASES ?= 5000
+FUZZ_SEED ?= 1
+fuzz: $(STAMP)
+	$(BIN)/python tests/fuzz_cli.py --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
