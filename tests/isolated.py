@@ -22,11 +22,11 @@ def run_isolated(code: str, timeout: float = 300) -> str:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (LIMIT, LIMIT))
 
-    tests = str(Path(__file__).resolve().parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    tests = str(Path(__file__).resolve().parent)  # its working directory: it imports tapeml
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(  # as this process does, not ./tapeml
         p for p in (tests, os.environ.get("PYTHONPATH")) if p)}
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, preexec_fn=limit, env=env)
+                          text=True, timeout=timeout, preexec_fn=limit, env=env, cwd=tests)
     if done.returncode != 0:
         raise AssertionError(f"the child exited with status {done.returncode}\n--- stdout\n"
                              f"{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}")

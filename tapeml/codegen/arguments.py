@@ -33,15 +33,35 @@ def arguments(module: ModuleOp) -> tuple[list[Argument], list[Argument]]:
 
 
 def checked(value: Any, arg: Argument, name: str) -> np.ndarray:
-    """`value` as a C-contiguous array of `arg`'s shape and dtype, or a clear error."""
+    """`value` as an aligned C-contiguous array of `arg`'s shape and dtype, or a TypeError
+    (not an array, or another dtype) or ValueError (another shape) naming the argument, what it
+    must be and what it is. An argument is a numpy array or scalar of its dtype, or anything
+    that makes one with `__array__` (a device array), copied first if it is a view, in Fortran
+    order, misaligned or in the other byte order; or a Python number for a rank-0 one, as when
+    tracing. Nothing else is converted: None, a string or a list would become an array of
+    something else."""
     if (type(value) is np.ndarray and value.dtype == arg.dtype and value.shape == arg.shape
-            and value.flags.c_contiguous):
+            and value.flags.c_contiguous and value.flags.aligned):
         return value  # the common case, checked in one line
-    typed = isinstance(value, np.ndarray | np.generic)
-    array = np.asarray(value) if typed else np.asarray(value, dtype=arg.dtype)
-    if array.dtype != arg.dtype:
-        raise TypeError(f"@{name}: argument `{arg.name}` must be {arg.dtype}, got {array.dtype}")
+    expected = f"{arg.dtype} array of shape {arg.shape}"
+    if isinstance(value, np.ma.MaskedArray):  # its masked elements would be read as values
+        raise TypeError(f"@{name}: argument `{arg.name}` must be a {expected}, got a masked "
+                        "array (fill it: .filled())")
+    if isinstance(value, np.ndarray | np.generic) or hasattr(value, "__array__"):
+        array = np.asarray(value)  # an array, or one that converts itself (a device array)
+    elif isinstance(value, bool | int | float):
+        array = np.asarray(value, dtype=arg.dtype)
+    else:
+        kind = type(value)
+        what = "None" if value is None else "a value of type " + (
+            kind.__qualname__ if kind.__module__ == "builtins" else
+            f"{kind.__module__}.{kind.__qualname__}")
+        raise TypeError(f"@{name}: argument `{arg.name}` must be a {expected}, got {what}")
+    got = f"got a {array.dtype} array of shape {array.shape}"
+    if array.dtype.newbyteorder("=") != arg.dtype:
+        raise TypeError(f"@{name}: argument `{arg.name}` must be {arg.dtype}, got {array.dtype} "
+                        f"(expected a {expected}, {got})")
     if array.shape != arg.shape:
         raise ValueError(f"@{name}: argument `{arg.name}` must have shape {arg.shape}, got "
-                         f"{array.shape}")
-    return np.ascontiguousarray(array)
+                         f"{array.shape} (expected a {expected}, {got})")
+    return np.require(array, arg.dtype, ["C_CONTIGUOUS", "ALIGNED"])

@@ -198,11 +198,17 @@ class Emulated:
     def __call__(self, *leaves: Any) -> tuple[np.ndarray, ...]:
         if len(leaves) != len(self.inputs):
             raise TypeError(f"@{self.name} takes {len(self.inputs)} arrays, got {len(leaves)}")
-        buffers = [checked(leaf, arg, self.name).reshape(-1) for leaf, arg in
+        buffers = [_writable(checked(leaf, arg, self.name)).reshape(-1) for leaf, arg in
                    zip(leaves, self.inputs, strict=True)]
         outputs = [np.zeros(a.shape, a.dtype) for a in self.outputs]
         interpret(self.module, self.name, *buffers, *(o.reshape(-1) for o in outputs))
         return tuple(outputs)
+
+
+def _writable(array: np.ndarray) -> np.ndarray:
+    """`array`, or a copy where it is read-only: the interpreter takes every memref as an
+    array it may write (the program only reads its inputs)."""
+    return array if array.flags.writeable else array.copy()
 
 
 class CUDABackend:
