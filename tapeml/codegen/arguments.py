@@ -41,7 +41,7 @@ def checked(value: Any, arg: Argument, name: str) -> np.ndarray:
     tracing. Nothing else is converted: None, a string or a list would become an array of
     something else."""
     if (type(value) is np.ndarray and value.dtype == arg.dtype and value.shape == arg.shape
-            and value.flags.c_contiguous and value.flags.aligned):
+            and (flags := value.flags).c_contiguous and flags.aligned):
         return value  # the common case, checked in one line
     expected = f"{arg.dtype} array of shape {arg.shape}"
     if isinstance(value, np.ma.MaskedArray):  # its masked elements would be read as values
