@@ -16,6 +16,7 @@ class InterpretError(ValueError):
     """`tapeml.interpret` was called with arguments that do not fit the function's signature."""
 
 
-class TracingError(Exception):
+class TracingError(TypeError):
     """A traced function did something a trace cannot record: read a tracer's value
-    (`bool(t)`, `float(t)`, `np.asarray(t)`, `if t > 0:`) or use a tracer outside its trace."""
+    (`bool(t)`, `float(t)`, `np.asarray(t)`, `if t > 0:`) or use a tracer outside its trace.
+    A `TypeError`, as JAX's tracer errors are: a tracer was used as a value of another type."""

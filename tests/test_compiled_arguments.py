@@ -103,20 +103,17 @@ JIT_ERRORS = {
     "wrong rank": Case(lambda: (_x((12,)), W), (ValueError,), ("tape.matmul", "12 columns")),
     "wrong dtype": Case(lambda: (_x().astype(np.int32), W), (TypeError, tapeml.TracingError),
                         ("`x`", "int32", "float32")),
+    "a Python list": Case(lambda: (_x().tolist(), W), (TypeError,), ("`x`", "list")),
+    "a string": Case(lambda: ("abc", W), (TypeError,), ("`x`", "str")),
 }
 """What `jit` says when the function cannot take its arguments (it compiles for each new
 signature, so only the function's own rules can refuse a shape)."""
 
 JIT_ERRORS_XFAIL = {
-    "a Python list": (Case(lambda: (_x().tolist(), W), (TypeError, ValueError), ("`x`", "list")),
-                      "the frontend's message for a list names no argument (it suggests "
-                      "np.asarray, but not for which one)"),
     "None": (Case(lambda: (None, W), (TypeError, ValueError), ("`x`", "None")),
-             "None is an empty pytree: the op then says 'tape tensors hold float32 or float64, "
-             "got object' at f's line, naming neither the argument nor None"),
-    "a string": (Case(lambda: ("abc", W), (TypeError, ValueError), ("`x`", "str")),
-                 "'tape tensors hold float32 or float64, got <U3', located at the caller's "
-                 "line, naming no argument"),
+             "None is an empty pytree (a legitimate argument, as in JAX), so jit cannot refuse "
+             "it; the op that meets it says 'None is not an array' at f's line, not which "
+             "argument it was"),
 }
 """Defects of the frontend's tracing (tapeml/frontend/trace.py, jit.py), reported."""
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tapeml.codegen import Compiled, get_backend
-from tapeml.frontend.program import Spec, trace
+from tapeml.frontend.program import Spec, argument_paths, is_device_array, trace
 from tapeml.frontend.pytree import TreeDef, flatten, unflatten
 from tapeml.frontend.trace import Tracer, is_weak_scalar, runtime_leaf
 
@@ -116,7 +116,7 @@ class Jitted:
             specs = tuple((a.shape, a.dtype) for a in leaves)
         else:
             leaves, tree = flatten((dynamic, kwargs))
-            specs = tuple(_leaf_key(x) for x in leaves)
+            specs = self._leaf_keys(leaves, dynamic, kwargs)
             leaves = [runtime_leaf(x) for x in leaves]
         key = (tree, specs, static_key)
         if (entry := self.cache.get(key)) is not None:
@@ -135,6 +135,19 @@ class Jitted:
             if len(self.cache) > self.cache_size:  # the least recently used goes
                 self.cache.popitem(last=False)
             return dynamic, leaves, entry
+
+    def _leaf_keys(self, leaves: list[Any], dynamic: tuple, kwargs: dict) -> tuple:
+        """Each leaf's key; a leaf that is no array, number or device array is a TypeError
+        naming its argument."""
+        keys = []
+        for i, x in enumerate(leaves):
+            if not isinstance(x, np.ndarray | np.generic | int | float | Spec) and \
+                    not is_device_array(x):
+                path = argument_paths(self.fn, dynamic, kwargs)[i]
+                raise TypeError(f"jit: argument `{path}` is a {type(x).__name__}; arguments "
+                                "are arrays, numbers or pytrees (tuples, lists, dicts) of them")
+            keys.append(_leaf_key(x))
+        return tuple(keys)
 
     def _with_static(self, static: tuple, positions: tuple[int, ...]) -> Callable:
         if not positions:

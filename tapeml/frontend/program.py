@@ -90,7 +90,7 @@ def _ssa_name(path: str) -> str | None:
     return name if re.fullmatch(r"[A-Za-z_$.-][A-Za-z0-9_$.-]*", name) else None
 
 
-def _argument_paths(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
+def argument_paths(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     """A path per leaf of (args, kwargs), starting from the parameter names of `fn`."""
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -117,7 +117,7 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
     """
     started = time.perf_counter()
     leaves, in_tree = flatten((example_args, example_kwargs))
-    paths = _argument_paths(fn, example_args, example_kwargs)
+    paths = argument_paths(fn, example_args, example_kwargs)
     specs, weak = [], []
     for path, leaf in zip(paths, leaves, strict=True):
         if is_device_array(leaf):

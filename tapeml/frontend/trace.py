@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from xdsl.builder import Builder, InsertPoint
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr, TensorType, i1
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 
 import tapeml
 from tapeml.dialects import tape
@@ -125,21 +125,33 @@ def as_array(x: Any) -> np.ndarray:
         array = np.asarray(x)
     elif isinstance(x, bool | int | float):
         array = np.asarray(x, dtype=np.float32)
+    elif x is None:
+        raise TypeError(at_user_line("None is not an array (an argument passed as None is an "
+                                     "empty pytree: it holds no array)"))
     else:
-        if isinstance(x, list | tuple) and any(
-            isinstance(leaf, Tracer) for leaf in _nested_leaves(x)
-        ):
+        tracers = [leaf for leaf in _nested_leaves(x) if isinstance(leaf, Tracer)] \
+            if isinstance(x, list | tuple) else []
+        if tracers:
             raise TracingError(at_user_line(
                 "a list or tuple holding tracers is not an array; make one with "
-                "tapeml.stack([...]) or tapeml.concatenate([...]) (a list passed to a traced "
-                "function is a pytree, each element traced on its own: pass np.asarray(list) "
-                "for an array)"))
+                "tapeml.stack([...]) or tapeml.concatenate([...])" + _passed_as_list(tracers)))
         array = np.asarray(x)
         if array.dtype.kind in "iub":
             array = array.astype(np.float32)
     if array.dtype not in (np.float32, np.float64, np.bool_):
         raise ShapeError(at_user_line(f"tape tensors hold float32 or float64, got {array.dtype}"))
     return array
+
+
+def _passed_as_list(tracers: list[Tracer]) -> str:
+    """Which arguments a list of argument tracers came from, when it did: a list passed to a
+    traced function is a pytree, each element an argument of its own."""
+    if not all(isinstance(t.value, BlockArgument) and t.value.name_hint for t in tracers):
+        return ""
+    roots = sorted({t.value.name_hint.split(".")[0] for t in tracers})
+    names = ", ".join(f"`{r}`" for r in roots)
+    return (f"; {names} came as a list, which a traced function takes as a pytree of scalars, "
+            "each an argument of its own: pass np.asarray(...) for an array")
 
 
 def _nested_leaves(x: Any) -> Iterator[Any]:
