@@ -1,0 +1,52 @@
+"""matmul as one kernel.gemm, its transposed operands read in place."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import f32
+from xdsl.ir import Block, SSAValue
+
+from tapeml.codegen.gemm import GemmSpec
+from tapeml.dialects import kernel, tape
+from tapeml.transforms.loops.emitter import Emitter, shape_of, strides
+from tapeml.transforms.loops.registry import Context, lowering
+
+
+@lowering(tape.MatmulOp)
+def lower_matmul(e: Emitter, op: tape.MatmulOp, ins: list[SSAValue], out: SSAValue,
+                 cx: Context) -> None:
+    """One `kernel.gemm` (the generated BLIS-style kernel on the CPU). An operand that is a
+    transpose of its last two axes (in `views`: the strides of its unpermuted buffer) is read
+    in place through its strides."""
+    out_shape = shape_of(op.result)
+    batch = math.prod(out_shape[:-2])
+    a_shape, b_shape = shape_of(op.lhs), shape_of(op.rhs)
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+
+    def steps(value: SSAValue, shape: Sequence[int]) -> tuple[int, int, int]:
+        s = cx.views.get(value) or strides(shape)
+        return (s[0] if len(shape) == 3 else 0, s[-2], s[-1])
+
+    spec = GemmSpec("f32" if op.result.type.get_element_type() == f32 else "f64", batch, m, n,
+                    k, steps(op.lhs, a_shape), steps(op.rhs, b_shape), m * n, False)
+    e.insert(kernel.GemmOp(ins[0], ins[1], out, spec))
+
+
+def transposes_read_in_place(block: Block) -> dict[SSAValue, list[int]]:
+    """Permutes that swap the last two axes and are only read by matmuls: those read their
+    input in place, with swapped strides (result -> its strides in the input buffer)."""
+    views = {}
+    for op in block.ops:
+        if not isinstance(op, tape.PermuteOp):
+            continue
+        perm = list(op.params["perm"])
+        rank = len(perm)
+        if rank not in (2, 3) or perm != [*range(rank - 2), rank - 1, rank - 2]:
+            continue
+        if op.result.uses and all(isinstance(u.operation, tape.MatmulOp)
+                                  for u in op.result.uses):
+            source = strides(shape_of(op.input))
+            views[op.result] = [source[p] for p in perm]
+    return views

@@ -1,0 +1,297 @@
+"""conv2d and its two cotangents: GEMMs over an im2col matrix when groups = 1, direct loops over
+the taps that read inside the input otherwise (what the padded taps add is added apart)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from xdsl.dialects import arith, memref
+from xdsl.dialects.builtin import f32
+from xdsl.ir import Operation, SSAValue
+
+from tapeml.codegen.gemm import GemmSpec
+from tapeml.dialects import kernel, tape
+from tapeml.transforms.loops.buffers import PlanReport
+from tapeml.transforms.loops.emitter import Emitter, accumulate, shape_of, zero
+from tapeml.transforms.loops.registry import Context, lowering
+
+
+@lowering(tape.Conv2dOp, tape.Conv2dBackwardInputOp, tape.Conv2dBackwardWeightOp)
+def lower_convolution(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
+                      cx: Context) -> None:
+    """groups = 1: GEMMs over an im2col matrix; otherwise direct loops."""
+    if op.params["groups"] == 1:
+        lower_conv2d_gemm(e, op, ins, out, cx.report)
+    elif isinstance(op, tape.Conv2dOp):
+        lower_conv2d(e, op, ins, out)
+    else:
+        lower_conv2d_backward(e, op, ins, out)
+
+
+def _valid(count: int, size: int, stride: int, offset: int) -> tuple[int, int]:
+    """The output positions o in [0, count) whose input o * stride + offset is in [0, size)."""
+    low = max(0, -(offset // stride))  # ceil(-offset / stride)
+    high = min(count, (size - 1 - offset) // stride + 1) if size - 1 - offset >= 0 else 0
+    return low, max(low, high)
+
+
+@dataclass
+class _ConvGeometry:
+    """conv2d's shapes and, per kernel tap, the output rows and columns it reads inside the
+    input: loops over exactly those need no bounds checks."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    cg: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    groups: int
+    params: dict[str, Any]
+
+    @classmethod
+    def of(cls, x_shape: Sequence[int], w_shape: Sequence[int], y_shape: Sequence[int],
+           params: dict[str, Any]) -> _ConvGeometry:
+        n, c, h, w = x_shape
+        o, cg, kh, kw = w_shape
+        return cls(n, c, h, w, o, cg, kh, kw, y_shape[2], y_shape[3], params["groups"], params)
+
+    def _ranges(self):
+        """(i, j, rows, columns) per tap: the output rows and columns it reads inside."""
+        (sh, sw), (dh, dw) = self.params["stride"], self.params["dilation"]
+        top, left = self.params["padding"][:2]
+        for i in range(self.kh):
+            for j in range(self.kw):
+                yield (i, j, _valid(self.oh, self.h, sh, i * dh - top),
+                       _valid(self.ow, self.w, sw, j * dw - left))
+
+    def taps(self):
+        """(i, j, rows, columns, input offset of the first position) per tap reading input."""
+        (sh, sw), (dh, dw) = self.params["stride"], self.params["dilation"]
+        top, left = self.params["padding"][:2]
+        for i, j, (y0, y1), (x0, x1) in self._ranges():
+            if y0 < y1 and x0 < x1:
+                first = (y0 * sh + i * dh - top) * self.w + x0 * sw + j * dw - left
+                yield i, j, (y0, y1), (x0, x1), first
+
+    def padding_reads(self):
+        """(i, j, rectangles) per tap reading the padding somewhere: the rectangles
+        ((row from, to), (column from, to)) of output positions whose tap is padding. The
+        direct loops skip those taps, so what they add (0 * w, NaN where w is not finite) is
+        added from here."""
+        for i, j, (y0, y1), (x0, x1) in self._ranges():
+            if y0 >= y1 or x0 >= x1:
+                y0, y1, x0, x1 = 0, 0, 0, 0  # every position reads padding
+            rectangles = [((0, y0), (0, self.ow)), ((y1, self.oh), (0, self.ow)),
+                          ((y0, y1), (0, x0)), ((y0, y1), (x1, self.ow))]
+            rectangles = [(r, c) for r, c in rectangles if r[0] < r[1] and c[0] < c[1]]
+            if rectangles:
+                yield i, j, rectangles
+
+    def x_steps(self) -> list[int]:  # over (b, group, channel in group, row, column)
+        sh, sw = self.params["stride"]
+        return [self.c * self.h * self.w, self.cg * self.h * self.w, self.h * self.w,
+                sh * self.w, sw]
+
+    def y_steps(self) -> list[int]:  # over (b, group, output channel in group, row, column)
+        og = self.o // self.groups
+        return [self.o * self.oh * self.ow, og * self.oh * self.ow, self.oh * self.ow,
+                self.ow, 1]
+
+    def w_steps(self) -> list[int]:  # over (group, output channel in group, channel in group)
+        og = self.o // self.groups
+        return [og * self.cg * self.kh * self.kw, self.cg * self.kh * self.kw,
+                self.kh * self.kw]
+
+
+def lower_conv2d(e: Emitter, op: tape.Conv2dOp, ins: list[SSAValue], out: SSAValue) -> None:
+    """out[b, o, y, :] += in[...] * w[o, c, i, j]: per output row, the taps that read inside
+    the input (the padding contributes nothing) and their channels; the innermost loop runs
+    along the row, which stays in cache, and LLVM vectorizes it."""
+    geo = _ConvGeometry.of(shape_of(op.input), shape_of(op.weight), shape_of(op.result), op.params)
+    og = geo.o // geo.groups
+    t = op.result.type.get_element_type()
+    zero(e, out, math.prod(shape_of(op.result)), t)
+
+    def row(e: Emitter, ivs: list[SSAValue]) -> None:
+        b, gi, oi, y = ivs
+        for i, j, (y0, y1), (x0, x1), first in geo.taps():
+            def tap(e: Emitter, i=i, j=j, y0=y0, x0=x0, x1=x1, first=first) -> None:
+                def body(e: Emitter, inner: list[SSAValue]) -> None:
+                    ci, xx = inner
+                    x = e.load(ins[0], e.linear([b, gi, ci, y, xx], geo.x_steps(),
+                                                first - y0 * geo.x_steps()[3]))
+                    weight = e.load(ins[1], e.linear([gi, oi, ci], geo.w_steps(),
+                                                     i * geo.kw + j))
+                    index = e.linear([b, gi, oi, y, xx], geo.y_steps(), x0)
+                    accumulate(e, out, index, e.insert(arith.MulfOp(x, weight)))
+
+                e.loops([geo.cg, x1 - x0], body)
+
+            e.if_(e.in_range(e.linear([y], [1], -y0), y1 - y0), tap)
+        for i, j, rectangles in geo.padding_reads():
+            zero = e.scalar(0.0, t)
+            def weight_times_zero(e: Emitter, inner: list[SSAValue], acc: SSAValue,
+                                  i=i, j=j, zero=zero) -> SSAValue:
+                weight = e.load(ins[1], e.linear([gi, oi, inner[0]], geo.w_steps(),
+                                                 i * geo.kw + j))
+                return e.insert(arith.AddfOp(acc, e.insert(arith.MulfOp(zero, weight))))
+
+            padding = e.reduce([geo.cg], zero, weight_times_zero)
+            for (r0, r1), (c0, c1) in rectangles:
+                def add(e: Emitter, c0=c0, c1=c1, padding=padding) -> None:
+                    e.loops([c1 - c0], lambda e, inner: accumulate(
+                        e, out, e.linear([b, gi, oi, y, inner[0]], geo.y_steps(), c0), padding))
+
+                e.if_(e.in_range(e.linear([y], [1], -r0), r1 - r0), add)
+
+    e.loops([geo.n, geo.groups, og, geo.oh], row, parallel=True)  # each writes its own row
+
+
+def lower_conv2d_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue) -> None:
+    """conv2d's cotangents, tap by tap over the positions whose tap is inside the input: per
+    output row, dx[tap row] += ct * w along the row (vectorized); or dw[o, c, i, j] as the sum
+    of ct * x over the positions."""
+    weight_grad = isinstance(op, tape.Conv2dBackwardWeightOp)
+    if weight_grad:
+        x_shape, w_shape = shape_of(op.input), shape_of(op.result)
+    else:
+        x_shape, w_shape = shape_of(op.result), shape_of(op.weight)
+    geo = _ConvGeometry.of(x_shape, w_shape, shape_of(op.cotangent), op.params)
+    og = geo.o // geo.groups
+    t = op.result.type.get_element_type()
+    if not weight_grad:
+        ct_buf, w_buf = ins
+        zero(e, out, math.prod(x_shape), t)
+
+        def row(e: Emitter, ivs: list[SSAValue]) -> None:
+            b, gi, ci, y = ivs
+            for i, j, (y0, y1), (x0, x1), first in geo.taps():
+                def tap(e: Emitter, i=i, j=j, y0=y0, x0=x0, x1=x1, first=first) -> None:
+                    def body(e: Emitter, inner: list[SSAValue]) -> None:
+                        oi, xx = inner
+                        ct = e.load(ct_buf, e.linear([b, gi, oi, y, xx], geo.y_steps(), x0))
+                        weight = e.load(w_buf, e.linear([gi, oi, ci], geo.w_steps(),
+                                                        i * geo.kw + j))
+                        index = e.linear([b, gi, ci, y, xx], geo.x_steps(),
+                                         first - y0 * geo.x_steps()[3])
+                        accumulate(e, out, index, e.insert(arith.MulfOp(ct, weight)))
+
+                    e.loops([og, x1 - x0], body)
+
+                e.if_(e.in_range(e.linear([y], [1], -y0), y1 - y0), tap)
+
+        e.loops([geo.n, geo.groups, geo.cg, geo.oh], row)
+        return
+    x_buf, ct_buf = ins
+    zero(e, out, math.prod(w_shape), t)
+    for i, j, (y0, y1), (x0, x1), first in geo.taps():
+        def body(e: Emitter, ivs: list[SSAValue], i=i, j=j, y0=y0, y1=y1, x0=x0, x1=x1,
+                 first=first) -> None:
+            gi, oi, ci = ivs
+
+            def step(e: Emitter, inner: list[SSAValue], acc: SSAValue) -> SSAValue:
+                b, y, xx = inner
+                ct = e.load(ct_buf, e.linear([b, gi, oi, y, xx], geo.y_steps(),
+                                             y0 * geo.ow + x0))
+                x = e.load(x_buf, e.linear([b, gi, ci, y, xx], geo.x_steps(), first))
+                return e.insert(arith.AddfOp(acc, e.insert(arith.MulfOp(ct, x))))
+
+            total = e.reduce([geo.n, y1 - y0, x1 - x0], e.scalar(0.0, t), step)
+            accumulate(e, out, e.linear([gi, oi, ci], geo.w_steps(), i * geo.kw + j), total)
+
+        e.loops([geo.groups, og, geo.cg], body, parallel=True)
+    for i, j, rectangles in geo.padding_reads():
+        def padding(e: Emitter, ivs: list[SSAValue], i=i, j=j, rectangles=rectangles) -> None:
+            gi, oi, ci = ivs
+            zero = e.scalar(0.0, t)
+            for (r0, r1), (c0, c1) in rectangles:
+                def step(e: Emitter, inner: list[SSAValue], acc: SSAValue,
+                         r0=r0, c0=c0) -> SSAValue:
+                    b, y, xx = inner
+                    ct = e.load(ct_buf, e.linear([b, gi, oi, y, xx], geo.y_steps(),
+                                                 r0 * geo.ow + c0))
+                    return e.insert(arith.AddfOp(acc, e.insert(arith.MulfOp(ct, zero))))
+
+                total = e.reduce([geo.n, r1 - r0, c1 - c0], zero, step)
+                accumulate(e, out, e.linear([gi, oi, ci], geo.w_steps(), i * geo.kw + j),
+                            total)
+
+        e.loops([geo.groups, og, geo.cg], padding, parallel=True)
+
+
+def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
+                      report: PlanReport) -> None:
+    """conv2d (groups = 1) and its two cotangents as GEMMs over the im2col matrix
+    cols[b, c, i, j, y, x] = x[b, c, y*sh + i*dh - top, x*sw + j*dw - left] (0 in the padding),
+    a scratch buffer of N*C*kh*kw*OH*OW elements freed after the op:
+
+        forward   out[b] = W[o, (c,i,j)] @ cols[b]                     per image, one kernel.gemm
+        input     dcols[b] = W^T @ ct[b], then dx += dcols scattered back (col2im)
+        weight    dW = sum_b ct[b] @ cols[b]^T                         batches summed in the kernel
+    """
+    kind = type(op)
+    if kind is tape.Conv2dOp:
+        x_shape, w_shape = shape_of(op.input), shape_of(op.weight)
+    elif kind is tape.Conv2dBackwardInputOp:
+        x_shape, w_shape = shape_of(op.result), shape_of(op.weight)
+    else:
+        x_shape, w_shape = shape_of(op.input), shape_of(op.result)
+    y_shape = shape_of(op.result if kind is tape.Conv2dOp else op.cotangent)
+    geo = _ConvGeometry.of(x_shape, w_shape, y_shape, op.params)
+    t = op.result.type.get_element_type()
+    dtype = "f32" if t == f32 else "f64"
+    ckk, ohw = geo.c * geo.kh * geo.kw, geo.oh * geo.ow
+    size = geo.n * ckk * ohw
+    cols = e.insert(memref.AllocOp.get(t, shape=[size]))
+    report.scratch_bytes = max(report.scratch_bytes, size * (t.bitwidth // 8))
+    (sh, sw), (dh, dw) = op.params["stride"], op.params["dilation"]
+    top, left = op.params["padding"][:2]
+    col_steps = [ckk * ohw, geo.kh * geo.kw * ohw, ohw, geo.ow, 1]  # over (b, c, tap, y, x)
+
+    def taps(move: Callable[[Emitter, SSAValue, SSAValue], None]) -> None:
+        """move(x index, cols index) for every (b, c, tap, y, x) that reads inside the input."""
+        for i, j, (y0, y1), (x0, x1), _ in geo.taps():
+            def body(e: Emitter, ivs: list[SSAValue], i=i, j=j, y0=y0, x0=x0) -> None:
+                b, c, y, xx = ivs
+                row = e.linear([y], [1], y0)
+                column = e.linear([xx], [1], x0)
+                source = e.linear([b, c, row, column], [geo.c * geo.h * geo.w, geo.h * geo.w,
+                                                        sh * geo.w, sw],
+                                  (i * dh - top) * geo.w + j * dw - left)
+                move(e, source, e.linear([b, c, row, column], [col_steps[0], col_steps[1],
+                                                               col_steps[3], 1],
+                                         (i * geo.kw + j) * ohw))
+
+            # one tap's positions are distinct in both x and cols: im2col and col2im alike
+            e.loops([geo.n, geo.c, y1 - y0, x1 - x0], body, parallel=True)
+
+    covered = sum((y1 - y0) * (x1 - x0) for _, _, (y0, y1), (x0, x1), _ in geo.taps())
+    if kind is not tape.Conv2dBackwardInputOp:  # im2col
+        if covered < geo.kh * geo.kw * ohw:
+            zero(e, cols, size, t)
+        taps(lambda e, source, target: e.store(e.load(ins[0], source), cols, target))
+    if kind is tape.Conv2dOp:
+        e.insert(kernel.GemmOp(ins[1], cols, out, GemmSpec(
+            dtype, geo.n, geo.o, ohw, ckk, (0, ckk, 1), (ckk * ohw, ohw, 1), geo.o * ohw,
+            False)))
+    elif kind is tape.Conv2dBackwardInputOp:
+        ct, weight = ins
+        e.insert(kernel.GemmOp(weight, ct, cols, GemmSpec(
+            dtype, geo.n, ckk, ohw, geo.o, (0, 1, ckk), (geo.o * ohw, ohw, 1), ckk * ohw,
+            False)))
+        zero(e, out, math.prod(x_shape), t)  # col2im
+        taps(lambda e, source, target: accumulate(e, out, source, e.load(cols, target)))
+    else:
+        ct = ins[1]
+        e.insert(kernel.GemmOp(ct, cols, out, GemmSpec(
+            dtype, geo.n, geo.o, ckk, ohw, (geo.o * ohw, ohw, 1), (ckk * ohw, 1, ohw), 0,
+            False)))
+    e.insert(memref.DeallocOp.get(cols))

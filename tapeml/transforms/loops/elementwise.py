@@ -1,0 +1,119 @@
+"""Elementwise ops and tape.fused groups as one loop over the result, each element computed as
+numpy computes it (tapeml/interpreters/tape.py); constants as a fill or a memref.global."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.dialects import arith, memref
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, StringAttr, TensorType
+from xdsl.ir import Block, Operation, SSAValue
+
+from tapeml.dialects import tape
+from tapeml.dialects.tape import numpy_to_dense
+from tapeml.transforms.loops.emitter import Emitter, LoweringError, buffer_type, shape_of, strides
+from tapeml.transforms.loops.registry import Context, lowering
+from tapeml.transforms.transcendentals import Math
+
+_CMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+
+
+def scalar_op(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    """The scalar computation of one elementwise tape op on one element of each operand, as
+    numpy computes it (tapeml/interpreters/tape.py)."""
+    t = op.results[0].type.get_element_type()
+    binary = {tape.AddOp: arith.AddfOp, tape.SubOp: arith.SubfOp, tape.MulOp: arith.MulfOp,
+              tape.DivOp: arith.DivfOp, tape.MaximumOp: arith.MaximumfOp,
+              tape.MinimumOp: arith.MinimumfOp, tape.PowOp: xmath.PowFOp}
+    unary = {tape.ExpOp: xmath.ExpOp, tape.LogOp: xmath.LogOp, tape.TanhOp: xmath.TanhOp,
+             tape.SqrtOp: xmath.SqrtOp, tape.NegOp: arith.NegfOp}
+    kind = type(op)
+    if kind in binary:
+        return e.insert(binary[kind](*args))
+    if not e.libm and kind in (tape.ExpOp, tape.LogOp, tape.TanhOp, tape.SigmoidOp):
+        approximate = Math(e, t)
+        return {tape.ExpOp: approximate.exp, tape.LogOp: approximate.log,
+                tape.TanhOp: approximate.tanh, tape.SigmoidOp: approximate.sigmoid}[kind](args[0])
+    if kind in unary:
+        return e.insert(unary[kind](*args))
+    if kind is tape.SigmoidOp:  # 1 / (1 + exp(-x))
+        one = e.scalar(1.0, t)
+        denominator = e.insert(arith.AddfOp(one, e.insert(xmath.ExpOp(e.insert(
+            arith.NegfOp(args[0]))))))
+        return e.insert(arith.DivfOp(one, denominator))
+    if kind is tape.ReluOp:  # maximum(x, 0), NaN propagating
+        return e.insert(arith.MaximumfOp(args[0], e.scalar(0.0, t)))
+    if kind is tape.CmpOp:
+        return e.insert(arith.CmpfOp(args[0], args[1], _CMP[op.params["predicate"]]))
+    if kind is tape.SelectOp:
+        return e.insert(arith.SelectOp(*args))
+    if kind is tape.CastOp:
+        source = op.operands[0].type.get_element_type()
+        if source == t:
+            return args[0]
+        wider = source.bitwidth < t.bitwidth
+        return e.insert((arith.ExtFOp if wider else arith.TruncFOp)(args[0], t))
+    if kind is tape.ConstantOp:
+        return e.scalar(float(op.params["value"].reshape(-1)[0]), t)
+    raise LoweringError(f"tape-to-loops: {op.name} is not elementwise")
+
+
+def broadcast_steps(source: Sequence[int], target: Sequence[int]) -> list[int]:
+    """Strides reading a row-major `source` broadcast (numpy rules) to `target`."""
+    lead = len(target) - len(source)
+    src = strides(source)
+    return [0 if i < lead or source[i - lead] == 1 else src[i - lead]
+            for i in range(len(target))]
+
+
+@lowering(*(op for op in tape.ELEMENTWISE if op is not tape.ConstantOp), tape.FusedOp)
+def lower_elementwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
+                      cx: Context) -> None:
+    shape = shape_of(op.results[0])
+    steps = [broadcast_steps(shape_of(v), shape) for v in op.operands]
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        elements = [e.load(buf, e.linear(ivs, s)) for buf, s in zip(ins, steps, strict=True)]
+        if isinstance(op, tape.FusedOp):
+            value = _fused_body(e, op.body.block, elements)
+        else:
+            value = scalar_op(e, op, elements)
+        e.store(value, out, e.linear(ivs, strides(shape)))
+
+    e.loops(shape, body, parallel=True)
+
+
+def _fused_body(e: Emitter, block: Block, elements: list[SSAValue]) -> SSAValue:
+    env: dict[SSAValue, SSAValue] = dict(zip(block.args, elements, strict=True))
+    for inner in block.ops:
+        if isinstance(inner, tape.YieldOp):
+            return env[inner.value]
+        env[inner.results[0]] = scalar_op(e, inner, [env[o] for o in inner.operands])
+    raise AssertionError("a tape.fused body ends in tape.yield")
+
+
+@lowering(tape.ConstantOp)
+def lower_constant(e: Emitter, op: tape.ConstantOp, ins: list[SSAValue], out: SSAValue,
+                   cx: Context) -> SSAValue | None:
+    """A splat fills `out`; any other constant becomes a memref.global read in place."""
+    value = op.params["value"]
+    flat = value.reshape(-1)
+    t = op.result.type.get_element_type()
+    if flat.size == 0:
+        return None  # nothing to hold
+    if np.unique(flat.view(np.uint8).reshape(flat.size, -1), axis=0).shape[0] == 1:
+        element = e.scalar(float(flat[0]), t)
+        e.loops([flat.size], lambda e, ivs: e.store(element, out, ivs[0]), parallel=True)
+        return None
+    name = cx.constant_name()
+    kind = buffer_type(op.result.type)
+    cx.module.body.block.add_op(memref.GlobalOp.get(StringAttr(name), kind,
+                                                 numpy_to_dense_flat(value, kind)))
+    return e.insert(memref.GetGlobalOp(name, kind))
+
+
+def numpy_to_dense_flat(value: np.ndarray, kind: MemRefType) -> DenseIntOrFPElementsAttr:
+    attr = numpy_to_dense(np.ascontiguousarray(value).reshape(-1))
+    return DenseIntOrFPElementsAttr(TensorType(kind.element_type, kind.get_shape()), attr.data)

@@ -1,0 +1,150 @@
+"""Emitting loops, index arithmetic and scalar code over flat row-major buffers: what every
+family's lowering (tapeml/transforms/loops/) writes its op with."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from xdsl.builder import Builder, InsertPoint
+from xdsl.dialects import arith, memref, scf
+from xdsl.dialects.builtin import FloatAttr, IndexType, MemRefType, TensorType, i1
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.utils.exceptions import DiagnosticException
+
+INDEX = IndexType()
+
+
+class LoweringError(DiagnosticException):
+    """An op this lowering does not handle (yet)."""
+
+
+def buffer_type(t: TensorType) -> MemRefType:
+    """The flat buffer holding a tensor of type `t`."""
+    return MemRefType(t.get_element_type(), [math.prod(t.get_shape())])  # rank 0: one element
+
+
+def strides(shape: Sequence[int]) -> list[int]:
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return out[::-1]
+
+
+def shape_of(v: SSAValue) -> tuple[int, ...]:
+    return v.type.get_shape()
+
+
+@dataclass
+class Emitter:
+    """Builds loops, index arithmetic and scalar code at an insertion point (the constants it
+    repeats are left to cse and canonicalize)."""
+
+    builder: Builder
+    libm: bool = False
+    """Call libm for exp, log, tanh and sigmoid instead of the vectorizable arithmetic."""
+
+    def insert(self, op: Operation) -> SSAValue:
+        self.builder.insert(op)
+        return op.results[0] if op.results else None
+
+    def index(self, value: int) -> SSAValue:
+        return self.insert(arith.ConstantOp.from_int_and_width(value, INDEX))
+
+    def scalar(self, value: float, t: Attribute) -> SSAValue:
+        if t == i1:
+            return self.insert(arith.ConstantOp.from_int_and_width(int(bool(value)), i1))
+        return self.insert(arith.ConstantOp(FloatAttr(float(value), t)))
+
+    def linear(self, ivs: Sequence[SSAValue | int], steps: Sequence[int],
+               offset: int = 0) -> SSAValue:
+        """offset + sum(iv * step), skipping zero steps."""
+        total: SSAValue | None = None
+        constant = offset
+        for iv, step in zip(ivs, steps, strict=True):
+            if step == 0:
+                continue
+            if isinstance(iv, int):
+                constant += iv * step
+                continue
+            term = iv if step == 1 else self.insert(arith.MuliOp(iv, self.index(step)))
+            total = term if total is None else self.insert(arith.AddiOp(total, term))
+        if total is None:
+            return self.index(constant)
+        return total if constant == 0 else self.insert(arith.AddiOp(total, self.index(constant)))
+
+    def loops(self, shape: Sequence[int], body: Callable[[Emitter, list[SSAValue]], None],
+              parallel: bool = False) -> None:
+        """A nest of scf.for over `shape`, `body` emitted innermost with the induction vars.
+        `parallel`: the iterations write disjoint elements and read nothing another iteration
+        writes, so they may run in any order or at once: one scf.parallel over all of `shape`
+        (a GPU kernel's threads, or the CPU's loop nest again)."""
+        if not shape:
+            body(self, [])
+            return
+        if parallel:
+            block = Block(arg_types=[INDEX] * len(shape))
+            inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
+            body(inner, list(block.args))
+            inner.insert(scf.ReduceOp())
+            zero, one = self.index(0), self.index(1)
+            self.insert(scf.ParallelOp([zero] * len(shape), [self.index(d) for d in shape],
+                                       [one] * len(shape), Region(block)))
+            return
+        zero, one = self.index(0), self.index(1)
+        block = Block(arg_types=[INDEX])
+        loop = scf.ForOp(zero, self.index(shape[0]), one, [], block)
+        self.insert(loop)
+        inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
+        inner.loops(shape[1:], lambda e, ivs: body(e, [block.args[0], *ivs]))
+        inner.insert(scf.YieldOp())
+
+    def reduce(self, shape: Sequence[int], init: SSAValue,
+               step: Callable[[Emitter, list[SSAValue], SSAValue], SSAValue]) -> SSAValue:
+        """Fold `step(ivs, acc)` over `shape` in row-major order, from `init`."""
+        if not shape:
+            return step(self, [], init)
+        block = Block(arg_types=[INDEX, init.type])
+        loop = scf.ForOp(self.index(0), self.index(shape[0]), self.index(1), [init], block)
+        self.insert(loop)
+        inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
+        acc = inner.reduce(shape[1:], block.args[1],
+                           lambda e, ivs, a: step(e, [block.args[0], *ivs], a))
+        inner.insert(scf.YieldOp(acc))
+        return loop.results[0]
+
+    def if_(self, cond: SSAValue, body: Callable[[Emitter], None]) -> None:
+        """scf.if without results: `body` runs where `cond` holds."""
+        block = Block()
+        inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
+        body(inner)
+        inner.insert(scf.YieldOp())
+        self.insert(scf.IfOp(cond, [], [block]))
+
+    def in_range(self, value: SSAValue, size: int) -> SSAValue:
+        """0 <= value < size."""
+        return self.insert(arith.AndIOp(
+            self.insert(arith.CmpiOp(value, self.index(0), "sge")),
+            self.insert(arith.CmpiOp(value, self.index(size), "slt"))))
+
+    def clamp(self, value: SSAValue, size: int) -> SSAValue:
+        """value clamped into [0, size): an address that is always in bounds."""
+        return self.insert(arith.MinSIOp(self.insert(arith.MaxSIOp(value, self.index(0))),
+                                         self.index(max(size - 1, 0))))
+
+    def load(self, buffer: SSAValue, index: SSAValue) -> SSAValue:
+        return self.insert(memref.LoadOp.get(buffer, [index]))
+
+    def store(self, value: SSAValue, buffer: SSAValue, index: SSAValue) -> None:
+        self.insert(memref.StoreOp.get(value, buffer, [index]))
+
+
+def zero(e: Emitter, out: SSAValue, size: int, t: Attribute) -> None:
+    zero = e.scalar(0.0, t)
+    e.loops([size], lambda e, ivs: e.store(zero, out, ivs[0]), parallel=True)
+
+
+def accumulate(e: Emitter, out: SSAValue, index: SSAValue, value: SSAValue) -> None:
+    e.store(e.insert(arith.AddfOp(e.load(out, index), value)), out, index)

@@ -1,0 +1,120 @@
+"""sum and max as one accumulator per output folded in row-major order, or (the CPU's
+row_reductions) a row of accumulators at a time."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from xdsl.dialects import arith, memref
+from xdsl.dialects.builtin import f32, f64
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from tapeml.dialects import tape
+from tapeml.transforms.loops.buffers import PlanReport
+from tapeml.transforms.loops.emitter import Emitter, shape_of, strides
+from tapeml.transforms.loops.registry import Context, lowering
+
+ROW_WIDTH = 8
+"""The least number of contiguous kept elements for which `row_reductions` keeps a row of
+accumulators (fewer would not fill a vector)."""
+
+
+@lowering(tape.SumOp, tape.MaxOp)
+def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue],
+                    out: SSAValue, cx: Context) -> None:
+    """One accumulator per output, folded over the reduced axes in row-major order. With
+    `rows` (the CPU's row_reductions; the report takes the scratch), when the input's last
+    axes are kept (a bias gradient: a sum over the batch), a whole row of accumulators is
+    folded at a time instead, so the innermost loop runs along contiguous memory and
+    vectorizes. Every output still adds the same terms in the same order."""
+    rows = cx.report if cx.row_reductions else None
+    shape = shape_of(op.input)
+    axes = op.params["axes"]
+    kept = [i for i in range(len(shape)) if i not in axes]
+    src = strides(shape)
+    t = op.result.type.get_element_type()
+    out_shape = [shape[i] for i in kept]
+
+    # an f32 sum accumulates in f64: summed one after another, f32 would lose the small terms
+    # of a long sum (numpy sums pairwise); the result is rounded to f32 once, at the end
+    wide = f64 if isinstance(op, tape.SumOp) and t == f32 else t
+    combine = arith.AddfOp if isinstance(op, tape.SumOp) else arith.MaximumfOp
+    last = max(axes, default=len(shape))
+    width = math.prod(shape[last + 1:])
+    if rows is not None and axes and width >= ROW_WIDTH:
+        _row_reduction(e, op, ins[0], out, rows, wide, combine)
+        return
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        init = e.scalar(0.0 if isinstance(op, tape.SumOp) else -np.inf, wide)
+
+        def step(e: Emitter, inner: list[SSAValue], acc: SSAValue) -> SSAValue:
+            index: list[SSAValue] = [None] * len(shape)
+            for i, iv in zip(kept, ivs, strict=True):
+                index[i] = iv
+            for i, iv in zip(axes, inner, strict=True):
+                index[i] = iv
+            x = e.load(ins[0], e.linear(index, src))
+            if wide != t:
+                x = e.insert(arith.ExtFOp(x, wide))
+            return e.insert(combine(acc, x))
+
+        total = e.reduce([shape[a] for a in axes], init, step)
+        if wide != t:
+            total = e.insert(arith.TruncFOp(total, t))
+        e.store(total, out, e.linear(ivs, strides(out_shape)))
+
+    e.loops(out_shape, body, parallel=True)
+
+
+def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SSAValue,
+                   report: PlanReport, wide: Attribute, combine: type[Operation]) -> None:
+    """`lower_reduction` with rows: for each index of the kept axes before the last reduced
+    one (in parallel), a row of accumulators over the trailing kept axes (contiguous in x and
+    in out), folded over the reduced indices in row-major order, then stored."""
+    shape = shape_of(op.input)
+    axes = op.params["axes"]
+    last = max(axes)
+    width = math.prod(shape[last + 1:])
+    outer = [i for i in range(last) if i not in axes]
+    t = op.result.type.get_element_type()
+    size = math.prod(shape[i] for i in outer) * width
+    acc = e.insert(memref.AllocOp.get(wide, shape=[size]))
+    report.scratch_bytes = max(report.scratch_bytes, size * (wide.bitwidth // 8))
+    src = strides(shape)
+    init = 0.0 if isinstance(op, tape.SumOp) else -np.inf
+
+    def row(e: Emitter, outer_ivs: list[SSAValue]) -> None:
+        start = e.linear(outer_ivs, [s * width for s in strides([shape[i] for i in outer])])
+
+        def fold(e: Emitter, reduced: list[SSAValue]) -> None:
+            index: list[SSAValue | int] = [0] * (last + 1)
+            for i, iv in zip(outer, outer_ivs, strict=True):
+                index[i] = iv
+            for i, iv in zip(axes, reduced, strict=True):
+                index[i] = iv
+            base = e.linear(index, src[:last + 1])
+
+            def one(e: Emitter, w: list[SSAValue]) -> None:
+                at = e.insert(arith.AddiOp(start, w[0]))
+                value = e.load(x, e.insert(arith.AddiOp(base, w[0])))
+                if wide != t:
+                    value = e.insert(arith.ExtFOp(value, wide))
+                e.store(e.insert(combine(e.load(acc, at), value)), acc, at)
+
+            e.loops([width], one)
+
+        e.loops([width], lambda e, w: e.store(e.scalar(init, wide), acc,
+                                              e.insert(arith.AddiOp(start, w[0]))))
+        e.loops([shape[a] for a in axes], fold)
+
+        def store(e: Emitter, w: list[SSAValue]) -> None:
+            at = e.insert(arith.AddiOp(start, w[0]))
+            value = e.load(acc, at)
+            e.store(e.insert(arith.TruncFOp(value, t)) if wide != t else value, out, at)
+
+        e.loops([width], store)
+
+    e.loops([shape[i] for i in outer], row, parallel=True)
+    e.insert(memref.DeallocOp.get(acc))

@@ -1,0 +1,48 @@
+"""The lowering of each tape op, found by its class: `LOWERINGS[type(op)]`. Each family's
+module (elementwise, layout, reductions, contractions, convolutions, windows) registers its ops
+with `@lowering(...)`; tape-to-loops calls them, and a test fails for any op without one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+
+from tapeml.transforms.loops.buffers import PlanReport
+from tapeml.transforms.loops.emitter import Emitter
+
+
+@dataclass
+class Context:
+    """What a lowering may need besides its op and buffers."""
+
+    module: ModuleOp
+    """Where constants become memref.globals."""
+    report: PlanReport
+    """The buffer plan's report: a lowering's scratch buffers go in it."""
+    views: dict[SSAValue, list[int]]
+    """Transposes read in place by the matmuls: result -> its strides in the input buffer."""
+    row_reductions: bool
+    """The CPU's reductions (see lower_reduction)."""
+    constant_name: Callable[[], str]
+    """A fresh name for a memref.global."""
+
+
+Lowering = Callable[[Emitter, Operation, list[SSAValue], SSAValue, Context], SSAValue | None]
+"""lower(e, op, ins, out, cx) writes op's result into `out` (a fresh buffer, or the caller's)
+from `ins` (its operands' buffers); it returns the buffer that holds the result when that is
+not `out` (a constant read from a global, a reshape's operand), else None."""
+
+LOWERINGS: dict[type[Operation], Lowering] = {}
+
+
+def lowering(*ops: type[Operation]) -> Callable[[Lowering], Lowering]:
+    def register(fn: Lowering) -> Lowering:
+        for op in ops:
+            assert op not in LOWERINGS, f"{op.name} has two lowerings"
+            LOWERINGS[op] = fn
+        return fn
+
+    return register

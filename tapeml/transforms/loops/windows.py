@@ -1,0 +1,198 @@
+"""Window ops: unfold and fold index linearly; the pools and their backward ops read the padded
+input through a bounds check, so nothing outside a buffer is ever addressed."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.dialects import arith
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from tapeml.dialects import tape
+from tapeml.transforms.loops.emitter import Emitter, accumulate, shape_of, strides, zero
+from tapeml.transforms.loops.layout import lower_copy
+from tapeml.transforms.loops.registry import Context, lowering
+
+
+@lowering(tape.UnfoldOp)
+def lower_unfold(e: Emitter, op: tape.UnfoldOp, ins: list[SSAValue], out: SSAValue,
+                 cx: Context) -> None:
+    shape = shape_of(op.input)
+    k = len(op.params["kernel"])
+    src = strides(shape)
+    batch = len(shape) - k
+    steps = (src[:batch] + [s * st for s, st in zip(op.params["stride"], src[batch:],
+                                                    strict=True)]
+             + [d * st for d, st in zip(op.params["dilation"], src[batch:], strict=True)])
+    out_shape = shape_of(op.result)
+    lower_copy(e, out_shape, ins[0], out,
+               lambda e, ivs: e.load(ins[0], e.linear(ivs, steps)))
+
+
+@lowering(tape.FoldOp)
+def lower_fold(e: Emitter, op: tape.FoldOp, ins: list[SSAValue], out: SSAValue,
+               cx: Context) -> None:
+    """out[window position + tap] += in[window, tap], for every window and tap in order."""
+    in_shape, out_shape = shape_of(op.input), shape_of(op.result)
+    k = len(op.params["kernel"])
+    dst = strides(out_shape)
+    batch = len(out_shape) - k
+    steps = (dst[:batch] + [s * st for s, st in zip(op.params["stride"], dst[batch:],
+                                                    strict=True)]
+             + [d * st for d, st in zip(op.params["dilation"], dst[batch:], strict=True)])
+    zero(e, out, math.prod(out_shape), op.result.type.get_element_type())
+    # windows that do not overlap (stride >= dilated kernel) add into disjoint elements
+    disjoint = all(s >= (kk - 1) * d + 1 for s, kk, d in zip(
+        op.params["stride"], op.params["kernel"], op.params["dilation"], strict=True))
+    e.loops(in_shape, lambda e, ivs: accumulate(
+        e, out, e.linear(ivs, steps), e.load(ins[0], e.linear(ivs, strides(in_shape)))),
+        parallel=disjoint)
+
+
+def _tap(e: Emitter, position: SSAValue, stride: int, tap: SSAValue, dilation: int,
+         pad: int) -> SSAValue:
+    """position * stride + tap * dilation - pad: the input row (or column) a tap reads."""
+    return e.linear([position, tap], [stride, dilation], -pad)
+
+
+def _window(e: Emitter, op: Operation, x_buf: SSAValue, x_shape: Sequence[int],
+            ivs: Sequence[SSAValue], taps: Sequence[SSAValue]) -> tuple[SSAValue, SSAValue]:
+    """Whether a pool window's tap is inside the input, and its (clamped) input index."""
+    b, ch, y, xx = ivs
+    i, j = taps
+    (sh, sw), (top, left, _, _) = op.params["stride"], op.params["padding"]
+    _, _, h, w = x_shape
+    iy, ix = _tap(e, y, sh, i, 1, top), _tap(e, xx, sw, j, 1, left)
+    inside = e.insert(arith.AndIOp(e.in_range(iy, h), e.in_range(ix, w)))
+    index = e.linear([b, ch, e.clamp(iy, h), e.clamp(ix, w)], strides(x_shape))
+    return inside, index
+
+
+def _one_where(e: Emitter, condition: SSAValue, t: Attribute) -> SSAValue:
+    return e.insert(arith.SelectOp(condition, e.scalar(1.0, t), e.scalar(0.0, t)))
+
+
+def _window_max(e: Emitter, op: Operation, x_buf: SSAValue, x_shape: Sequence[int],
+                ivs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    def step(e: Emitter, taps: list[SSAValue], acc: SSAValue) -> SSAValue:
+        inside, index = _window(e, op, x_buf, x_shape, ivs, taps)
+        value = e.insert(arith.SelectOp(inside, e.load(x_buf, index), e.scalar(-np.inf, t)))
+        return e.insert(arith.MaximumfOp(acc, value))
+
+    return e.reduce(op.params["kernel"], e.scalar(-np.inf, t), step)
+
+
+@lowering(tape.MaxPool2dOp, tape.AvgPool2dOp)
+def lower_pool(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
+               cx: Context) -> None:
+    x_shape, out_shape = shape_of(op.input), shape_of(op.result)
+    t = op.result.type.get_element_type()
+    kh, kw = op.params["kernel"]
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        if isinstance(op, tape.MaxPool2dOp):
+            value = _window_max(e, op, ins[0], x_shape, ivs, t)
+        else:
+            def step(e: Emitter, taps: list[SSAValue], acc: SSAValue) -> SSAValue:
+                inside, index = _window(e, op, ins[0], x_shape, ivs, taps)
+                x = e.insert(arith.SelectOp(inside, e.load(ins[0], index), e.scalar(0.0, t)))
+                return e.insert(arith.AddfOp(acc, x))
+
+            total = e.reduce([kh, kw], e.scalar(0.0, t), step)
+            value = e.insert(arith.DivfOp(total, e.scalar(kh * kw, t)))
+        e.store(value, out, e.linear(ivs, strides(out_shape)))
+
+    e.loops(out_shape, body, parallel=True)
+
+
+@lowering(tape.MaxPool2dBackwardOp, tape.AvgPool2dBackwardOp)
+def lower_pool_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
+                        cx: Context) -> None:
+    x_shape = shape_of(op.result)
+    ct_shape = shape_of(op.cotangent)
+    t = op.result.type.get_element_type()
+    kh, kw = op.params["kernel"]
+    (sh, sw) = op.params["stride"]
+    ct_buf = ins[1] if isinstance(op, tape.MaxPool2dBackwardOp) else ins[0]
+    if sh >= kh and sw >= kw and not any(op.params["padding"]):
+        _pool_backward_tiled(e, op, ins, out, ct_buf)
+        return
+    zero(e, out, math.prod(x_shape), t)
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        ct = e.load(ct_buf, e.linear(ivs, strides(ct_shape)))
+        if isinstance(op, tape.MaxPool2dBackwardOp):  # ct split evenly among the maxima
+            x_buf = ins[0]
+            top = _window_max(e, op, x_buf, x_shape, ivs, t)
+
+            def mask(e: Emitter, taps: list[SSAValue]) -> tuple[SSAValue, SSAValue, SSAValue]:
+                """1 where the tap holds the window's max (padding counts as -inf), else 0."""
+                inside, index = _window(e, op, x_buf, x_shape, ivs, taps)
+                value = e.insert(arith.SelectOp(inside, e.load(x_buf, index),
+                                                e.scalar(-np.inf, t)))
+                return inside, index, _one_where(e, e.insert(arith.CmpfOp(value, top, "oeq")), t)
+
+            share = e.insert(arith.DivfOp(ct, e.reduce([kh, kw], e.scalar(0.0, t), (
+                lambda e, taps, acc: e.insert(arith.AddfOp(acc, mask(e, taps)[2]))))))
+        else:
+            share = e.insert(arith.DivfOp(ct, e.scalar(kh * kw, t)))
+
+        def scatter(e: Emitter, taps: list[SSAValue]) -> None:
+            if isinstance(op, tape.MaxPool2dBackwardOp):
+                # mask * share, as the semantics: 0 * share is NaN where the window holds a NaN
+                # (no tap is its max, so share is ct / 0) or ct is not finite
+                inside, index, hit = mask(e, taps)
+                value = e.insert(arith.MulfOp(hit, share))
+            else:
+                (inside, index), value = _window(e, op, ins[0], x_shape, ivs, taps), share
+            e.if_(inside, lambda e: accumulate(e, out, index, value))
+
+        e.loops([kh, kw], scatter)
+
+    # windows that do not overlap (stride >= kernel) scatter into disjoint elements
+    e.loops(ct_shape, body, parallel=sh >= kh and sw >= kw)
+
+
+def _pool_backward_tiled(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
+                         ct_buf: SSAValue) -> None:
+    """Pool windows side by side (stride >= kernel, no padding): every tap is inside the input
+    and every input element in one window at most, so each window writes its taps (no bounds
+    check, no read-modify-write) and only the elements no window covers are zeroed first."""
+    x_shape, ct_shape = shape_of(op.result), shape_of(op.cotangent)
+    t = op.result.type.get_element_type()
+    (kh, kw), (sh, sw) = op.params["kernel"], op.params["stride"]
+    if (sh, sw) != (kh, kw) or ct_shape[2] * sh != x_shape[2] or ct_shape[3] * sw != x_shape[3]:
+        zero(e, out, math.prod(x_shape), t)
+    maximum = isinstance(op, tape.MaxPool2dBackwardOp)
+
+    def body(e: Emitter, ivs: list[SSAValue]) -> None:
+        b, ch, y, xx = ivs
+
+        def at(e: Emitter, taps: list[SSAValue]) -> SSAValue:
+            return e.linear([b, ch, e.linear([y, taps[0]], [sh, 1]),
+                             e.linear([xx, taps[1]], [sw, 1])], strides(x_shape))
+
+        ct = e.load(ct_buf, e.linear(ivs, strides(ct_shape)))
+        if not maximum:
+            share = e.insert(arith.DivfOp(ct, e.scalar(kh * kw, t)))
+            e.loops([kh, kw], lambda e, taps: e.store(share, out, at(e, taps)))
+            return
+        x_buf = ins[0]
+        top = e.reduce([kh, kw], e.scalar(-np.inf, t), lambda e, taps, acc: e.insert(
+            arith.MaximumfOp(acc, e.load(x_buf, at(e, taps)))))
+
+        def hit(e: Emitter, taps: list[SSAValue]) -> SSAValue:
+            return _one_where(e, e.insert(arith.CmpfOp(e.load(x_buf, at(e, taps)), top, "oeq")),
+                              t)
+
+        count = e.reduce([kh, kw], e.scalar(0.0, t), lambda e, taps, acc: e.insert(
+            arith.AddfOp(acc, hit(e, taps))))
+        share = e.insert(arith.DivfOp(ct, count))  # ct split evenly among the maxima
+        # 0 + mask * share, as the semantics sums into zeros: NaN for every tap of a window
+        # holding a NaN, +0 (not -0) where a tap takes none of a negative share
+        e.loops([kh, kw], lambda e, taps: e.store(e.insert(arith.AddfOp(
+            e.insert(arith.MulfOp(hit(e, taps), share)), e.scalar(0.0, t))), out, at(e, taps)))
+
+    e.loops(ct_shape, body, parallel=True)
