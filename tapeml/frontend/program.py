@@ -33,6 +33,7 @@ from xdsl.parser import Parser
 
 from tapeml.dialects import tape
 from tapeml.errors import TracingError
+from tapeml.frontend.flops import op_flops
 from tapeml.frontend.pytree import LEAF, TreeDef, flatten, leaf_paths, unflatten
 from tapeml.frontend.trace import (
     Tracer,
@@ -335,23 +336,3 @@ def _numel(t: TensorType) -> int:
 
 def _bytes(types: list[Any]) -> int:
     return sum(_numel(t) * tape.dtype_of(t).itemsize for t in types)
-
-
-def op_flops(op: tape.TapeOp) -> int:
-    """Floating-point operations of one op: a multiply-add counts two; elementwise ops count one
-    per result element; reductions one per input element; layout ops none."""
-    out = _numel(op.results[0].type)
-    if isinstance(op, tape.MatmulOp):
-        return 2 * out * op.lhs.type.get_shape()[-1]
-    if isinstance(op, tape.Conv2dOp):
-        _, cg, kh, kw = op.weight.type.get_shape()
-        return 2 * out * cg * kh * kw
-    if isinstance(op, tape.MaxPool2dOp | tape.AvgPool2dOp):
-        kh, kw = op.params["kernel"]
-        return out * kh * kw
-    if isinstance(op, tape.SumOp | tape.MaxOp | tape.FoldOp):
-        return _numel(op.operands[0].type)
-    if isinstance(op, (*tape.ELEMENTWISE_BINARY, *tape.ELEMENTWISE_UNARY, tape.CmpOp,
-                       tape.SelectOp)):
-        return out
-    return 0
