@@ -330,15 +330,7 @@ def check(case: Case, stage: str, dtype: Any) -> None:
 # ----------------------------------------------------------------------------------------------
 # The tests
 
-POW_ON_THE_INTERPRETER = (
-    "issue 15: math.powf on xDSL's interpreter (tapeml/interpreters/scalars.py) is np.power on "
-    "numpy scalars, whose fast path for the exponent 0.5 is sqrt: pow(-inf, 0.5) is NaN (C99 "
-    "and the tape op: +inf) and pow(-0.0, 0.5) is -0.0 (+0.0); the loops and the emulated GPU")
-
-KNOWN: list[tuple[Callable[[str, str, Any], bool], str]] = [
-    (lambda name, stage, dt: name == "pow" and stage in ("loops", "outlined", "gpu-fused"),
-     POW_ON_THE_INTERPRETER),
-]
+KNOWN: list[tuple[Callable[[str, str, Any], bool], str]] = []
 """(matches(case name, stage, dtype), reason): the cases that fail today, each marked
 xfail(strict) with its reason."""
 
