@@ -124,6 +124,14 @@ func.func @twice(%c: i1, %a: f32) -> f32 {
 
 // -----
 
+// A sigil with no name after it: xDSL's message left its placeholder unformatted.
+// CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:1: error: Expected suffix identifier after '#'
+// CHECK-NEXT:#
+// CHECK-NEXT:^
+#
+
+// -----
+
 // A region never closed: the same message, at the end of the input.
 // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:1: error: expected an operation or '}' to close the region opened at [[# @LINE + 1]]:57, found the end of the input
 func.func @unclosed(%a: tensor<2xf32>) -> tensor<2xf32> {

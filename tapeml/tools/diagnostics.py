@@ -49,7 +49,9 @@ def located(span: Span | None, message: str, name: str = "<input>") -> str:
 
 
 def format_parse_error(error: ParseError) -> str:
-    return located(error.span, error.msg)
+    # xDSL 0.75's lexer leaves a placeholder of one message unformatted
+    message = error.msg.replace("{first_char}", f"'{error.span.text[:1]}'")
+    return located(error.span, message)
 
 
 class LocatedParseError(ParseError):
@@ -161,24 +163,31 @@ def verify_located(module: ModuleOp, spans: Mapping[Operation, Span],
     source names."""
     try:
         module.verify()
-    except VerifyException as error:
-        for op in module.walk(region_first=True):  # innermost first: a region reports its ops
-            try:
-                op.verify(verify_nested_ops=False)
-            except VerifyException as inner:
-                message = str(inner).split("\n", 1)[0]
-                raise VerifyException(_at(op, message, spans, name)) from None
-        raise VerifyException(located(None, str(error), name)) from None
+    except VerifyException:
+        op, message = _first_failure(module)
+        raise VerifyException(_at(op, message, spans, name)) from None
     dominance = Dominance()
     for op in module.walk():
         if (message := dominance_error(op, dominance, names)) is not None:
             raise VerifyException(_at(op, message, spans, name))
 
 
+def _first_failure(module: ModuleOp) -> tuple[Operation, str]:
+    """The innermost op that fails to verify on its own, else with its regions (the structure
+    of their blocks), and the first line of its message."""
+    for nested in (False, True):
+        for op in module.walk(region_first=True):
+            try:
+                op.verify(verify_nested_ops=nested)
+            except VerifyException as error:
+                return op, str(error).split("\n", 1)[0]
+    raise AssertionError("called on a module that verifies")
+
+
 def _at(op: Operation, message: str, spans: Mapping[Operation, Span], name: str) -> str:
     if op in spans:
         return located(spans[op], message, name)
-    return f"{name}: error: {message}\n  in: {op}"
+    return f"{name}: error: {message} (in {op.name})"
 
 
 def fail(tool: str, message: str) -> int:

@@ -70,8 +70,9 @@ class TapeOptMain(xDSLOptMain):
             return super().parse_chunk(chunk, file_extension, start_offset)
         text = chunk.read()
         require_utf8(text, self.get_input_name())
-        parser = LocatingParser(self.ctx, text, self.get_input_name(), line_offset=start_offset)
-        try:
+        try:  # the parser lexes the first token as it starts
+            parser = LocatingParser(self.ctx, text, self.get_input_name(),
+                                    line_offset=start_offset)
             module = parser.parse_module(not self.args.no_implicit_module)
         except ParseError as error:
             raise LocatedParseError(error.span, error.msg) from None
