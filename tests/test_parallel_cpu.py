@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pytest
+from bits import assert_same_bits
 from concurrency import at_once  # tests/concurrency.py
 
 import tapeml
@@ -110,7 +111,7 @@ def test_results_do_not_depend_on_the_thread_count(monkeypatch, threads):
     assert outlined and f"shared by {threads} threads" in outlined[0].detail
     assert not outlined[0].detail.startswith("0 ")
     for a, b in zip(flatten(alone)[0], flatten(together)[0], strict=True):
-        np.testing.assert_array_equal(a, b)
+        assert_same_bits(a, b)
     reference = tapeml.jit(step, backend="interp")(*args)
     for a, r in zip(flatten(together)[0], flatten(reference)[0], strict=True):
         np.testing.assert_allclose(a, np.asarray(r), rtol=2e-4, atol=2e-5)

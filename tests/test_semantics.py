@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import reference as ref  # tests/ is on sys.path (pytest's rootdir-relative import)
+from bits import assert_same_bits
 from xdsl.builder import Builder, InsertPoint
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, i1
@@ -98,9 +99,7 @@ def run_op(op_type: type[TapeOp], *arrays: np.ndarray, **params: Any) -> np.ndar
 
 
 def assert_exact(actual: np.ndarray, expected: np.ndarray) -> None:
-    assert actual.dtype == expected.dtype
-    assert actual.shape == expected.shape
-    np.testing.assert_array_equal(actual, expected, strict=True)
+    assert_same_bits(actual, expected)  # bit for bit: -0.0 is not +0.0
 
 
 def assert_close(actual: np.ndarray, expected: np.ndarray, dtype: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bits import assert_same_bits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_naturality import generated_program
@@ -48,7 +49,7 @@ def check(program: tapeml.Program, *args, exact: bool = True, cf: bool = False,
     for g, e in zip(got, expected, strict=True):
         assert g.dtype == e.dtype
         if exact:
-            np.testing.assert_array_equal(g, e)
+            assert_same_bits(g, e)
         else:  # the loops sum in order, numpy pairwise
             np.testing.assert_allclose(g, e, rtol=1e-5 if g.dtype == np.float32 else 1e-12,
                                        atol=1e-6 if g.dtype == np.float32 else 1e-12)
