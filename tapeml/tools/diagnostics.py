@@ -1,8 +1,9 @@
 """Located diagnostics for the command-line tools, in MLIR's `file:line:col: error: message` form.
 
 xDSL's parser knows where a syntax error is but forgets where each op came from, so a verifier
-failure would only print the op. `LocatingParser` remembers every op's source span, and
-`verify_located` verifies op by op so the first failure is reported at its line.
+failure would only print the op. `LocatingParser` remembers every op's source span (and reports
+some parse errors where they are rather than where xDSL does), and `verify_located` verifies op
+by op, dominance included, so the first failure is reported at its line.
 """
 
 from __future__ import annotations
@@ -39,10 +40,8 @@ def require_utf8(text: bytes, name: str) -> None:
         raise UserError(f"{name}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
-def located(span: Span | None, message: str, name: str = "<input>") -> str:
+def located(span: Span, message: str) -> str:
     """`file:line:col: error: message` and the source line with the span underlined."""
-    if span is None:
-        return f"{name}: error: {message}"
     loc = span.get_location()
     context = span.print_with_context().split("\n", 1)[1]  # drop xDSL's own location line
     return f"{loc}: error: {message}\n{context}".rstrip("\n")
@@ -186,7 +185,7 @@ def _first_failure(module: ModuleOp) -> tuple[Operation, str]:
 
 def _at(op: Operation, message: str, spans: Mapping[Operation, Span], name: str) -> str:
     if op in spans:
-        return located(spans[op], message, name)
+        return located(spans[op], message)
     return f"{name}: error: {message} (in {op.name})"
 
 
