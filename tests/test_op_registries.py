@@ -31,3 +31,15 @@ def test_every_op_has_a_row(table):
 def test_the_pass_reads_the_registry_every_family_fills():
     assert PASS_LOWERINGS is LOWERINGS
     assert not set(PULLBACKS) & NON_DIFFERENTIABLE
+
+
+def test_importing_the_dialects_loads_no_backend():
+    """Stock xdsl-opt loads tapeml's dialects: that must not load LLVM or the CUDA driver."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tapeml.dialects.tape, tapeml.dialects.kernel; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('llvmlite', 'cuda')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"

@@ -26,8 +26,9 @@ from xdsl.utils.target import Target as XTarget
 
 from tapeml.codegen import pool
 from tapeml.codegen.arguments import Argument, checked
-from tapeml.codegen.gemm import GemmSpec, Target, definition, host_threads
+from tapeml.codegen.gemm import Target, definition, host_threads
 from tapeml.codegen.stages import Stages, to_loops
+from tapeml.dialects.kernel import GemmSpec
 from tapeml.frontend.program import Program
 from tapeml.profile import count_ops, profiling, record
 from tapeml.transforms.arena import ALIGN, plan_module

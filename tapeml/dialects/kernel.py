@@ -29,6 +29,9 @@ its threads (between gpu.barrier's), alive while the kernel runs. It appears onl
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 from xdsl.dialects.builtin import (
     BoolAttr,
     DenseArrayBase,
@@ -50,7 +53,38 @@ from xdsl.irdl import (
 )
 from xdsl.utils.exceptions import VerifyException
 
-from tapeml.codegen.gemm import GemmSpec
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """What a kernel.gemm computes (see tapeml/codegen/gemm.py), as its attributes hold it; its
+    `symbol` names the generated function that computes it."""
+
+    dtype: str  # "f32" or "f64"
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: tuple[int, int, int]  # strides of A's batch, row (i) and column (p)
+    b: tuple[int, int, int]  # strides of B's batch, row (p) and column (j)
+    c0: int  # stride of C's batch: m * n, or 0 to sum every batch into one C
+    accumulate: bool  # add to C's contents instead of overwriting them
+
+    @property
+    def symbol(self) -> str:
+        a, b = "x".join(map(str, self.a)), "x".join(map(str, self.b))
+        return (f"tapeml_gemm_{self.dtype}_b{self.batch}_m{self.m}_n{self.n}_k{self.k}"
+                f"_a{a}_b{b}_c{self.c0}_{'acc' if self.accumulate else 'set'}")
+
+    @staticmethod
+    def from_symbol(name: str) -> GemmSpec | None:
+        match = re.fullmatch(r"tapeml_gemm_(f32|f64)_b(\d+)_m(\d+)_n(\d+)_k(\d+)_a(\d+)x(\d+)x"
+                             r"(\d+)_b(\d+)x(\d+)x(\d+)_c(\d+)_(acc|set)", name)
+        if match is None:
+            return None
+        g = match.groups()
+        v = [int(x) for x in g[1:12]]
+        return GemmSpec(g[0], v[0], v[1], v[2], v[3], (v[4], v[5], v[6]), (v[7], v[8], v[9]),
+                        v[10], g[12] == "acc")
 
 
 @irdl_op_definition

@@ -20,8 +20,8 @@ from xdsl.dialects import arith, gpu
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import SSAValue
 
-from tapeml.codegen.gemm import GemmSpec
 from tapeml.dialects import kernel
+from tapeml.dialects.kernel import GemmSpec
 from tapeml.transforms.to_loops import Emitter
 
 GEMM_TILE = 16

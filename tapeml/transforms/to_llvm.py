@@ -51,8 +51,9 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import Rewriter
 
-from tapeml.codegen.gemm import GemmSpec, host_threads
+from tapeml.codegen.gemm import host_threads
 from tapeml.dialects import kernel
+from tapeml.dialects.kernel import GemmSpec
 from tapeml.transforms.arena import element_bytes
 from tapeml.transforms.to_loops import LoweringError
 

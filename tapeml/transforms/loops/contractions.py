@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import f32
 from xdsl.ir import Block, SSAValue
 
-from tapeml.codegen.gemm import GemmSpec
 from tapeml.dialects import kernel, tape
+from tapeml.dialects.kernel import GemmSpec
 from tapeml.transforms.loops.emitter import Emitter, shape_of, strides
 from tapeml.transforms.loops.registry import Context, lowering
 

@@ -12,8 +12,8 @@ from xdsl.dialects import arith, memref
 from xdsl.dialects.builtin import f32
 from xdsl.ir import Operation, SSAValue
 
-from tapeml.codegen.gemm import GemmSpec
 from tapeml.dialects import kernel, tape
+from tapeml.dialects.kernel import GemmSpec
 from tapeml.transforms.loops.buffers import PlanReport
 from tapeml.transforms.loops.emitter import Emitter, accumulate, shape_of, zero
 from tapeml.transforms.loops.registry import Context, lowering
