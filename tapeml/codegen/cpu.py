@@ -247,7 +247,7 @@ class CPUBackend:
                f"one arena of {arena_bytes:,} bytes for the intermediates")
         started = time.perf_counter()
         loops_to_cf(module, tidy=False)  # the rest of tape-to-llvm, less the tidying
-        convert_to_llvm(module)
+        convert_to_llvm(module, threads=threads)
         keep("llvm dialect", lambda: str(module))
         record("convert-loops-to-llvm", count_ops(module), started,
                "after convert-scf-to-cf (LLVM does canonicalize's and cse's work)")

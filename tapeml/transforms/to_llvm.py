@@ -51,9 +51,7 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import Rewriter
 
-from tapeml.codegen.gemm import host_threads
 from tapeml.dialects import kernel
-from tapeml.dialects.kernel import GemmSpec
 from tapeml.transforms.arena import element_bytes
 from tapeml.transforms.to_loops import LoweringError
 
@@ -259,9 +257,11 @@ class FuncToLLVM(RewritePattern):
                                              body=op.detach_region(op.body)))
 
 
-def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = ()) -> None:
+def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
+                    threads: int = 1) -> None:
     """Convert a loop-form module (after convert-scf-to-cf) to the llvm dialect, in place.
-    `extra` patterns run first (the GPU's: gpu_to_nvvm.py)."""
+    `extra` patterns run first (the GPU's: gpu_to_nvvm.py); `threads`: how many threads each
+    kernel.parallel_for is shared by (the CPU backend passes the host's)."""
     leftover = {op.name for op in module.walk() if op.dialect_name() in ("scf", "tape")}
     if leftover:
         raise LoweringError(f"convert-loops-to-llvm: {', '.join(sorted(leftover))} must be "
@@ -274,10 +274,10 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = ()) -> N
     convert_types(module)
     PatternRewriteWalker(GreedyRewritePatternApplier([
         *extra, ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes), FuncToLLVM(),
-        KernelToLLVM(symbols, host_threads() if entries else 1),
+        KernelToLLVM(symbols, threads),
     ]), apply_recursively=False).rewrite_module(module)
     uses = {op.callee.root_reference.data for op in module.walk() if isinstance(op, llvm.CallOp)}
-    kernels = sorted(name for name in uses if GemmSpec.from_symbol(name) is not None)
+    kernels = sorted(set(symbols.values()) & uses)
     for callee, buffers in entries.items():
         module.body.block.add_op(_entry(callee, buffers))
     for name, fty in (("malloc", llvm.LLVMFunctionType([i64], PTR)),
@@ -297,8 +297,12 @@ class ConvertLoopsToLLVMPass(ModulePass):
 
     name = "convert-loops-to-llvm"
 
+    threads: int = 1
+    """Threads each kernel.parallel_for is shared by: an option, not the host's count, so the
+    output is the same on every machine (the CPU backend passes the host's)."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        convert_to_llvm(op)
+        convert_to_llvm(op, threads=self.threads)
 
 
 
