@@ -132,6 +132,26 @@ func.func @twice(%c: i1, %a: f32) -> f32 {
 
 // -----
 
+// A float literal beyond f64 (MLIR's error; xDSL read it as inf), in a literal and in a clause.
+func.func @beyond_f64(%a: tensor<2xf64>) -> tensor<4xf64> {
+  // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:30: error: floating point value too large
+  // CHECK-NEXT:  %0 = tape.constant dense<[-1.0e400, 1.0]> : tensor<2xf64>
+  // CHECK-NEXT:                             ^^^^^^^
+  %0 = tape.constant dense<[-1.0e400, 1.0]> : tensor<2xf64>
+  %1 = tape.pad %0 low = [1] high = [1] value = 0.0 : tensor<2xf64> -> tensor<4xf64>
+  func.return %1 : tensor<4xf64>
+}
+
+// -----
+
+func.func @beyond_f64_clause(%a: tensor<2xf64>) -> tensor<4xf64> {
+  // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 1]]:50: error: floating point value too large
+  %0 = tape.pad %a low = [1] high = [1] value = -2.0e308 : tensor<2xf64> -> tensor<4xf64>
+  func.return %0 : tensor<4xf64>
+}
+
+// -----
+
 // A region never closed: the same message, at the end of the input.
 // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:1: error: expected an operation or '}' to close the region opened at [[# @LINE + 1]]:57, found the end of the input
 func.func @unclosed(%a: tensor<2xf32>) -> tensor<2xf32> {

@@ -8,6 +8,7 @@ by op, dominance included, so the first failure is reported at its line.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -69,7 +70,8 @@ class LocatingParser(Parser):
         the literal (xDSL: at the next token, or an OverflowError);
       - an undefined value at its first use (xDSL: at the end of the input);
       - a region that is never closed with a message (xDSL: an empty one);
-      - a block label declared twice after a use (xDSL: a KeyError)."""
+      - a block label declared twice after a use (xDSL: a KeyError);
+      - a float literal beyond the range of f64 (xDSL: inf)."""
 
     def __init__(self, *args, line_offset: int = 0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -82,8 +84,11 @@ class LocatingParser(Parser):
         """Where each region being parsed opens, and its block labels so far."""
 
     def _consume_token(self, expected_kind: MLIRTokenKind | None = None) -> Token:
-        self._last_token = super()._consume_token(expected_kind)
-        return self._last_token
+        token = super()._consume_token(expected_kind)
+        if token.kind == MLIRTokenKind.FLOAT_LIT and math.isinf(float(token.text)):
+            self.raise_error("floating point value too large", token.span)  # MLIR's words
+        self._last_token = token
+        return token
 
     def parse_operation(self) -> Operation:
         start = self._current_token.span
