@@ -10,7 +10,7 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from tapeml.dialects import tape
-from tapeml.frontend.program import value_names
+from tapeml.dialects.names import value_names
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -22,16 +21,23 @@ from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import (
     ArrayAttr,
-    BytesAttr,
     DictionaryAttr,
     ModuleOp,
     StringAttr,
     TensorType,
 )
-from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.ir import Block, Region, SSAValue
 from xdsl.parser import Parser
 
 from tapeml.dialects import tape
+from tapeml.dialects.names import (
+    IN_TREE_ATTR,
+    NAME_ATTR,
+    OUT_TREE_ATTR,
+    attr_text,
+    ssa_name,
+    value_names,
+)
 from tapeml.errors import TracingError
 from tapeml.frontend.flops import op_flops
 from tapeml.frontend.pytree import LEAF, TreeDef, flatten, leaf_paths, unflatten
@@ -46,10 +52,6 @@ from tapeml.frontend.trace import (
 )
 from tapeml.interpreters import interpret
 from tapeml.profile import count_ops, record
-
-NAME_ATTR = "tapeml.name"
-IN_TREE_ATTR = "tapeml.in_tree"
-OUT_TREE_ATTR = "tapeml.out_tree"
 
 
 @dataclass(frozen=True)
@@ -84,11 +86,6 @@ def is_device_array(x: Any) -> bool:
     `.numpy()`, and is traced by its shape and dtype alone."""
     return (not isinstance(x, np.ndarray) and hasattr(x, "numpy") and hasattr(x, "shape")
             and hasattr(x, "dtype"))
-
-
-def _ssa_name(path: str) -> str | None:
-    name = re.sub(r"[^A-Za-z0-9_$.-]", "_", path)  # MLIR value names are ASCII
-    return name if re.fullmatch(r"[A-Za-z_$.-][A-Za-z0-9_$.-]*", name) else None
 
 
 def argument_paths(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
@@ -139,7 +136,7 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
         specs.append(spec)
     block = Block(arg_types=[tape.tensor_type(s.shape, s.dtype) for s in specs])
     for arg, path in zip(block.args, paths, strict=True):
-        arg.name_hint = _ssa_name(path)
+        arg.name_hint = ssa_name(path)
     with new_trace(block) as tr:
         tracers = [Tracer(a, tr, w) for a, w in zip(block.args, weak, strict=True)]
         args, kwargs = unflatten(in_tree, tracers)
@@ -149,9 +146,9 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
                    for x, p in zip(out_leaves, leaf_paths(out_tree, "result"), strict=True)]
     for value, path in zip(results, leaf_paths(out_tree, "result"), strict=True):
         if value.name_hint is None:  # name what the function returns after its path
-            value.name_hint = _ssa_name(path)
+            value.name_hint = ssa_name(path)
     block.add_op(func.ReturnOp(*results))
-    name = _ssa_name(getattr(fn, "__name__", "f")) or "f"
+    name = ssa_name(getattr(fn, "__name__", "f")) or "f"
     f = func.FuncOp(name, ([a.type for a in block.args], [r.type for r in results]),
                     Region(block),
                     arg_attrs=_names(paths), res_attrs=_names(leaf_paths(out_tree, "result")))
@@ -307,23 +304,6 @@ class Program:
             lines.append(f"  {prefix:<18}{'':>7}{params[prefix]:>16,}")
         lines.append(f"  inputs {_bytes(inputs):,} bytes, outputs {_bytes(outputs):,} bytes")
         return "\n".join(lines)
-
-
-def value_names(attrs: ArrayAttr | None, values: list[SSAValue], default: str) -> list[str]:
-    """Each value's tapeml.name (from `attrs`), else its SSA name, else `default` + index."""
-    stored = [attr_text(d.data.get(NAME_ATTR)) for d in attrs.data] if attrs is not None else []
-    return [(stored[i] if i < len(stored) else None) or value.name_hint or f"{default}{i}"
-            for i, value in enumerate(values)]
-
-
-def attr_text(attr: Attribute | None) -> str | None:
-    """A string attribute's text. xDSL parses a string with escapes (non-ASCII text) into a
-    BytesAttr, so both are read."""
-    if isinstance(attr, StringAttr):
-        return attr.data
-    if isinstance(attr, BytesAttr):
-        return attr.data.decode("utf-8", errors="replace")
-    return None
 
 
 def _spec(t: Any) -> Spec:

@@ -29,14 +29,14 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from tapeml.dialects import tape
 from tapeml.dialects.base import TapeOp
-from tapeml.frontend import ops
-from tapeml.frontend.program import (
+from tapeml.dialects.names import (
     IN_TREE_ATTR,
     NAME_ATTR,
     OUT_TREE_ATTR,
     attr_text,
     value_names,
 )
+from tapeml.frontend import ops
 from tapeml.frontend.pytree import LEAF, TreeDef
 from tapeml.frontend.trace import Trace, Tracer, new_trace
 from tapeml.profile import record

@@ -27,7 +27,6 @@ the liveness plan). This module is the pass: the function's signature, buffers a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.builder import Builder, InsertPoint
@@ -38,6 +37,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from tapeml.dialects import tape
+from tapeml.dialects.names import ssa_name, value_names
 
 # each family's module registers its ops' lowerings in LOWERINGS on import
 from tapeml.transforms.loops import (  # noqa: F401
@@ -120,29 +120,16 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     e.insert(func.ReturnOp())
     free_after_last_use(new_block, allocated, report)
 
-    names_in = _names(f.arg_attrs, block.args, "arg")
-    names_out = [f"out.{n}" for n in _names(f.res_attrs, returned, "result")]
+    names_in = value_names(f.arg_attrs, block.args, "arg")
+    names_out = [f"out.{n}" for n in value_names(f.res_attrs, returned, "result")]
     for arg, name in zip(outputs, names_out, strict=True):
-        arg.name_hint = _hint(name)
+        arg.name_hint = ssa_name(name)
     f.body.add_block(new_block)  # the buffer body takes the tensor body's place
     f.body.erase_block(block, safe_erase=False)
     f.function_type = FunctionType.from_lists([a.type for a in new_block.args], [])
     f.arg_attrs = ArrayAttr([DictionaryAttr({"tapeml.name": StringAttr(n)})
                              for n in [*names_in, *names_out]])
     f.res_attrs = None
-
-
-def _names(attrs: ArrayAttr | None, values: Sequence[SSAValue], default: str) -> list[str]:
-    from tapeml.frontend.program import value_names
-
-    return value_names(attrs, list(values), default)
-
-
-def _hint(name: str) -> str | None:
-    import re
-
-    hint = re.sub(r"[^A-Za-z0-9_$.-]", "_", name)
-    return hint if re.fullmatch(r"[A-Za-z_$.-][A-Za-z0-9_$.-]*", hint) else None
 
 
 def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False
