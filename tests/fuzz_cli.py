@@ -6,10 +6,11 @@ op name or a value name with another (a shape or an element type in one place or
 runs `tapeml-opt` on it, first with no pipeline and then, where that succeeds, with
 `-p tape-differentiate,tape-fuse`, `-p tape-to-llvm -t llvm` and `-p tape-to-gpu -t ptx` (where
 it fails, the input is refused while being parsed or verified, before any pass, so the other
-pipelines would refuse it the same way). The oracle, for every run: no Python traceback, no
-crash (a signal), no hang (a timeout), exit status 0, or 1 with `error:` on stderr.
+pipelines would refuse it the same way), and then `tapeml-run` on it, with an argument of each
+type its function takes. The oracle, for every run: no Python traceback, no crash (a signal), no
+hang (a timeout), exit status 0, or 1 with `error:` on stderr.
 
-The runs happen in worker processes, each calling `tapeml.tools.opt.main` in-process for speed;
+The runs happen in worker processes, each calling the tool's `main` in-process for speed;
 a worker that dies (a segfault or abort inside LLVM) or stops answering is a crash or a hang of
 the case it was running, and is replaced. A case is a function of the seed and its index alone,
 so any one can be replayed (`--replay INDEX`).
@@ -39,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty, Queue
 
+from xdsl.ir import Attribute
+
 ROOT = Path(__file__).resolve().parent.parent
 LIT = ROOT / "lit"
 PIPELINES: tuple[tuple[str, ...], ...] = (
@@ -47,6 +50,8 @@ PIPELINES: tuple[tuple[str, ...], ...] = (
     ("-p", "tape-to-llvm", "-t", "llvm"),
     ("-p", "tape-to-gpu", "-t", "ptx"),
 )
+INTERPRET = ("tapeml-run",)
+"""The last stage: tapeml-run on the function, with an argument of each type it takes."""
 TIMEOUT_S = 60.0
 MEMORY_LIMIT = 8 << 30
 """Each worker's address space: a runaway allocation is a MemoryError (a traceback), not the
@@ -212,11 +217,40 @@ def _signature(error: BaseException) -> str:
     return f"{type(error).__name__} in {where}:{frame.name}"
 
 
-def run_in_process(argv: Sequence[str]) -> dict:
-    """Run `tapeml-opt argv` here: its exit status, its stderr, and the traceback (with its
-    signature) of an exception it let through."""
-    from tapeml.tools.opt import main
+def _literal(t: Attribute) -> str:
+    """An MLIR literal of type `t` that tapeml-run reads (0.5 everywhere; true for i1)."""
+    from xdsl.dialects.builtin import ShapedType, i1
 
+    element = t.get_element_type() if isinstance(t, ShapedType) else t
+    value = "true" if element == i1 else "0.5"
+    return f"dense<{value}> : {t}" if isinstance(t, ShapedType) else f"{value} : {t}"
+
+
+def interpreter_argv(path: str) -> list[str]:
+    """tapeml-run's arguments for the file at `path`: an argument of each type the function it
+    runs takes (none when the file does not load: tapeml-run then says why)."""
+    from xdsl.dialects import func
+
+    from tapeml.tools.run import _context, _default_symbol, _load_module
+
+    try:
+        module = _load_module(_context(), path)
+    except Exception:
+        return [path]
+    symbol = _default_symbol(module)
+    functions = [op for op in module.walk() if isinstance(op, func.FuncOp)
+                 and op.sym_name.data == symbol]
+    if not functions:
+        return [path]
+    return [path, "--args", *(_literal(t) for t in functions[0].function_type.inputs.data)]
+
+
+def run_in_process(tool: str, argv: Sequence[str]) -> dict:
+    """Run `tapeml-opt argv` (or `tapeml-run`, `tool` "run") here: its exit status, its stderr,
+    and the traceback (with its signature) of an exception it let through."""
+    from tapeml.tools import opt, run
+
+    main = run.main if tool == "run" else opt.main
     out, err = io.StringIO(), io.StringIO()
     try:
         with redirect_stdout(out), redirect_stderr(err):
@@ -225,13 +259,15 @@ def run_in_process(argv: Sequence[str]) -> dict:
         rc = exit_.code if isinstance(exit_.code, int) else 1
     except Exception as error:  # what the oracle looks for
         return {"rc": None, "stderr": err.getvalue(), "signature": _signature(error),
-                "traceback": traceback.format_exc()}
-    return {"rc": rc, "stderr": err.getvalue(), "signature": None, "traceback": None}
+                "traceback": traceback.format_exc(), "argv": list(argv)}
+    return {"rc": rc, "stderr": err.getvalue(), "signature": None, "traceback": None,
+            "argv": list(argv)}
 
 
 def _serve() -> None:
-    """The worker: one JSON request a line on stdin ({"text", "argv"}), one JSON answer a line
-    on the protocol stream; the tools' own output goes to stderr, never into the protocol."""
+    """The worker: one JSON request a line on stdin ({"text", "tool", "argv"}; tapeml-run's
+    arguments are made here, to fit the function), one JSON answer a line on the protocol
+    stream; the tools' own output goes to stderr, never into the protocol."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
@@ -243,7 +279,10 @@ def _serve() -> None:
             request = json.loads(line)
             with open(path, "w") as f:
                 f.write(request["text"])
-            answer = run_in_process([path, *request["argv"]])
+            tool = request["tool"]
+            argv = interpreter_argv(path) if tool == "run" else [path, *request["argv"]]
+            answer = run_in_process(tool, argv)
+            answer["argv"] = ["case.mlir", *answer["argv"][1:]]
             protocol.write(json.dumps(answer) + "\n")
             protocol.flush()
 
@@ -267,13 +306,15 @@ class Worker:
         return subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=self.log, text=True, cwd=ROOT)
 
-    def run(self, text: str, argv: Sequence[str]) -> dict:
+    def run(self, text: str, argv: Sequence[str], tool: str = "opt") -> dict:
+        """`tool` ("opt" or "run") on `text` with `argv` (for "run", arguments that fit)."""
         if self.process is None:
             self.process = self._start()
         process = self.process
         assert process.stdin is not None and process.stdout is not None
+        request = {"text": text, "tool": tool, "argv": list(argv)}
         try:
-            process.stdin.write(json.dumps({"text": text, "argv": list(argv)}) + "\n")
+            process.stdin.write(json.dumps(request) + "\n")
             process.stdin.flush()
         except BrokenPipeError:
             pass  # it died: the read below finds out how
@@ -308,13 +349,18 @@ class Failure:
     signature: str
     case: Case
     pipeline: tuple[str, ...]
+    command: str
+    """The command line that failed, on the case's text as `case.mlir`."""
     detail: str
 
     def report(self) -> str:
-        argv = " ".join(self.case.argv("case.mlir", self.pipeline))
         return (f"{self.kind}: {self.signature}\n  case {self.case.index} (from lit/"
                 f"{self.case.source}: {'; '.join(self.case.mutations)})\n"
-                f"  tapeml-opt {argv}\n{_indent(self.detail)}")
+                f"  {self.command}\n{_indent(self.detail)}")
+
+
+def _quote(arg: str) -> str:
+    return f"'{arg}'" if " " in arg else arg
 
 
 def _indent(text: str) -> str:
@@ -324,14 +370,18 @@ def _indent(text: str) -> str:
 def judge(answer: dict, case: Case, pipeline: tuple[str, ...]) -> Failure | None:
     """The oracle: None when the run ended as a user's mistake or a success should."""
     def failure(kind: str, signature: str, detail: str) -> Failure:
-        return Failure(kind, signature, case, pipeline, detail)
+        if pipeline == INTERPRET:
+            command = "tapeml-run " + " ".join(map(_quote, answer.get("argv", ["case.mlir"])))
+        else:
+            command = "tapeml-opt " + " ".join(case.argv("case.mlir", pipeline))
+        return Failure(kind, signature, case, pipeline, command, detail)
 
     if "hang" in answer:
-        return failure("hang", f"timeout in {' '.join(pipeline) or 'parse'}", "")
+        return failure("hang", f"timeout in {' '.join(pipeline) or 'tapeml-opt'}", "")
     if "crash" in answer:
         rc = answer["crash"]
         how = f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit {rc}"
-        return failure("crash", f"{how} in {' '.join(pipeline) or 'parse'}", answer["stderr"])
+        return failure("crash", f"{how} in {' '.join(pipeline) or 'tapeml-opt'}", answer["stderr"])
     if answer["traceback"] is not None:
         return failure("traceback", answer["signature"], answer["traceback"])
     stderr, rc = answer["stderr"], answer["rc"]
@@ -364,9 +414,9 @@ class Outcome:
 
     def summary(self) -> str:
         succeeded = ", ".join(f"{' '.join(p) or 'no pipeline'}: {self.succeeded[p]}"
-                              for p in PIPELINES)
-        lines = [f"{self.cases} cases, {self.runs} runs of tapeml-opt, {len(self.failures)} "
-                 f"failures; exit status 0 with {succeeded}"]
+                              for p in (*PIPELINES, INTERPRET))
+        lines = [f"{self.cases} cases, {self.runs} runs of tapeml-opt and tapeml-run, "
+                 f"{len(self.failures)} failures; exit status 0 with {succeeded}"]
         first: dict[str, Failure] = {}
         for f in sorted(self.failures, key=lambda f: len(f.case.text)):
             first.setdefault(f.signature, f)
@@ -378,9 +428,13 @@ class Outcome:
 
 
 def _run_case(worker: Worker, case: Case, outcome: Outcome) -> None:
-    """Run the case with no pipeline, then, if it parsed and verified, with the others."""
-    for pipeline in PIPELINES:
-        answer = worker.run(case.text, case.argv("case.mlir", pipeline)[1:])
+    """Run the case with no pipeline, then, if it parsed and verified, with the other pipelines
+    and on tapeml-run."""
+    for pipeline in (*PIPELINES, INTERPRET):
+        if pipeline == INTERPRET:
+            answer = worker.run(case.text, [], "run")
+        else:
+            answer = worker.run(case.text, case.argv("case.mlir", pipeline)[1:])
         failure = judge(answer, case, pipeline)
         with outcome.lock:
             outcome.runs += 1

@@ -44,7 +44,7 @@ def test_an_exception_through_main_is_a_traceback_with_its_signature(monkeypatch
         raise KeyError("boom")
 
     monkeypatch.setattr(opt, "main", main)
-    answer = run_in_process(["case.mlir"])
+    answer = run_in_process("opt", ["case.mlir"])
     failure = judge(answer, _CASE, ())
     assert failure.kind == "traceback"
     assert failure.signature == "KeyError in test_cli_fuzz.py:main"  # not in tapeml: the file
