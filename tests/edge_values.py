@@ -24,6 +24,7 @@ Each stage has a kind (`KIND`) that the tolerance table (tolerances.py) is keyed
 
 from __future__ import annotations
 
+import decimal
 import functools
 import math
 import os
@@ -150,11 +151,17 @@ def elementwise(fn: Callable[..., float], dtype: Any, *xs: np.ndarray) -> np.nda
         return ref.elementwise(fn, *xs).astype(dtype)
 
 
+_PRECISION = decimal.Context(prec=60)
+"""Decimal arithmetic to 60 digits: exp, log and tanh correctly rounded once converted to a
+float (Python's math calls the C library's, which is not correctly rounded in f64)."""
+
+
 def s_exp(a: float) -> float:
-    try:
-        return math.exp(a)
-    except OverflowError:
-        return INF
+    if math.isnan(a) or a > 710.0:  # e**709.79 is past the largest double
+        return a if math.isnan(a) else INF
+    if a < -746.0:  # below half the smallest subnormal
+        return 0.0
+    return float(_PRECISION.exp(decimal.Decimal(a)))  # rounded once: to inf, or subnormal
 
 
 def s_log(a: float) -> float:
@@ -162,7 +169,18 @@ def s_log(a: float) -> float:
         return NAN
     if a == 0.0:
         return -INF
-    return NAN if a < 0 else math.log(a)
+    if a < 0:
+        return NAN
+    return INF if math.isinf(a) else float(_PRECISION.ln(decimal.Decimal(a)))
+
+
+def s_tanh(a: float) -> float:
+    if math.isnan(a) or a == 0.0 or abs(a) < 1e-9:  # tanh(a) = a - a**3/3 + ...: a, rounded
+        return a
+    if abs(a) > 40.0:  # 1 - 2e-35 and beyond: 1, rounded
+        return math.copysign(1.0, a)
+    e = _PRECISION.exp(2 * decimal.Decimal(a))
+    return float(_PRECISION.divide(e - 1, e + 1))
 
 
 def s_sqrt(a: float) -> float:

@@ -20,6 +20,8 @@ from edge_values import (
     KIND,
     NAN,
     STAGES,
+    edge_values,
+    maxpool2d,
     maxpool2d_backward,
     run_interp,
     traced,
@@ -114,6 +116,21 @@ def _grad_cases(dt) -> list[Case]:
                   "maxpool2d_backward",
                   lambda x, w: (maxpool2d_backward(np.abs(x), np.abs(w), (3, 3), (2, 2),
                                                    (1, 1, 1, 1)),))]
+    # the forward idioms, raised to tape.maxpool2d / tape.avgpool2d by tape-fuse
+    cases.append(Case("maxpool-idiom", lambda x: nn.max_pool2d(x, 3, 2, 1), (x,),
+                      lambda x: (maxpool2d(x, (3, 3), (2, 2), (1, 1, 1, 1)),), "maxpool2d"))
+    cases.append(Case("avgpool-idiom", lambda x: nn.avg_pool2d(x, 2, 1, 1), (x,),
+                      lambda x: (ref.avgpool2d(x, (2, 2), (1, 1), (1, 1, 1, 1)),), "avgpool2d",
+                      lambda x: (ref.avgpool2d(np.abs(x), (2, 2), (1, 1), (1, 1, 1, 1)),)))
+    # a convolution and its gradients, raised to tape.conv2d and its two backward ops
+    v = edge_values(dt)
+    cases.append(Case("conv-grad", tapeml.value_and_grad(
+        lambda x, w, c: ops.sum(nn.conv2d(x, w, padding=1) * c), argnums=(0, 1)),
+        (v[[4, 5, 6, 7, 13, 14, 15, 16, 17]].reshape(1, 1, 3, 3).copy(),  # +-0, +-tiny, ...
+         np.array([[[[1.0, -0.5], [0.0, 2.0]]]], dt),
+         np.array([[1.0, 1.0, 1.0, 1.0], [1.0, INF, -1.0, 1.0], [0.5, 1.0, 1.0, -0.0],
+                   [1.0, 1.0, 2.0, 1.0]], dt)[None, None]),
+        None, "conv2d"))
     ones, inf = np.ones((1, 2, 1, 1), dt), np.full((2, 1, 1, 1), INF, dt)
     padded = zero_padded(ones, (1, 1, 1, 1))
     cases.append(Case("conv-grouped-padding", lambda x, w: nn.conv2d(x, w, padding=1, groups=2),
@@ -157,6 +174,12 @@ def test_the_gradient_cases_reach_the_fused_ops():
     conv = GRAD_CASES[(np.float32, "conv-grouped-padding")]
     fused = tapeml.jit(conv.fn).lower(*conv.inputs)["fused tape"]
     assert "tape.conv2d" in fused and "groups = 2" in fused
+    conv = GRAD_CASES[(np.float32, "conv-grad")]
+    fused = tapeml.jit(conv.fn).lower(*conv.inputs)["fused tape"]
+    assert "tape.conv2d_backward_input" in fused and "tape.conv2d_backward_weight" in fused
+    for name, op in [("maxpool-idiom", "tape.maxpool2d "), ("avgpool-idiom", "tape.avgpool2d ")]:
+        case = GRAD_CASES[(np.float32, name)]
+        assert op in tapeml.jit(case.fn).lower(*case.inputs)["fused tape"]
 
 
 SUMS_IN_F64 = (

@@ -64,7 +64,7 @@ TABLE: dict[str, dict[str, Any]] = {
     "fold": {kind: _per_dtype(Tolerance(bitwise=False), Tolerance(bitwise=False))
              for kind in ("numpy", "loops", "arith", "libm")},
     "sum": {kind: _reordered(16) for kind in ("numpy", "loops", "arith", "libm")},
-    "matmul": {kind: _reordered(8) for kind in ("numpy", "loops", "arith", "libm")},
+    "matmul": {kind: _reordered(128) for kind in ("numpy", "loops", "arith", "libm")},
     "conv2d": {kind: _reordered(32) for kind in ("numpy", "loops", "arith", "libm")},
     "avgpool2d": {kind: _reordered(8) for kind in ("numpy", "loops", "arith", "libm")},
     "maxpool2d_backward": {kind: _reordered(8) for kind in ("numpy", "loops", "arith", "libm")},
