@@ -109,6 +109,13 @@ def _default_symbol(module: ModuleOp) -> str:
     return "main"
 
 
+def _require_body(module: ModuleOp, symbol: str) -> None:
+    """A UserError when @symbol is only declared: there is nothing to run."""
+    for op in module.walk():
+        if isinstance(op, func.FuncOp) and op.sym_name.data == symbol and not op.body.blocks:
+            raise UserError(f"@{symbol} is only declared: it has no body to run")
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=TOOL, description=__doc__.split("\n\n")[0])
     parser.add_argument("input_file", help="an .mlir file")
@@ -119,7 +126,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     ctx = _context()
     module = _load_module(ctx, args.input_file)
     inputs = [_parse_arg(ctx, a, i) for i, a in enumerate(args.args)]
-    results = interpret(module, args.symbol or _default_symbol(module), *inputs)
+    symbol = args.symbol or _default_symbol(module)
+    _require_body(module, symbol)
+    results = interpret(module, symbol, *inputs)
     for value in results:
         print(_format_result(value))
     return 0
