@@ -404,6 +404,7 @@ def judge(answer: dict, case: Case, pipeline: tuple[str, ...]) -> Failure | None
 
 @dataclass
 class Outcome:
+    seed: int
     cases: int = 0
     runs: int = 0
 
@@ -432,6 +433,9 @@ class Outcome:
             count = sum(g.signature == signature for g in self.failures)
             tag = "known" if signature in KNOWN else "NEW"
             lines.append(f"[{tag}, {count}x] {f.report()}")
+        if self.failures:
+            lines.append(f"(python tests/fuzz_cli.py --seed {self.seed} --replay INDEX prints a "
+                         "case's input)")
         return "\n".join(lines)
 
 
@@ -461,7 +465,7 @@ def main(cases: int, seed: int, workers: int = 2, timeout: float = TIMEOUT_S,
     todo: Queue[Case] = Queue()
     for index in range(cases) if indices is None else indices:
         todo.put(make_case(inputs, ops, seed, index))
-    outcome = Outcome(cases=todo.qsize())
+    outcome = Outcome(seed, cases=todo.qsize())
 
     def work() -> None:
         worker = Worker(timeout)
