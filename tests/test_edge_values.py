@@ -438,18 +438,12 @@ def test_two_threads_hand_even_tiny_loops_to_the_pool():
     assert outlined.detail.endswith("shared by 2 threads") and not outlined.detail.startswith("0 ")
 
 
-NAMED_LIKE_LIBM = (
-    "issue 15: the compiled program's symbol is the Python function's name, so a program named "
-    "exp, log or tanh (f64, libm=True) or pow (f64) calls itself where it calls libm's function "
-    "of that name: infinite recursion, a segfault")
-
 CHILDREN = {
     "tapeml.exp": "f, libm = tapeml.exp, True",
     "def pow": "def pow(a):\n    return a ** a\nf, libm = pow, False",
 }
 
 
-@pytest.mark.xfail(strict=True, reason=NAMED_LIKE_LIBM)
 @pytest.mark.parametrize("name", list(CHILDREN))
 def test_a_program_named_like_the_libm_function_it_calls(name):
     """In a child process, so that a crash fails only this test."""

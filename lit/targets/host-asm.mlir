@@ -1,8 +1,8 @@
 // The host assembly of a lowered function (LLVM O3 for this CPU and its features).
 // RUN: tapeml-opt %s -p tape-to-llvm -t host-asm | filecheck %s
 
-// CHECK:       .globl scale_shift
-// CHECK:       scale_shift:
+// CHECK:       .globl tapeml.scale_shift
+// CHECK:       tapeml.scale_shift:
 // A 4096-element loop over f32 vectorizes (xmm on any x86-64, ymm/zmm where the CPU has them).
 // CHECK:       vmulps
 // CHECK:       ret

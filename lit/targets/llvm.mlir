@@ -4,7 +4,7 @@
 // RUN: tapeml-opt %s -p tape-to-llvm | filecheck %s --check-prefix=DIALECT
 
 // The function writes its result into the caller's buffer: one pointer per input and output.
-// CHECK:       define void @"scaled_tanh"(ptr %".1", ptr %".2", ptr %".3")
+// CHECK:       define void @"tapeml.scaled_tanh"(ptr %".1", ptr %".2", ptr %".3")
 // Buffers are addressed with getelementptr, never inttoptr (LLVM vectorizes GEP loops).
 // CHECK:       getelementptr inbounds float, ptr
 // CHECK-NOT:   inttoptr
@@ -13,12 +13,12 @@
 // CHECK-NOT:   inttoptr
 
 // By default tanh is arithmetic (no libm call), so the loop vectorizes.
-// VECTOR:      define void @"scaled_tanh"
+// VECTOR:      define void @"tapeml.scaled_tanh"
 // VECTOR-NOT:  @"llvm.tanh
 // VECTOR:      bitcast
 // VECTOR:      ret void
 
-// DIALECT:     llvm.func @scaled_tanh(%x: !llvm.ptr, %s: !llvm.ptr, %{{.*}}: !llvm.ptr)
+// DIALECT:     llvm.func @tapeml.scaled_tanh(%x: !llvm.ptr, %s: !llvm.ptr, %{{.*}}: !llvm.ptr)
 // DIALECT-NOT: memref.
 // DIALECT-NOT: scf.
 // DIALECT-NOT: arith.

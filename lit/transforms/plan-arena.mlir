@@ -15,7 +15,7 @@
 // CHECK:         func.return
 
 // In LLVM IR each view is the arena's address plus its offset: 0, 256, then 0 again.
-// IR:      define void @"f"(ptr %{{.*}}, ptr %{{.*}}, ptr %[[ARENA:[^)]*]])
+// IR:      define void @"tapeml.f"(ptr %{{.*}}, ptr %{{.*}}, ptr %[[ARENA:[^)]*]])
 // IR:        getelementptr inbounds i8, ptr %[[ARENA]], i64 0
 // IR:        getelementptr inbounds i8, ptr %[[ARENA]], i64 256
 // IR:        getelementptr inbounds i8, ptr %[[ARENA]], i64 0

@@ -34,7 +34,7 @@ from tapeml.profile import count_ops, profiling, record
 from tapeml.transforms.arena import ALIGN, plan_module
 from tapeml.transforms.outline_parallel import outline_parallel_loops
 from tapeml.transforms.scf_to_cf import loops_to_cf
-from tapeml.transforms.to_llvm import convert_to_llvm
+from tapeml.transforms.to_llvm import SYMBOL_PREFIX, convert_to_llvm
 
 _LLVM_LOCK = threading.Lock()  # compiling with llvmlite is not thread-safe; running is
 _INITIALIZED = False
@@ -266,7 +266,7 @@ class CPUBackend:
             pool.load(target_machine)  # tapeml_parallel_for, for the programs that call it
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)
             engine.finalize_object()
-            address = engine.get_function_address(program.name)
+            address = engine.get_function_address(SYMBOL_PREFIX + program.name)
             scratch = bind_scratch(engine, kernels)
             record("machine code (MCJIT)", None, started)
         signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs) + 1))

@@ -82,7 +82,7 @@ def kernels_to_llvm(modules: Sequence[gpu.ModuleOp]
     shared = [op for op in device.walk() if isinstance(op, kernel.SharedOp)]
     names_of = {op: f"{SHARED_PREFIX}{op.result.type.get_shape()[0]}x"
                     f"{op.result.type.get_element_type()}_{i}" for i, op in enumerate(shared)}
-    convert_to_llvm(device, [GPUToNVVM(names_of)])
+    convert_to_llvm(device, [GPUToNVVM(names_of)], prefix="")  # the kernels keep their names
     declared: dict[str, llvm.LLVMFunctionType] = {}
     known = {op.sym_name.data for op in device.ops if isinstance(op, llvm.FuncOp)}
     for op in device.walk():

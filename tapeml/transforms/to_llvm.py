@@ -203,7 +203,9 @@ class KernelToLLVM(RewritePattern):
 
     symbols: dict[Operation, str]
     """Each kernel op's callee (read before the buffer types become pointers)."""
-    threads: int = 1
+    threads: int
+    prefix: str
+    """Before the names of the functions the parallel_for's call (FuncToLLVM's)."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if isinstance(op, kernel.GemmOp):
@@ -215,11 +217,18 @@ class KernelToLLVM(RewritePattern):
             for i, buffer in enumerate(op.buffers):
                 slot = llvm.GEPOp(context, [i], PTR)
                 ops += [slot, llvm.StoreOp(buffer, slot)]
-            entry = llvm.AddressOfOp(_entry_name(op.callee.root_reference.data), PTR)
+            entry = llvm.AddressOfOp(_entry_name(self.prefix + op.callee.root_reference.data),
+                                     PTR)
             total = llvm.ConstantOp(IntegerAttr(op.iterations.value.data, i64), i64)
             threads = llvm.ConstantOp(IntegerAttr(self.threads, i64), i64)
             call = llvm.CallOp("tapeml_parallel_for", entry, context, total, threads)
             rewriter.replace(op, [*ops, entry, total, threads, call])
+
+
+SYMBOL_PREFIX = "tapeml."
+"""Prefixed to the LLVM symbol of every function of a CPU program: no C symbol has a dot, so a
+program named exp, memset or malloc never stands in for the library function its code calls
+(it called itself)."""
 
 
 def _entry_name(callee: str) -> str:
@@ -242,7 +251,11 @@ def _entry(callee: str, buffers: int) -> llvm.FuncOp:
                        linkage=llvm.LinkageAttr("external"), body=Region(block))
 
 
+@dataclass
 class FuncToLLVM(RewritePattern):
+    prefix: str
+    """Put before every defined function's name (SYMBOL_PREFIX on the CPU)."""
+
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if isinstance(op, func.ReturnOp):
             if op.arguments:
@@ -252,16 +265,17 @@ class FuncToLLVM(RewritePattern):
         elif isinstance(op, func.FuncOp) and not op.is_declaration:
             inputs = [_llvm_type(t) for t in op.function_type.inputs]
             fty = llvm.LLVMFunctionType(inputs, None)
-            rewriter.replace(op, llvm.FuncOp(op.sym_name.data, fty,
+            rewriter.replace(op, llvm.FuncOp(self.prefix + op.sym_name.data, fty,
                                              linkage=llvm.LinkageAttr("external"),
                                              body=op.detach_region(op.body)))
 
 
 def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
-                    threads: int = 1) -> None:
+                    threads: int = 1, prefix: str = SYMBOL_PREFIX) -> None:
     """Convert a loop-form module (after convert-scf-to-cf) to the llvm dialect, in place.
     `extra` patterns run first (the GPU's: gpu_to_nvvm.py); `threads`: how many threads each
-    kernel.parallel_for is shared by (the CPU backend passes the host's)."""
+    kernel.parallel_for is shared by (the CPU backend passes the host's); `prefix`: before
+    each function's symbol (SYMBOL_PREFIX; the GPU keeps its kernels' names)."""
     leftover = {op.name for op in module.walk() if op.dialect_name() in ("scf", "tape")}
     if leftover:
         raise LoweringError(f"convert-loops-to-llvm: {', '.join(sorted(leftover))} must be "
@@ -269,12 +283,12 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
     sizes = {op: op.memref.type.get_shape()[0] * element_bytes(op.memref.type.element_type)
              for op in module.walk() if isinstance(op, memref.AllocOp)}
     symbols = {op: op.spec.symbol for op in module.walk() if isinstance(op, kernel.GemmOp)}
-    entries = {op.callee.root_reference.data: len(op.buffers) for op in module.walk()
+    entries = {prefix + op.callee.root_reference.data: len(op.buffers) for op in module.walk()
                if isinstance(op, kernel.ParallelForOp)}
     convert_types(module)
     PatternRewriteWalker(GreedyRewritePatternApplier([
-        *extra, ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes), FuncToLLVM(),
-        KernelToLLVM(symbols, threads),
+        *extra, ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes), FuncToLLVM(prefix),
+        KernelToLLVM(symbols, threads, prefix),
     ]), apply_recursively=False).rewrite_module(module)
     uses = {op.callee.root_reference.data for op in module.walk() if isinstance(op, llvm.CallOp)}
     kernels = sorted(set(symbols.values()) & uses)
