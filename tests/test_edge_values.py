@@ -342,18 +342,7 @@ def check(case: Case, stage: str, dtype: Any) -> None:
 # ----------------------------------------------------------------------------------------------
 # The tests
 
-SIGMOID_F64 = (
-    "issue 15: the vectorizable f64 sigmoid is 3 and 4 ulp from numpy's at x = -36.8874 and "
-    "-36.7988 (README and tolerances.py: 2): each is 1-2 ulp from the true value, on either side")
-TANH_LIBM_F64 = (
-    "issue 15: with libm=True the f64 tanh (glibc's) is 3 ulp from numpy's at x = -0.51902 "
-    "(README and tolerances.py: 2); glibc's is 2 ulp from the true value, numpy's 1")
-
-KNOWN: list[tuple[Callable[[str, str, Any], bool], str]] = [
-    (lambda name, stage, dt: name == "sigmoid-accuracy" and KIND[stage] == "arith",
-     SIGMOID_F64),
-    (lambda name, stage, dt: name == "tanh-accuracy" and stage == "cpu-libm", TANH_LIBM_F64),
-]
+KNOWN: list[tuple[Callable[[str, str, Any], bool], str]] = []
 """(matches(case name, stage, dtype), reason): the cases that fail today, each marked
 xfail(strict) with its reason."""
 
