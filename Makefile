@@ -32,8 +32,12 @@ clean:
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
-# A long run of the tapeml-opt mutation fuzzer (tests/fuzz_cli.py; pytest runs 250 cases of it).
+# Long runs of the fuzzers make test runs a slice of: the tapeml-opt mutation fuzzer
+# (tests/fuzz_cli.py; pytest runs 250 cases) and generated programs on edge values through every
+# stage (tests/test_edge_values_programs.py; pytest runs 6).
 FUZZ_CASES ?= 5000
 FUZZ_SEED ?= 1
+FUZZ_PROGRAMS ?= 300
 fuzz: $(STAMP)
 	$(BIN)/python tests/fuzz_cli.py --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
+	TAPEML_FUZZ_EXAMPLES=$(FUZZ_PROGRAMS) $(BIN)/pytest tests/test_edge_values_programs.py -k generated
