@@ -47,6 +47,18 @@ func.func @overflow_in_a_list() -> tensor<3xf32> {
 
 // -----
 
+// An integer too large for its element type (found by tests/fuzz_cli.py: xDSL raised a
+// ValueError).
+func.func @integer_overflow() -> tensor<2xi8> {
+  // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:23: error: Integer value 1000 is out of range for type i8 which supports values in the range [-128, 256)
+  // CHECK-NEXT:  %0 = arith.constant dense<[1, 1000]> : tensor<2xi8>
+  // CHECK-NEXT:                      ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  %0 = arith.constant dense<[1, 1000]> : tensor<2xi8>
+  func.return %0 : tensor<2xi8>
+}
+
+// -----
+
 // The largest finite f32 itself fits (3.4028235e+38 rounds to it).
 func.func @largest() -> tensor<2xf32> {
   // CHECK:    %0 = tape.constant dense<3.40282347e+38> : tensor<2xf32>

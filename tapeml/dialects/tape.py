@@ -407,7 +407,8 @@ def dense_literal_errors(parser: Parser, what: str = "",
     """Report a mistake in the dense literal parsed inside the `with` (beginning at `start`,
     default the next token) at the literal itself, `what` (e.g. an op's name) first: xDSL
     reports its checks of a whole literal (element count against shape, its type) at the token
-    after it, and raises an OverflowError for a value too large for the element type."""
+    after it, and raises an OverflowError (a float) or a ValueError (an integer) for a value too
+    large for the element type."""
     start = parser.pos if start is None else start
     try:
         yield
@@ -417,6 +418,9 @@ def dense_literal_errors(parser: Parser, what: str = "",
         tokens = _tokens_before_current(parser, start)
         message = _overflow_message(parser, tokens)
         raise DenseLiteralError(_span(parser, start, tokens), what + message) from None
+    except ValueError as error:  # xDSL's: an integer its element type cannot hold
+        tokens = _tokens_before_current(parser, start)
+        raise DenseLiteralError(_span(parser, start, tokens), what + str(error)) from None
     except ParseError as error:
         if error.span.start != parser.pos or not error.msg.startswith(_WHOLE_LITERAL_CHECKS):
             raise
