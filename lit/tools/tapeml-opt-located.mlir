@@ -59,6 +59,17 @@ func.func @integer_overflow() -> tensor<2xi8> {
 
 // -----
 
+// ... and a scalar one, at the attribute (xDSL's error named no place).
+func.func @scalar_integer_overflow() -> i8 {
+  // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:23: error: Integer value 1000 is out of range for type i8 which supports values in the range [-128, 256)
+  // CHECK-NEXT:  %0 = arith.constant 1000 : i8
+  // CHECK-NEXT:                      ^^^^^^^^^
+  %0 = arith.constant 1000 : i8
+  func.return %0 : i8
+}
+
+// -----
+
 // The largest finite f32 itself fits (3.4028235e+38 rounds to it).
 func.func @largest() -> tensor<2xf32> {
   // CHECK:    %0 = tape.constant dense<3.40282347e+38> : tensor<2xf32>

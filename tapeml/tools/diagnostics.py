@@ -19,7 +19,7 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     RankedStructure,
 )
-from xdsl.ir import AttributeInvT, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, AttributeInvT, Block, Operation, Region, SSAValue
 from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span, Token
@@ -71,7 +71,9 @@ class LocatingParser(Parser):
       - an undefined value at its first use (xDSL: at the end of the input);
       - a region that is never closed with a message (xDSL: an empty one);
       - a block label declared twice after a use (xDSL: a KeyError);
-      - a float literal beyond the range of f64 (xDSL: inf)."""
+      - a float literal beyond the range of f64 (xDSL: inf);
+      - an attribute whose values its type refuses (`1000 : i8`) at the attribute (xDSL: not
+        located)."""
 
     def __init__(self, *args, line_offset: int = 0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -110,6 +112,15 @@ class LocatingParser(Parser):
         start = None if self._last_token is None else self._last_token.span.start
         with dense_literal_errors(self, start=start if type is None else None):
             return super().parse_dense_int_or_fp_elements_attr(type)
+
+    def parse_optional_attribute(self) -> Attribute | None:
+        start = self.pos
+        try:
+            return super().parse_optional_attribute()
+        except VerifyException as error:  # an attribute built as it is read refuses its values
+            assert self._last_token is not None
+            span = Span(start, self._last_token.span.end, self.lexer.input)
+            raise ParseError(span, str(error)) from None
 
     def _register_ssa_definition(self, name: str, values: Sequence[SSAValue], span: Span) -> None:
         super()._register_ssa_definition(name, values, span)
