@@ -8,7 +8,8 @@ runs `tapeml-opt` on it, first with no pipeline and then, where that succeeds, w
 it fails, the input is refused while being parsed or verified, before any pass, so the other
 pipelines would refuse it the same way), and then `tapeml-run` on it, with an argument of each
 type its function takes. The oracle, for every run: no Python traceback, no crash (a signal), no
-hang (a timeout), exit status 0, or 1 with `error:` on stderr.
+hang (a timeout), exit status 0, or 1 with `error:` on stderr (located, `file:line:col: error:`,
+where the input was refused while being parsed or verified).
 
 The runs happen in worker processes, each calling the tool's `main` in-process for speed;
 a worker that dies (a segfault or abort inside LLVM) or stops answering is a crash or a hang of
@@ -375,8 +376,13 @@ def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.rstrip().split("\n")[-25:])
 
 
+_LOCATED = re.compile(r"\S+:\d+:\d+: error: ")
+_LOCATED_NOT = re.compile(r"\d+")
+
+
 def judge(answer: dict, case: Case, pipeline: tuple[str, ...]) -> Failure | None:
-    """The oracle: None when the run ended as a user's mistake or a success should."""
+    """The oracle: None when the run ended as a user's mistake or a success should (a mistake
+    found while parsing and verifying, with no pipeline, located as `file:line:col: error:`)."""
     def failure(kind: str, signature: str, detail: str) -> Failure:
         if pipeline == INTERPRET:
             command = "tapeml-run " + " ".join(map(_quote, answer.get("argv", ["case.mlir"])))
@@ -399,6 +405,9 @@ def judge(answer: dict, case: Case, pipeline: tuple[str, ...]) -> Failure | None
         return failure("exit status", f"exit status {rc}", stderr)
     if rc == 1 and "error:" not in stderr:
         return failure("no diagnostic", "exit status 1 without error:", stderr)
+    if rc == 1 and not pipeline and not _LOCATED.match(stderr):  # a mistake in the input
+        return failure("unlocated diagnostic", _LOCATED_NOT.sub("N", stderr.split("\n")[0]),
+                       stderr)
     return None
 
 

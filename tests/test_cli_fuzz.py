@@ -30,6 +30,12 @@ def test_the_oracle_accepts_a_success_and_a_diagnostic():
     assert judge(answer, _CASE, ()) is None
 
 
+def test_the_oracle_wants_a_mistake_in_the_input_located():
+    answer = {"rc": 1, "stderr": "tapeml-opt: error: nope\n", "traceback": None}
+    assert judge(answer, _CASE, ()).kind == "unlocated diagnostic"
+    assert judge(answer, _CASE, ("-p", "tape-to-llvm")) is None  # a pass's own refusal
+
+
 def test_the_oracle_refuses_a_silent_failure_and_an_odd_exit_status():
     answer = {"rc": 1, "stderr": "", "traceback": None}
     assert judge(answer, _CASE, ()).kind == "no diagnostic"

@@ -147,6 +147,18 @@ func.func @twice(%c: i1, %a: f32) -> f32 {
 
 // -----
 
+// An operand type the op's syntax refuses as it is read: at the op, named (found by
+// tests/fuzz_cli.py: xDSL's error named no place).
+func.func @refused_while_read(%a: f32) -> f32 {
+  // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:3: error: arith.negf: Unexpected attribute i64
+  // CHECK-NEXT:  %m = arith.negf %a : i64
+  // CHECK-NEXT:  ^^^^^^^^^^^^^^^^^^^^^^^^
+  %m = arith.negf %a : i64
+  func.return %a : f32
+}
+
+// -----
+
 // A sigil with no name after it: xDSL's message left its placeholder unformatted.
 // CHECK:{{.*}}tapeml-opt-located.mlir:[[# @LINE + 3]]:1: error: Expected suffix identifier after '#'
 // CHECK-NEXT:#

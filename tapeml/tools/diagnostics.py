@@ -72,7 +72,8 @@ class LocatingParser(Parser):
       - a region that is never closed with a message (xDSL: an empty one);
       - a block label declared twice after a use (xDSL: a KeyError);
       - a float literal beyond the range of f64 (xDSL: inf);
-      - an attribute whose values its type refuses (`1000 : i8`) at the attribute (xDSL: not
+      - an attribute whose values its type refuses (`1000 : i8`) at the attribute, and an op
+        whose operand or attribute its syntax refuses as it is read, at the op (xDSL: not
         located)."""
 
     def __init__(self, *args, line_offset: int = 0, **kwargs) -> None:
@@ -82,6 +83,8 @@ class LocatingParser(Parser):
         self.line_offset = line_offset
         self._last_token: Token | None = None
         self._first_uses: dict[str, Span] = {}
+        self._op_names: list[str] = []
+        """The names of the ops being parsed, outermost first."""
         self._open_regions: list[tuple[Span, dict[str, Span]]] = []
         """Where each region being parsed opens, and its block labels so far."""
 
@@ -94,11 +97,21 @@ class LocatingParser(Parser):
 
     def parse_operation(self) -> Operation:
         start = self._current_token.span
-        op = super().parse_operation()
+        depth = len(self._op_names)
+        try:
+            op = super().parse_operation()
+        except VerifyException as error:  # a constraint checked as the op is read
+            assert self._last_token is not None
+            name = self._op_names[depth] if len(self._op_names) > depth else "operation"
+            span = Span(start.start, self._last_token.span.end, self.lexer.input)
+            raise ParseError(span, f"{name}: {error}") from None
+        finally:
+            del self._op_names[depth:]
         self.spans[op] = replace(start, line_offset=self.line_offset)
         return op
 
     def _get_op_by_name(self, name: str) -> type[Operation]:
+        self._op_names.append(name)
         try:
             return super()._get_op_by_name(name)
         except ParseError as error:  # raised after the name: point at the name
