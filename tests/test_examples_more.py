@@ -88,11 +88,11 @@ STAGE_CONTENTS = {  # stage: (texts it must contain, texts it must not)
     "loops": (["scf.for", "memref.load", "memref.store", "memref.alloc"], ["tape."]),
     "outlined": (["memref.load", "memref.store"], ["tape."]),
     "arena": (["memref.view %arena", "xi8> to memref<8xf32>"], ["memref.alloc", "memref.dealloc"]),
-    "llvm-dialect": (["llvm.func @f(", "llvm.getelementptr"],
+    "llvm-dialect": (["llvm.func @tapeml.f(", "llvm.getelementptr"],
                      ["scf.", "memref.", "arith.", "tape.", "malloc", "free"]),
-    "llvm-ir": (['define void @"f"(', "getelementptr", "phi"], ["llvm.func"]),
-    "optimized-llvm-ir": (["define void @f(", "noalias"], []),
-    "assembly": (["\nf:\n"], ["define"]),
+    "llvm-ir": (['define void @"tapeml.f"(', "getelementptr", "phi"], ["llvm.func"]),
+    "optimized-llvm-ir": (["define void @tapeml.f(", "noalias"], []),
+    "assembly": (["\ntapeml.f:\n"], ["define"]),
 }
 
 
@@ -122,7 +122,7 @@ def test_inspect_pipeline_one_stage(capsys):
     run_example("inspect_pipeline.py", "--stage", "llvm-ir")
     out = capsys.readouterr().out
     assert out.startswith("==== llvm-ir: ") and out.count("\n==== ") == 0
-    assert 'define void @"f"(' in out and "tape." not in out
+    assert 'define void @"tapeml.f"(' in out and "tape." not in out
     with pytest.raises(SystemExit) as exit_:
         run_example("inspect_pipeline.py", "--stage", "ptx")
     assert exit_.value.code == 2
