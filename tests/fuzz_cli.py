@@ -377,7 +377,7 @@ def _indent(text: str) -> str:
 
 
 _LOCATED = re.compile(r"\S+:\d+:\d+: error: ")
-_LOCATED_NOT = re.compile(r"\d+")
+_DIGITS = re.compile(r"\d+")
 
 
 def judge(answer: dict, case: Case, pipeline: tuple[str, ...]) -> Failure | None:
@@ -406,8 +406,8 @@ def judge(answer: dict, case: Case, pipeline: tuple[str, ...]) -> Failure | None
     if rc == 1 and "error:" not in stderr:
         return failure("no diagnostic", "exit status 1 without error:", stderr)
     if rc == 1 and not pipeline and not _LOCATED.match(stderr):  # a mistake in the input
-        return failure("unlocated diagnostic", _LOCATED_NOT.sub("N", stderr.split("\n")[0]),
-                       stderr)
+        message = stderr.split("\n")[0].partition("error: ")[2]
+        return failure("unlocated diagnostic", _DIGITS.sub("N", message), stderr)
     return None
 
 

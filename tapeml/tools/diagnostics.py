@@ -18,9 +18,11 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     ModuleOp,
     RankedStructure,
+    StringAttr,
 )
 from xdsl.ir import Attribute, AttributeInvT, Block, Operation, Region, SSAValue
 from xdsl.parser import Parser, UnresolvedOperand
+from xdsl.traits import SymbolTable
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span, Token
 from xdsl.utils.mlir_lexer import MLIRTokenKind
@@ -192,12 +194,37 @@ def verify_located(module: ModuleOp, spans: Mapping[Operation, Span],
     try:
         module.verify()
     except VerifyException:
+        if (twice := _redefined_symbol(module)) is not None:  # else reported at the module
+            first, second, symbol = twice
+            where = f" (first defined at {_line_col(spans[first])})" if first in spans else ""
+            message = f"redefinition of symbol @{symbol}{where}"
+            raise VerifyException(_at(second, message, spans, name)) from None
         op, message = _first_failure(module)
         raise VerifyException(_at(op, message, spans, name)) from None
     dominance = Dominance()
     for op in module.walk():
         if (message := dominance_error(op, dominance, names)) is not None:
             raise VerifyException(_at(op, message, spans, name))
+
+
+def _redefined_symbol(module: ModuleOp) -> tuple[Operation, Operation, str] | None:
+    """The first two ops of a symbol table that define the same symbol, and the symbol."""
+    for table in module.walk():
+        if not table.has_trait(SymbolTable) or len(table.regions[0].blocks) != 1:
+            continue
+        seen: dict[str, Operation] = {}
+        for op in table.regions[0].block.ops:
+            if not isinstance(symbol := op.get_attr_or_prop("sym_name"), StringAttr):
+                continue
+            if symbol.data in seen:
+                return seen[symbol.data], op, symbol.data
+            seen[symbol.data] = op
+    return None
+
+
+def _line_col(span: Span) -> str:
+    _, line, column = span.get_location()
+    return f"{line}:{column}"
 
 
 def _first_failure(module: ModuleOp) -> tuple[Operation, str]:
