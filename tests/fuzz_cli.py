@@ -72,10 +72,6 @@ class Reproducer:
 
 
 KNOWN: dict[str, Reproducer] = {
-    "AttributeError in tapeml/transforms/differentiate.py:differentiate": Reproducer(
-        "tape-differentiate asks a function's scalar (not tensor) result for its shape",
-        "func.func @f(%a: f32) -> f32 {\n  func.return %a : f32\n}\n",
-        "opt", ("-p", "tape-differentiate")),
     "AttributeError in tapeml/interpreters/scalars.py:_np": Reproducer(
         "the interpreter's arith impls take scalars only, and an arith op on tensors gives them "
         "an ndarray",

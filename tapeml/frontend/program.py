@@ -30,6 +30,7 @@ from xdsl.ir import Block, Region, SSAValue
 from xdsl.parser import Parser
 
 from tapeml.dialects import tape
+from tapeml.dialects.dominance import verify_dominance
 from tapeml.dialects.names import (
     IN_TREE_ATTR,
     NAME_ATTR,
@@ -222,6 +223,7 @@ class Program:
         """The program printed as `text` (its first function, or the one called `name`)."""
         module = Parser(_context(), text, "program").parse_module()
         module.verify()
+        verify_dominance(module)
         return cls(module, name)
 
     @property

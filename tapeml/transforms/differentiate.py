@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, ModuleOp, StringAttr
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    FunctionType,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+)
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
@@ -103,6 +110,9 @@ def differentiate(f: func.FuncOp, wrt: tuple[int, ...] = (), of: tuple[int, ...]
             raise DifferentiateError(f"tape-differentiate: of={i} is not a result of "
                                      f"@{f.sym_name.data} (it has {n_results})")
         t = ret.arguments[i].type
+        if not isinstance(t, TensorType):
+            raise DifferentiateError(f"tape-differentiate: result {i} of @{f.sym_name.data} is "
+                                     f"{t}, not a tensor: tape functions return tensors")
         if not seed and t.get_shape() != ():
             raise DifferentiateError(
                 f"tape-differentiate: result {i} of @{f.sym_name.data} is {t}, not a scalar; "
