@@ -24,7 +24,7 @@ from run import _cnn, median_time  # noqa: E402
 import tapeml  # noqa: E402
 from tapeml import ops  # noqa: E402
 from tapeml.codegen import cuda_driver  # noqa: E402
-from tapeml.frontend.pytree import tree_map  # noqa: E402
+from tapeml.tracing.pytree import tree_map  # noqa: E402
 
 
 def on_device(tree):

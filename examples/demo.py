@@ -23,7 +23,7 @@ from sklearn.model_selection import train_test_split
 import tapeml
 from tapeml import nn, ops, optim
 from tapeml.codegen.cuda_driver import GPUUnavailableError
-from tapeml.frontend.pytree import flatten
+from tapeml.tracing.pytree import flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy_cnn  # noqa: E402  (the same step written plainly with numpy)

@@ -4,10 +4,14 @@ then run, differentiate, fuse and compile that one program."""
 import sys
 
 from tapeml.errors import InterpretError, ShapeError, TracingError
-from tapeml.frontend import nn, ops, optim
+from tapeml.frontend import nn, optim
 from tapeml.frontend.autodiff import grad, triangle_gradients, value_and_grad, vjp
 from tapeml.frontend.jit import jit
-from tapeml.frontend.ops import (
+from tapeml.frontend.program import Program, Spec, eval_shape, trace
+from tapeml.interpreters import interpret
+from tapeml.profile import profile
+from tapeml.tracing import ops
+from tapeml.tracing.ops import (
     abs,
     add,
     astype,
@@ -51,10 +55,7 @@ from tapeml.frontend.ops import (
     unfold,
     where,
 )
-from tapeml.frontend.program import Program, Spec, eval_shape, trace
-from tapeml.frontend.pytree import tree_map
-from tapeml.interpreters import interpret
-from tapeml.profile import profile
+from tapeml.tracing.pytree import tree_map
 
 # `import tapeml.nn` (and ops, optim) works as the README spells them
 sys.modules.update({"tapeml.nn": nn, "tapeml.ops": ops, "tapeml.optim": optim})

@@ -40,7 +40,7 @@ from test_to_loops import run_lowered
 import tapeml
 from tapeml import Spec
 from tapeml.codegen import cpu as cpu_backend
-from tapeml.frontend.pytree import flatten
+from tapeml.tracing.pytree import flatten
 from tapeml.transforms.fuse import fuse
 from tapeml.transforms.outline_parallel import outline_parallel_loops
 from tapeml.transforms.to_loops import lower_module

@@ -10,8 +10,8 @@ import pytest
 import tapeml
 from tapeml import nn, ops
 from tapeml.dialects import tape
-from tapeml.frontend.pytree import flatten, tree_map, unflatten
-from tapeml.frontend.trace import bind
+from tapeml.tracing.pytree import flatten, tree_map, unflatten
+from tapeml.tracing.trace import bind
 from tapeml.transforms.pullbacks import NON_DIFFERENTIABLE, PULLBACKS
 
 

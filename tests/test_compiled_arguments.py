@@ -115,7 +115,7 @@ JIT_ERRORS_XFAIL = {
              "it; the op that meets it says 'None is not an array' at f's line, not which "
              "argument it was"),
 }
-"""Defects of the frontend's tracing (tapeml/frontend/trace.py, jit.py), reported."""
+"""Defects of the frontend's tracing (tapeml/tracing/trace.py, tapeml/frontend/jit.py), reported."""
 
 DIRECT_ERRORS = {
     "wrong shape": Case(lambda: (_x((4, 5)), W), (ValueError,),

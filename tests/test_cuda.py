@@ -17,7 +17,7 @@ from tapeml import nn, ops
 from tapeml.codegen import cuda_driver, get_backend
 from tapeml.codegen.cuda import arch_for, schedule
 from tapeml.codegen.ptx import PTXError, _check_calls, compile_ptx
-from tapeml.frontend.pytree import flatten
+from tapeml.tracing.pytree import flatten
 from tapeml.transforms.to_gpu import outline_module
 from tapeml.transforms.to_loops import lower_module
 

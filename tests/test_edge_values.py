@@ -53,7 +53,7 @@ import tapeml
 from tapeml import ops
 from tapeml.codegen.gemm import PARALLEL_FLOPS
 from tapeml.dialects import tape
-from tapeml.frontend.trace import bind
+from tapeml.tracing.trace import bind
 
 
 @dataclass(frozen=True)

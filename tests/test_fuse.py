@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import tapeml
 from tapeml import Spec, nn, ops
-from tapeml.frontend.pytree import flatten
+from tapeml.tracing.pytree import flatten
 from tapeml.transforms.differentiate import differentiate
 from tapeml.transforms.fuse import fuse
 

@@ -14,7 +14,7 @@ from test_naturality import generated_program
 
 import tapeml
 from tapeml import Spec, nn, ops
-from tapeml.frontend.pytree import flatten
+from tapeml.tracing.pytree import flatten
 
 RNG = np.random.default_rng(11)
 

@@ -16,7 +16,7 @@ import tapeml
 from tapeml import nn, ops
 from tapeml.codegen import pool
 from tapeml.codegen.cpu import target_machine
-from tapeml.frontend.pytree import flatten
+from tapeml.tracing.pytree import flatten
 from tapeml.transforms.differentiate import differentiate
 from tapeml.transforms.fuse import fuse
 from tapeml.transforms.outline_parallel import outline_parallel_loops

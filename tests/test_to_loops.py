@@ -12,7 +12,7 @@ from test_naturality import generated_program
 
 import tapeml
 from tapeml import Spec, nn, ops
-from tapeml.frontend.pytree import flatten
+from tapeml.tracing.pytree import flatten
 from tapeml.transforms.differentiate import differentiate
 from tapeml.transforms.fuse import fuse
 from tapeml.transforms.scf_to_cf import loops_to_cf

@@ -1,2 +1,2 @@
-"""The user-facing front end: tracing Python functions into tape programs, the ops they call
-(eagerly on arrays or recorded under a trace), layers and optimizers."""
+"""The user-facing front end: programs traced from Python functions, their gradients, jit,
+layers and optimizers (the tracing core they build on is tapeml/tracing)."""

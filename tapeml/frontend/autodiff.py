@@ -10,9 +10,9 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tapeml.frontend import ops
 from tapeml.frontend.program import Program, Spec, trace
-from tapeml.frontend.pytree import TreeDef, flatten
+from tapeml.tracing import ops
+from tapeml.tracing.pytree import TreeDef, flatten
 from tapeml.transforms.differentiate import differentiate
 
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from tapeml.codegen import Compiled, get_backend
 from tapeml.frontend.program import Spec, argument_paths, is_device_array, trace
-from tapeml.frontend.pytree import TreeDef, flatten, unflatten
-from tapeml.frontend.trace import Tracer, is_weak_scalar, runtime_leaf
+from tapeml.tracing.pytree import TreeDef, flatten, unflatten
+from tapeml.tracing.trace import Tracer, is_weak_scalar, runtime_leaf
 
 
 def _leaf_key(x: Any) -> tuple:

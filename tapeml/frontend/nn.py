@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from tapeml.errors import ShapeError
-from tapeml.frontend import ops
-from tapeml.frontend.ops import log_softmax, relu, sigmoid, softmax, tanh  # noqa: F401 - re-exported
-from tapeml.frontend.trace import at_user_line
+from tapeml.tracing import ops
+from tapeml.tracing.ops import log_softmax, relu, sigmoid, softmax, tanh  # noqa: F401 - re-exported
+from tapeml.tracing.trace import at_user_line
 
 Params = dict[str, Any]
 

@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tapeml.frontend import ops
-from tapeml.frontend.pytree import tree_map
+from tapeml.tracing import ops
+from tapeml.tracing.pytree import tree_map
 
 
 class Optimizer(NamedTuple):

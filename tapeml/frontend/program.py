@@ -41,8 +41,10 @@ from tapeml.dialects.names import (
 )
 from tapeml.errors import TracingError
 from tapeml.frontend.flops import op_flops
-from tapeml.frontend.pytree import LEAF, TreeDef, flatten, leaf_paths, unflatten
-from tapeml.frontend.trace import (
+from tapeml.interpreters import interpret
+from tapeml.profile import count_ops, record
+from tapeml.tracing.pytree import LEAF, TreeDef, flatten, leaf_paths, unflatten
+from tapeml.tracing.trace import (
     Tracer,
     as_array,
     at_user_line,
@@ -51,8 +53,6 @@ from tapeml.frontend.trace import (
     new_trace,
     runtime_leaf,
 )
-from tapeml.interpreters import interpret
-from tapeml.profile import count_ops, record
 
 
 @dataclass(frozen=True)

@@ -43,10 +43,10 @@ from tapeml.dialects.names import (
     attr_text,
     value_names,
 )
-from tapeml.frontend import ops
-from tapeml.frontend.pytree import LEAF, TreeDef
-from tapeml.frontend.trace import Trace, Tracer, new_trace
 from tapeml.profile import record
+from tapeml.tracing import ops
+from tapeml.tracing.pytree import LEAF, TreeDef
+from tapeml.tracing.trace import Trace, Tracer, new_trace
 from tapeml.transforms.pullbacks import NON_DIFFERENTIABLE, PULLBACKS
 
 

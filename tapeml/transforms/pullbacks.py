@@ -1,7 +1,7 @@
 """Pullbacks: for each differentiable tape op, the cotangents of its operands given the
 cotangent of its result.
 
-Each rule is written once against the ops API (`tapeml.frontend.ops`), so it computes on numpy
+Each rule is written once against the ops API (`tapeml.tracing.ops`), so it computes on numpy
 arrays eagerly and records tape ops under a trace: a gradient is more tape.
 
     rule(ct, *operands, result=result, **op.params) -> one cotangent (or None) per operand
@@ -23,8 +23,8 @@ import numpy as np
 
 from tapeml.dialects import tape
 from tapeml.dialects.base import TapeOp
-from tapeml.frontend import ops
-from tapeml.frontend.trace import bind
+from tapeml.tracing import ops
+from tapeml.tracing.trace import bind
 
 Rule = Callable[..., tuple[Any, ...]]
 PULLBACKS: dict[type[TapeOp], Rule] = {}

@@ -16,7 +16,7 @@ import numpy as np
 
 from tapeml.dialects import tape
 from tapeml.errors import ShapeError
-from tapeml.frontend.trace import Tracer, as_array, at_user_line, bind
+from tapeml.tracing.trace import Tracer, as_array, at_user_line, bind
 
 Array = Any  # a numpy array or a Tracer
 

@@ -269,7 +269,7 @@ class Tracer:
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         """numpy ufuncs on tracers run as the tapeml op of the same name (np.exp(t), and the
         operators of numpy scalars and arrays meeting a tracer: `np.float32(2) * t`)."""
-        from tapeml.frontend import ops
+        from tapeml.tracing import ops
 
         name = {"absolute": "abs", "true_divide": "divide"}.get(ufunc.__name__, ufunc.__name__)
         fn = getattr(ops, name, None) if method == "__call__" and not kwargs else None
@@ -280,7 +280,7 @@ class Tracer:
         return fn(*inputs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        from tapeml.frontend import ops
+        from tapeml.tracing import ops
 
         if hasattr(ops, func.__name__):
             advice = f"use tapeml.{func.__name__}"
