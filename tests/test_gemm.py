@@ -1,4 +1,4 @@
-"""The generated GEMM kernel (tapeml/codegen/gemm.py) against numpy in float64, over shapes
+"""The generated GEMM kernel (tapeml/codegen/gemm/) against numpy in float64, over shapes
 that are not multiples of the tiles, transposed operands, batches, accumulation, f32 and f64;
 and kernel.gemm through the whole pipeline against the interpreter."""
 

@@ -1,0 +1,71 @@
+"""How one GEMM call's work is shared out over threads: in parts that write disjoint parts of
+C (`partition`), in groups of batches summed separately when every batch adds into one C
+(`batch_groups`), or, for one large product, one packed B shared by every thread (`shares_b`).
+Every choice keeps each element's sum in the same order at any thread count.
+"""
+
+from __future__ import annotations
+
+from tapeml.codegen import pool
+from tapeml.dialects.kernel import GemmSpec
+
+Part = tuple[int, int, int, int, int, int]
+"""A share of the work: batches [b0, b1), rows [m0, m1), columns [n0, n1)."""
+
+PARALLEL_FLOPS = 4_000_000
+"""Below this much work a kernel runs on the calling thread alone: the handoff to the pool's
+threads costs microseconds."""
+
+
+GROUPS = 8
+"""Batches summed into one C are summed in up to this many groups of consecutive batches, each
+into a C of its own, then the groups' sums added in order (see `batch_groups`)."""
+
+GROUPS_BYTES = 1 << 21
+"""...unless the groups' own Cs would take more than this."""
+
+
+def batch_groups(spec: GemmSpec) -> int:
+    """How many groups a batch-summed product (c0 = 0, a convolution's weight gradient) sums
+    its batches in: the groups are parts the threads share, where a split of one small C
+    would leave most threads idle. A function of the shape alone, not of the thread count, so
+    every thread count adds the same numbers in the same order."""
+    if spec.c0 != 0 or spec.batch < 2 or 2 * spec.batch * spec.m * spec.n * spec.k < PARALLEL_FLOPS:
+        return 1
+    groups = min(spec.batch, GROUPS)
+    size = 4 if spec.dtype == "f32" else 8
+    return groups if (groups - 1) * spec.m * spec.n * size <= GROUPS_BYTES else 1
+
+
+def partition(spec: GemmSpec, mr: int, nr: int, threads: int) -> list[Part]:
+    """Split the work into parts that write disjoint parts of C: batches when each batch has
+    its own C (up to pool.CHUNKS parts per thread, which the threads claim as they finish, so a
+    slower one takes fewer), else rows (whole MR tiles), else columns (whole NR panels), one
+    part per thread. Each element's sum runs in the same order whichever part computes it."""
+    whole = (0, spec.batch, 0, spec.m, 0, spec.n)
+    groups = batch_groups(spec)
+    if groups > 1:  # at any thread count: the order of the sums depends on it
+        return [(spec.batch * g // groups, spec.batch * (g + 1) // groups, 0, spec.m, 0, spec.n)
+                for g in range(groups)]
+    if threads < 2 or 2 * spec.batch * spec.m * spec.n * spec.k < PARALLEL_FLOPS:
+        return [whole]
+
+    def cut(size: int, align: int, parts: int = threads) -> list[tuple[int, int]]:
+        step = -(-size // parts)
+        step = -(-step // align) * align
+        return [(lo, min(lo + step, size)) for lo in range(0, size, step)]
+
+    if spec.c0 and spec.batch >= threads:
+        return [(b0, b1, 0, spec.m, 0, spec.n)
+                for b0, b1 in cut(spec.batch, 1, min(spec.batch, pool.CHUNKS * threads))]
+    if spec.m >= spec.n:
+        return [(0, spec.batch, m0, m1, 0, spec.n) for m0, m1 in cut(spec.m, mr)]
+    return [(0, spec.batch, 0, spec.m, n0, n1) for n0, n1 in cut(spec.n, nr)]
+
+
+def shares_b(spec: GemmSpec, mr: int, threads: int) -> bool:
+    """One product worth threads (not batches of them): each block of B is packed once, the
+    threads packing its panels together, and then each takes rows of C, packing its own A. (A
+    split of C alone would have every thread pack all of B, or all of A.)"""
+    return (threads > 1 and spec.batch == 1 and -(-spec.m // mr) >= threads
+            and 2 * spec.m * spec.n * spec.k >= PARALLEL_FLOPS)

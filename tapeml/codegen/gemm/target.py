@@ -1,0 +1,77 @@
+"""What a GEMM kernel is tuned for: the host's vector unit and thread count (`Target`,
+`host_threads`), and the tile shape that follows from them (`tiles`: lanes, MR, NR; `KC`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tapeml.codegen import pool
+from tapeml.dialects.kernel import GemmSpec
+
+KC = 256
+"""Depth of one packed block: an NR-wide panel of B (KC * NR elements) fits in L1."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The host's vector unit, as far as the kernel cares."""
+
+    vector_bits: int
+    registers: int
+    threads: int = 1
+    """Threads one kernel call may use (it splits its work when there is enough of it)."""
+    panel_vectors: int = 2
+    """Vectors across a tile's NR columns when n allows. AMD Zen 4 runs a 512-bit FMA as two
+    256-bit halves: there a 16x16 tile ran 3-10% faster than 14x32 on most of W2's and W3's
+    GEMM shapes alone (n=512 the same), and the W4 step 3.5% faster (W3's the same; one-process
+    A/Bs). Intel's AVX-512 cores measured best at 14x32
+    (../shared/reference/cpu-codegen-measurements.md)."""
+
+    @staticmethod
+    def host() -> Target:
+        import llvmlite.binding as llvm
+
+        features = {k for k, v in llvm.get_host_cpu_features().items() if v}
+        threads = host_threads()
+        if "avx512f" in features:
+            return Target(512, 32, threads, 1 if llvm.get_host_cpu_name() == "znver4" else 2)
+        if "avx" in features:
+            return Target(256, 16, threads)
+        return Target(128, 16, threads)
+
+
+def host_threads() -> int:
+    """TAPEML_NUM_THREADS if set (1: single-threaded, for measuring), else the cores this
+    process may run on; 1 on a platform the thread pool does not run on (it warns, once)."""
+    value = os.environ.get("TAPEML_NUM_THREADS")
+    if value is not None and (not value.isdigit() or int(value) < 1):
+        raise ValueError(f"TAPEML_NUM_THREADS must be a positive integer, got {value!r}")
+    if not pool.host().threaded:
+        return 1
+    if value is not None:
+        return int(value)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+
+def tiles(spec: GemmSpec, target: Target) -> tuple[int, int, int]:
+    """(lanes, MR, NR). NR is `target.panel_vectors` vectors wide, or one when C is that
+    narrow. MR rows use most
+    of the registers (MR * NR/lanes accumulators, the B vectors and a broadcast) unless the
+    tiles would then pad C's rows by more than a tenth: a small m (the out channels of a
+    convolution) gets the tile height that wastes the fewest rows."""
+    lanes = target.vector_bits // (32 if spec.dtype == "f32" else 64)
+    vectors = 1 if spec.n <= lanes else target.panel_vectors
+    wide = target.registers >= 32
+    most = (14 if wide else 6) if vectors == 2 else (16 if wide else 8)
+    m = max(spec.m, 1)
+    if m <= most:
+        return lanes, m, vectors * lanes
+    padded = -(-m // most) * most
+    if padded - m <= m // 10:
+        return lanes, most, vectors * lanes
+    mr = min(range(max(1, most // 2), most + 1), key=lambda r: (-(-m // r) * r, -r))
+    return lanes, mr, vectors * lanes
+

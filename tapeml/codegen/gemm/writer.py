@@ -1,0 +1,69 @@
+"""`Writer`: LLVM IR text with fresh value names, the current block's label (for phis) and
+counted loops; what every function of a GEMM kernel is written with. `WIDE`: the function
+attributes they all carry."""
+
+from __future__ import annotations
+
+WIDE = '"prefer-vector-width"="512"'  # the host tunings prefer 256 bits; packing loops want 512
+
+
+class Writer:
+    """LLVM IR text with fresh value names and the current block's label (for phis)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.count = 0
+        self.block = "entry"
+
+    def fresh(self, hint: str = "t") -> str:
+        self.count += 1
+        return f"%{hint}{self.count}"
+
+    def __call__(self, text: str, hint: str = "t") -> str:
+        name = self.fresh(hint)
+        self.lines.append(f"  {name} = {text}")
+        return name
+
+    def do(self, text: str) -> None:
+        self.lines.append(f"  {text}")
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name[1:]}:")
+        self.block = name
+
+    def loop(self, start: str, end: str, step: int, body, hint: str = "i") -> None:
+        """for iv in range(start, end, step): body(iv) -- i64 values, end exclusive."""
+        head, inner, latch, done = (self.fresh(f"{hint}.{s}") for s in
+                                    ("head", "body", "latch", "done"))
+        before = self.block
+        self.do(f"br label {head}")
+        self.label(head)
+        iv = self.fresh(hint)
+        nxt = self.fresh(f"{hint}.next")
+        self.do(f"{iv} = phi i64 [ {start}, {before} ], [ {nxt}, {latch} ]")
+        more = self(f"icmp slt i64 {iv}, {end}")
+        self.do(f"br i1 {more}, label {inner}, label {done}")
+        self.label(inner)
+        body(iv)
+        self.do(f"br label {latch}")
+        self.label(latch)
+        self.do(f"{nxt} = add i64 {iv}, {step}")
+        self.do(f"br label {head}")
+        self.label(done)
+
+    def min(self, a: str, b: str) -> str:
+        return self(f"call i64 @llvm.smin.i64(i64 {a}, i64 {b})")
+
+    def add(self, a: str, b: str) -> str:
+        return self(f"add i64 {a}, {b}")
+
+    def packed(self, index: str, p: str, width: int) -> str:
+        """Where element (index, p) of a panel-packed block lies: [index / width][p][index %
+        width], panels of %kc * width elements."""
+        panel = self(f"sdiv i64 {index}, {width}")
+        lane = self(f"srem i64 {index}, {width}")
+        start = self(f"mul i64 {panel}, {self(f'mul i64 %kc, {width}')}")
+        return self.add(start, self.add(self(f"mul i64 {p}, {width}"), lane))
+
+    def gep(self, t: str, base: str, offset: str) -> str:
+        return self(f"getelementptr inbounds {t}, ptr {base}, i64 {offset}", "p")
