@@ -38,7 +38,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from tapeml.dialects import tape
-from tapeml.dialects.tape_canonicalize import LAYOUT_PATTERNS
+from tapeml.dialects.tape.canonicalize import LAYOUT_PATTERNS
 
 # ----------------------------------------------------------------------------------------------
 # Matching helpers

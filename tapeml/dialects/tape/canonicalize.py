@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
-from tapeml.dialects import tape
+from tapeml.dialects.tape.layout import BroadcastOp, PermuteOp, ReshapeOp
 
 
 class RemoveIdentityLayout(RewritePattern):
     """permute by the identity, reshape or broadcast to the same type: the operand itself."""
 
     @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tape.PermuteOp | tape.ReshapeOp | tape.BroadcastOp,
+    def match_and_rewrite(self, op: PermuteOp | ReshapeOp | BroadcastOp,
                           rewriter: PatternRewriter) -> None:
         if op.input.type == op.result.type and (
-            not isinstance(op, tape.PermuteOp) or op.params["perm"] == tuple(range(len(
+            not isinstance(op, PermuteOp) or op.params["perm"] == tuple(range(len(
                 op.params["perm"])))):
             rewriter.replace(op, [], [op.input])
 
@@ -25,23 +25,22 @@ class ComposePermutes(RewritePattern):
     """permute(permute(x, inner), outer) = permute(x, inner[outer[i]] for each i)."""
 
     @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tape.PermuteOp, rewriter: PatternRewriter) -> None:
+    def match_and_rewrite(self, op: PermuteOp, rewriter: PatternRewriter) -> None:
         inner = op.input.owner
-        if not isinstance(inner, tape.PermuteOp):
+        if not isinstance(inner, PermuteOp):
             return
         first, then = inner.params["perm"], op.params["perm"]
-        rewriter.replace(op, tape.PermuteOp.build(inner.input,
-                                                     perm=tuple(first[i] for i in then)))
+        rewriter.replace(op, PermuteOp.build(inner.input, perm=tuple(first[i] for i in then)))
 
 
 class ComposeReshapes(RewritePattern):
     """reshape(reshape(x)) = reshape(x)."""
 
     @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tape.ReshapeOp, rewriter: PatternRewriter) -> None:
+    def match_and_rewrite(self, op: ReshapeOp, rewriter: PatternRewriter) -> None:
         inner = op.input.owner
-        if isinstance(inner, tape.ReshapeOp):
-            rewriter.replace(op, tape.ReshapeOp.build(inner.input, shape=op.params["shape"]))
+        if isinstance(inner, ReshapeOp):
+            rewriter.replace(op, ReshapeOp.build(inner.input, shape=op.params["shape"]))
 
 
 LAYOUT_PATTERNS: tuple[RewritePattern, ...] = (

@@ -1,0 +1,216 @@
+"""`tape.constant` and its dense literals: numpy arrays to dense attributes and back
+(`numpy_to_dense`, `dense_to_numpy`), printing them so that they parse back to the same bits
+(`print_dense`), and locating a mistake in one at the literal itself (`dense_literal_errors`,
+`DenseLiteralError`)."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Self
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    TensorType,
+)
+from xdsl.ir import Attribute
+from xdsl.irdl import irdl_op_definition, prop_def, result_def, traits_def
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import Pure
+from xdsl.utils.exceptions import ParseError
+from xdsl.utils.lexer import Position, Span, Token
+from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
+
+from tapeml.dialects.base import TapeOp
+from tapeml.dialects.tape.types import check, dtype_of, element_type, float_tensor, tensor_type
+
+
+@irdl_op_definition
+class ConstantOp(TapeOp):
+    """A dense literal: `tape.constant dense<[1.0, 2.0]> : tensor<2xf32>`."""
+
+    name = "tape.constant"
+    value = prop_def(DenseIntOrFPElementsAttr)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, *, value: np.ndarray) -> Attribute:
+        return tensor_type(np.shape(value), element_type(np.asarray(value).dtype))
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"value": dense_to_numpy(self.value)}
+
+    @classmethod
+    def build(cls, *, value: Any) -> Self:
+        array = np.asarray(value)
+        t = cls.infer(value=array)
+        return cls.create(result_types=[t], properties={"value": numpy_to_dense(array)})
+
+    def verify_(self) -> None:
+        t = self.value.type
+        float_tensor(self.name, t, "value")
+        check(t == self.result.type, self.name,
+              f"value type {t} does not match the result type {self.result.type}")
+
+    @classmethod
+    def parse(cls, parser: Parser) -> Self:
+        start = parser.pos
+        with dense_literal_errors(parser, f"{cls.name}: "):
+            value = parser.parse_attribute()
+        if not isinstance(value, DenseIntOrFPElementsAttr):
+            parser.raise_error("expected a dense literal such as dense<1.0> : tensor<2xf32>",
+                               start, parser.pos)
+        attributes = parser.parse_optional_attr_dict()
+        return cls.create(result_types=[value.type], properties={"value": value},
+                          attributes=attributes)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        print_dense(printer, self.value)
+        printer.print_op_attributes(self.attributes)
+
+
+def numpy_to_dense(array: np.ndarray) -> DenseIntOrFPElementsAttr:
+    """A dense attribute holding `array` (a single value when every element is equal)."""
+    t = tensor_type(array.shape, element_type(array.dtype))
+    flat = np.ascontiguousarray(array).reshape(-1)
+    bits = flat.view(np.uint32 if flat.dtype == np.float32 else np.uint64)
+    if flat.size > 1 and np.all(bits == bits[0]):
+        flat = flat[:1]  # splat (every element the same bits): printed dense<v>
+    return DenseIntOrFPElementsAttr(t, BytesAttr(flat.tobytes()))
+
+
+def print_dense(printer: Printer, attr: DenseIntOrFPElementsAttr) -> None:
+    """`dense<...> : tensor<...>`, in a form that parses back to the same bits."""
+    text = io.StringIO()
+    Printer(stream=text).print_attribute(attr)
+    if "0x" not in text.getvalue().rpartition(" : ")[0]:  # (the type may read tensor<0x3xf32>)
+        printer.print_string(text.getvalue())
+        return
+    # xDSL prints inf, nan and some finite floats (1048576.0 in f32) as hex bit patterns but
+    # parses those back as integers; MLIR's hex blob form, dense<"0x...">, keeps every bit
+    printer.print_string(f'dense<"0x{attr.data.data.hex().upper()}"> : ')
+    printer.print_attribute(attr.type)
+
+
+def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
+    """The array a dense attribute holds (a fresh, writable copy)."""
+    t = attr.type
+    assert isinstance(t, TensorType)
+    flat = np.frombuffer(attr.data.data, dtype=dtype_of(t))
+    shape = t.get_shape()
+    if flat.size == 1 and math.prod(shape) != 1:
+        return np.full(shape, flat[0], dtype=flat.dtype)
+    return flat.reshape(shape).copy()
+
+
+# xDSL's checks of a whole dense literal: it makes them once the literal's type is read, and so
+# reports them at the token after the literal (often on the next line).
+_WHOLE_LITERAL_CHECKS = (
+    "Shape mismatch in dense literal",
+    "Expected at least one element in the dense literal",
+    "Hex string in denseAttr is invalid",
+    "Expected memref, vector or tensor type",
+    "Dense literal attribute should have a static shape",
+    "No conversion from complex to float",
+)
+_OPENING = {MLIRTokenKind.LESS, MLIRTokenKind.L_SQUARE, MLIRTokenKind.L_PAREN,
+            MLIRTokenKind.L_BRACE}
+_CLOSING = {MLIRTokenKind.GREATER, MLIRTokenKind.R_SQUARE, MLIRTokenKind.R_PAREN,
+            MLIRTokenKind.R_BRACE}
+_NARROW_FLOATS = {Float16Type: np.float16, Float32Type: np.float32}
+
+
+class DenseLiteralError(ParseError):
+    """A mistake in a dense literal, located at the literal."""
+
+
+@contextmanager
+def dense_literal_errors(parser: Parser, what: str = "",
+                         start: Position | None = None) -> Iterator[None]:
+    """Report a mistake in the dense literal parsed inside the `with` (beginning at `start`,
+    default the next token) at the literal itself, `what` (e.g. an op's name) first: xDSL
+    reports its checks of a whole literal (element count against shape, its type) at the token
+    after it, and raises an OverflowError (a float) or a ValueError (an integer) for a value too
+    large for the element type."""
+    start = parser.pos if start is None else start
+    try:
+        yield
+    except DenseLiteralError as error:  # found by an inner check: say `what` too
+        raise DenseLiteralError(error.span, what + error.msg) from None
+    except OverflowError:
+        tokens = _tokens_before_current(parser, start)
+        message = _overflow_message(parser, tokens)
+        raise DenseLiteralError(_span(parser, start, tokens), what + message) from None
+    except ValueError as error:  # xDSL's: an integer its element type cannot hold
+        tokens = _tokens_before_current(parser, start)
+        raise DenseLiteralError(_span(parser, start, tokens), what + str(error)) from None
+    except ParseError as error:
+        if error.span.start != parser.pos or not error.msg.startswith(_WHOLE_LITERAL_CHECKS):
+            raise
+        tokens = _tokens_before_current(parser, start)
+        raise DenseLiteralError(_span(parser, start, tokens), what + error.msg) from None
+
+
+def _span(parser: Parser, start: Position, tokens: list[Token]) -> Span:
+    return Span(start, tokens[-1].span.end, parser.lexer.input)
+
+
+def _tokens_before_current(parser: Parser, start: Position) -> list[Token]:
+    """The tokens the parser consumed from `start` on (re-lexed: the parser keeps none)."""
+    lexer = MLIRLexer(parser.lexer.input)
+    lexer.pos = start
+    tokens = []
+    while (token := lexer.lex()).span.start < parser.pos:
+        tokens.append(token)
+    return tokens
+
+
+def _overflow_message(parser: Parser, tokens: list[Token]) -> str:
+    """Which number of the dense literal `tokens` (`dense<...> : type`) its element type
+    cannot hold."""
+    depth, colon = 0, len(tokens) - 1
+    for i, token in enumerate(tokens):
+        depth += (token.kind in _OPENING) - (token.kind in _CLOSING)
+        if depth == 0 and token.kind == MLIRTokenKind.COLON:
+            colon = i
+            break
+    type_text = parser.lexer.input.content[tokens[colon].span.end:tokens[-1].span.end].strip()
+    fallback = f"a value is too large for the element type of {type_text}"
+    try:
+        element = Parser(parser.ctx, type_text).parse_type().get_element_type()
+    except (ParseError, AttributeError):
+        return fallback
+    if (dtype := _NARROW_FLOATS.get(type(element))) is None:
+        return fallback
+    for before, token in zip(tokens, tokens[1:colon], strict=False):
+        if token.kind == MLIRTokenKind.FLOAT_LIT:
+            value = token.kind.get_float_value(token.span)
+        elif token.kind == MLIRTokenKind.INTEGER_LIT:
+            value = token.kind.get_int_value(token.span)
+        else:
+            continue
+        if not _fits(value, dtype):
+            sign = "-" if before.kind == MLIRTokenKind.MINUS else ""
+            return (f"{sign}{token.text} does not fit {element} (the largest finite {element} "
+                    f"is {np.format_float_scientific(np.finfo(dtype).max)})")
+    return fallback
+
+
+def _fits(value: int | float, dtype: type[np.floating]) -> bool:
+    """Whether `value` rounds to a finite number of `dtype` (what xDSL can pack)."""
+    try:
+        magnitude = abs(float(value))
+    except OverflowError:  # an integer beyond any double
+        return False
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(dtype(magnitude)))

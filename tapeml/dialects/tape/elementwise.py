@@ -1,0 +1,206 @@
+"""The elementwise tape ops: the binary and unary arithmetic ops, `tape.cmp`, `tape.select` and
+`tape.cast`; and the tuples ELEMENTWISE_BINARY, ELEMENTWISE_UNARY and ELEMENTWISE (these and
+`tape.constant`: the ops a `tape.fused` body may hold)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from xdsl.dialects.builtin import TensorType, i1
+from xdsl.ir import Attribute
+from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def
+from xdsl.traits import Commutative, Pure
+
+from tapeml.dialects.base import Keyword, TapeOp
+from tapeml.dialects.tape.constants import ConstantOp
+from tapeml.dialects.tape.types import (
+    bool_tensor,
+    check,
+    dtype_of,
+    element_type,
+    float_tensor,
+    same_type,
+)
+
+
+class _Unary(TapeOp):
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, input: Attribute) -> Attribute:
+        return float_tensor(cls.name, input)
+
+
+class _Binary(TapeOp):
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, lhs: Attribute, rhs: Attribute) -> Attribute:
+        types = [float_tensor(cls.name, lhs, "lhs"), float_tensor(cls.name, rhs, "rhs")]
+        same_type(cls.name, types, "operands must have the same type (broadcast explicitly)")
+        return lhs
+
+
+@irdl_op_definition
+class AddOp(_Binary):
+    name = "tape.add"
+    traits = traits_def(Commutative())
+
+
+@irdl_op_definition
+class SubOp(_Binary):
+    name = "tape.sub"
+
+
+@irdl_op_definition
+class MulOp(_Binary):
+    name = "tape.mul"
+    traits = traits_def(Commutative())
+
+
+@irdl_op_definition
+class DivOp(_Binary):
+    name = "tape.div"
+
+
+@irdl_op_definition
+class MaximumOp(_Binary):
+    """Elementwise maximum; NaN if either side is NaN (numpy's `maximum`)."""
+
+    name = "tape.maximum"
+    traits = traits_def(Commutative())
+
+
+@irdl_op_definition
+class MinimumOp(_Binary):
+    """Elementwise minimum; NaN if either side is NaN (numpy's `minimum`)."""
+
+    name = "tape.minimum"
+    traits = traits_def(Commutative())
+
+
+@irdl_op_definition
+class PowOp(_Binary):
+    name = "tape.pow"
+
+
+@irdl_op_definition
+class NegOp(_Unary):
+    name = "tape.neg"
+
+
+@irdl_op_definition
+class ExpOp(_Unary):
+    name = "tape.exp"
+
+
+@irdl_op_definition
+class LogOp(_Unary):
+    name = "tape.log"
+
+
+@irdl_op_definition
+class TanhOp(_Unary):
+    name = "tape.tanh"
+
+
+@irdl_op_definition
+class SigmoidOp(_Unary):
+    """1 / (1 + exp(-x))."""
+
+    name = "tape.sigmoid"
+
+
+@irdl_op_definition
+class ReluOp(_Unary):
+    """maximum(x, 0)."""
+
+    name = "tape.relu"
+
+
+@irdl_op_definition
+class SqrtOp(_Unary):
+    name = "tape.sqrt"
+
+
+CMP_PREDICATES = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+@irdl_op_definition
+class CmpOp(TapeOp):
+    """Elementwise comparison, an i1 tensor: `tape.cmp lt, %a, %b : tensor<2xf32> -> tensor<2xi1>`.
+    Ordered for all predicates but `ne` (NaN compares false, and `ne` true), as numpy does."""
+
+    name = "tape.cmp"
+    predicate = Keyword.prop()
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    CLAUSES: ClassVar = (Keyword("predicate", CMP_PREDICATES),)
+
+    @classmethod
+    def infer(cls, lhs: Attribute, rhs: Attribute, *, predicate: str) -> Attribute:
+        check(predicate in CMP_PREDICATES, cls.name,
+              f"predicate must be one of {', '.join(CMP_PREDICATES)}, got {predicate!r}")
+        types = [float_tensor(cls.name, lhs, "lhs"), float_tensor(cls.name, rhs, "rhs")]
+        same_type(cls.name, types, "operands must have the same type (broadcast explicitly)")
+        return TensorType(i1, lhs.get_shape())
+
+
+@irdl_op_definition
+class SelectOp(TapeOp):
+    """`cond ? a : b` elementwise."""
+
+    name = "tape.select"
+    cond = operand_def(TensorType)
+    on_true = operand_def(TensorType)
+    on_false = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, cond: Attribute, on_true: Attribute, on_false: Attribute) -> Attribute:
+        c = bool_tensor(cls.name, cond, "condition")
+        types = [float_tensor(cls.name, on_true, "true value"),
+                 float_tensor(cls.name, on_false, "false value")]
+        same_type(cls.name, types, "both values must have the same type")
+        check(c.get_shape() == on_true.get_shape(), cls.name,
+              f"condition shape {c} must match the values' shape {on_true}")
+        return on_true
+
+
+
+@irdl_op_definition
+class CastOp(TapeOp):
+    """Convert between f32 and f64 (round to nearest even)."""
+
+    name = "tape.cast"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    DERIVED: ClassVar = ("dtype",)
+
+    @classmethod
+    def infer(cls, input: Attribute, *, dtype: Any) -> Attribute:
+        t = float_tensor(cls.name, input)
+        return TensorType(element_type(dtype), t.get_shape())
+
+    def derived_params(self) -> dict[str, Any]:
+        return {"dtype": dtype_of(self.result.type)}
+
+    def verify_(self) -> None:
+        float_tensor(self.name, self.result.type, "result")
+        super().verify_()
+
+
+ELEMENTWISE_BINARY = (AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp)
+ELEMENTWISE_UNARY = (NegOp, ExpOp, LogOp, TanhOp, SigmoidOp, ReluOp, SqrtOp)
+ELEMENTWISE = (*ELEMENTWISE_BINARY, *ELEMENTWISE_UNARY, CmpOp, SelectOp, CastOp, ConstantOp)
+"""The ops a `tape.fused` body may hold: each result element depends on the same element of
+each operand only."""

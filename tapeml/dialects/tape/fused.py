@@ -1,0 +1,123 @@
+"""Fused elementwise groups: `tape.fused`, a group of elementwise ops as one op over broadcast
+operands, and `tape.yield`, the terminator of its body."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Self
+
+import numpy as np
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    lazy_traits_def,
+    operand_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import HasParent, IsTerminator, Pure
+
+from tapeml.dialects.base import TapeOp
+from tapeml.dialects.tape.elementwise import ELEMENTWISE
+from tapeml.dialects.tape.types import any_tensor, check
+from tapeml.errors import ShapeError
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """The value a `tape.fused` body computes for one element."""
+
+    name = "tape.yield"
+    value = operand_def(TensorType)
+    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(FusedOp), Pure()))
+    assembly_format = "$value attr-dict `:` type($value)"
+
+    def __init__(self, value: SSAValue | Operation) -> None:
+        super().__init__(operands=[value])
+
+
+@irdl_op_definition
+class FusedOp(TapeOp):
+    """A group of elementwise ops as one op, for one loop: the operands broadcast (numpy rules)
+    to the result shape, and the body computes one element from one element of each, on rank-0
+    tensors, with elementwise tape ops:
+
+        %r = tape.fused %a, %b : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32> {
+        ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+          %0 = tape.mul %x, %y : tensor<f32>
+          tape.yield %0 : tensor<f32>
+        }
+    """
+
+    name = "tape.fused"
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    body = region_def("single_block")
+    traits = traits_def(Pure())
+    DERIVED: ClassVar = ("body",)
+
+    @classmethod
+    def infer(cls, *inputs: Attribute, body: Block) -> Attribute:
+        types = [any_tensor(cls.name, t, "input") for t in inputs]
+        try:
+            shape = np.broadcast_shapes(*(t.get_shape() for t in types))
+        except ValueError:
+            raise ShapeError(f"{cls.name}: inputs {', '.join(map(str, types))} do not "
+                             "broadcast together") from None
+        check(len(body.args) == len(types), cls.name,
+              f"the body takes {len(body.args)} elements for {len(types)} inputs")
+        for arg, t in zip(body.args, types, strict=True):
+            check(arg.type == TensorType(t.get_element_type(), []), cls.name,
+                  f"body argument {arg.type} must be the rank-0 {t.get_element_type()} of "
+                  f"input {t}")
+        last = body.last_op
+        check(isinstance(last, YieldOp), cls.name, "the body must end in tape.yield")
+        for op in body.ops:
+            check(isinstance(op, (*ELEMENTWISE, YieldOp)) and all(
+                r.type.get_shape() == () for r in op.results), cls.name,
+                f"the body holds rank-0 elementwise ops only, not {op.name}")
+        out = last.value.type
+        return TensorType(out.get_element_type(), shape)
+
+    def derived_params(self) -> dict[str, Any]:
+        return {"body": self.body.block}
+
+    @classmethod
+    def build(cls, *operands: SSAValue | Operation, body: Block) -> Self:
+        """A fused op over `operands` computing `body`: a copy of it when it belongs to a
+        region already, else the block itself."""
+        values = [SSAValue.get(o) for o in operands]
+        region = body.parent.clone() if body.parent is not None else Region([body])
+        result = cls.infer(*(v.type for v in values), body=region.block)
+        return cls.create(operands=values, result_types=[result], regions=[region])
+
+    @classmethod
+    def parse(cls, parser: Parser) -> Self:
+        pos = parser.pos
+        operands = parser.parse_comma_separated_list(parser.Delimiter.NONE,
+                                                     parser.parse_unresolved_operand)
+        parser.parse_punctuation(":")
+        types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
+        parser.parse_punctuation("->")
+        result_type = parser.parse_type()
+        resolved = parser.resolve_operands(operands, types, pos)
+        region = parser.parse_region()
+        attributes = parser.parse_optional_attr_dict()
+        return cls.create(operands=resolved, result_types=[result_type], regions=[region],
+                          attributes=attributes)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_list(self.inputs, printer.print_operand)
+        printer.print_string(" : ")
+        printer.print_list([o.type for o in self.inputs], printer.print_attribute)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.result.type)
+        printer.print_string(" ")
+        printer.print_region(self.body)
+        printer.print_op_attributes(self.attributes)
