@@ -1,0 +1,118 @@
+"""`tape-fuse`: the fusion catalog. Idioms of the tape ops are raised to the fused ops that do the
+same work at once; nothing else changes meaning.
+
+Each idiom is a small `RewritePattern` that matches one exact spelling, checks every parameter,
+and declines when the idiom is not exactly what it claims, for instance when an intermediate
+value is used elsewhere, so that the fused op would not replace its work but repeat it. Layout
+ops on the weight side and on cotangents are cheap views and may be shared.
+
+    conv2d-forward     pad -> unfold -> permute/reshape -> matmul -> reshape/permute  => conv2d
+    maxpool2d-forward  pad(-inf) -> unfold -> max over the window axes               => maxpool2d
+    avgpool2d-forward  pad(0) -> unfold -> sum over the window axes / (kh * kw)       => avgpool2d
+
+The backward idioms are matched in a first phase, the forward ones in a second: the weight
+gradient of a convolution reads the forward's im2col rows, which become single-use only once it
+is raised.
+
+`tape-fuse{report=true}` prints what fired, per pattern, on stderr.
+
+The package:
+
+    matching.py     FusionPattern (a catalog entry), the producer-chain helpers, an unfold's
+                    windows
+    forward.py      the forward idioms above
+    backward.py     their gradients: conv2d-backward-input, conv2d-backward-weight,
+                    maxpool2d-backward, avgpool2d-backward
+    elementwise.py  elementwise groups (tape.fused)
+    __init__.py     the catalog in order, the pass (`fuse`, `FusePass`) and its report
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+
+from tapeml.dialects import tape
+from tapeml.dialects.tape.canonicalize import LAYOUT_PATTERNS
+from tapeml.transforms.fuse.backward import (
+    AvgPoolBackward,
+    ConvBackwardInput,
+    ConvBackwardWeight,
+    MaxPoolBackward,
+)
+from tapeml.transforms.fuse.elementwise import GrowGroup, UnwrapSingle, WrapElementwise
+from tapeml.transforms.fuse.forward import AvgPoolForward, ConvForward, MaxPoolForward
+from tapeml.transforms.fuse.matching import FusionPattern
+
+FORWARD: tuple[type[FusionPattern], ...] = (ConvForward, MaxPoolForward, AvgPoolForward)
+BACKWARD: tuple[type[FusionPattern], ...] = (ConvBackwardInput, ConvBackwardWeight,
+                                             MaxPoolBackward, AvgPoolBackward)
+
+
+@dataclass
+class FusionReport:
+    """What fired: idioms raised, per pattern in catalog order; elementwise groups formed."""
+
+    fired: Counter[str] = field(default_factory=Counter)
+    groups: int = 0
+    grouped_ops: int = 0
+
+    def __str__(self) -> str:
+        total = sum(self.fired.values())
+        lines = [f"tape-fuse: {total} idiom{'s' if total != 1 else ''} raised, {self.groups} "
+                 f"elementwise group{'s' if self.groups != 1 else ''} of {self.grouped_ops} ops"]
+        lines += [f"  {p.name:<28}{self.fired[p.name]:>4}" for p in (*BACKWARD, *FORWARD)]
+        lines.append(f"  {'elementwise-groups':<28}{self.groups:>4}")
+        return "\n".join(lines)
+
+
+def _run(module: ModuleOp, patterns: list[RewritePattern]) -> None:
+    PatternRewriteWalker(GreedyRewritePatternApplier(patterns)).rewrite_module(module)
+
+
+def fuse(module: ModuleOp) -> FusionReport:
+    """Apply the catalog to `module` in place; returns what fired."""
+    report = FusionReport()
+    make: Callable[[type[FusionPattern]], FusionPattern] = lambda p: p(report.fired)  # noqa: E731
+    _run(module, [*LAYOUT_PATTERNS, *map(make, BACKWARD)])
+    _run(module, [*LAYOUT_PATTERNS, *map(make, FORWARD)])
+    _run(module, [make(WrapElementwise)])
+    _run(module, [make(GrowGroup)])
+    _run(module, [make(UnwrapSingle)])
+    _count_groups(module, report)
+    return report
+
+
+def _count_groups(module: ModuleOp, report: FusionReport) -> None:
+    """Report the groups that remain (wrapping, merging and unwrapping are steps to them)."""
+    for name in (WrapElementwise.name, GrowGroup.name, UnwrapSingle.name):
+        report.fired.pop(name, None)
+    groups = [op for op in module.walk() if isinstance(op, tape.FusedOp)]
+    report.groups = len(groups)
+    report.grouped_ops = sum(len(g.body.block.ops) - 1 for g in groups)
+
+
+@dataclass(frozen=True)
+class FusePass(ModulePass):
+    """Raise idioms to fused ops (see the module doc)."""
+
+    name = "tape-fuse"
+
+    report: bool = False
+    """Print what fired, per pattern, on stderr."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        fired = fuse(op)
+        if self.report:
+            print(fired, file=sys.stderr)
