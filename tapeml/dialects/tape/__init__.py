@@ -2,7 +2,7 @@
 
 Each op is its definition, its parameters (`CLAUSES`) and its shape rule (`infer`); the shape rule
 is both the builder's result-type inference and the verifier (see `tapeml/dialects/base.py`).
-Numpy semantics live in `tapeml/interpreters/tape.py` under the same op class.
+Numpy semantics live in `tapeml/interpreters/tape/` under the same op class.
 
 Broadcasting is explicit: elementwise ops take operands of one type, `tape.broadcast` makes them so.
 

@@ -1,0 +1,75 @@
+"""The numpy semantics of the elementwise tape ops: the arithmetic ops (maximum and minimum as
+IEEE 754-2019's), cmp, select, constant and cast."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tapeml.dialects import tape
+from tapeml.dialects.base import TapeOp
+from tapeml.interpreters.tape.registry import SEMANTICS, semantics
+
+
+def _elementwise(op: type[TapeOp], fn: Callable[..., Any]) -> None:
+    SEMANTICS[op] = lambda *xs: np.asarray(fn(*xs))
+
+
+# maximum and minimum are IEEE 754-2019's: NaN if either side is NaN, and -0 < +0. numpy's own
+# tie rule is the platform's (on x86, np.maximum(+0.0, -0.0) is -0.0), LLVM's llvm.maximum and
+# StableHLO's maximum are IEEE's; every stage computes this one.
+def maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    zeros = (a == 0) & (b == 0)
+    return np.where(zeros, a + b, np.maximum(a, b))  # -0 + -0 is -0; +0 beside either, +0
+
+
+def minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    zeros = (a == 0) & (b == 0)
+    return np.where(zeros, -(-a + -b), np.minimum(a, b))
+
+
+for _op, _fn in {
+    tape.AddOp: np.add,
+    tape.SubOp: np.subtract,
+    tape.MulOp: np.multiply,
+    tape.DivOp: np.divide,
+    tape.MaximumOp: maximum,
+    tape.MinimumOp: minimum,
+    # numpy takes a fast path (x*x, sqrt, ...) for some exponents given as a broadcast scalar;
+    # contiguous operands pin pow to its general algorithm, whatever the layout
+    tape.PowOp: lambda x, y: np.power(np.require(x, requirements="C"),
+                                      np.require(y, requirements="C")),
+    tape.NegOp: np.negative,
+    tape.ExpOp: np.exp,
+    tape.LogOp: np.log,
+    tape.TanhOp: np.tanh,
+    tape.SqrtOp: np.sqrt,
+    tape.SigmoidOp: lambda x: 1 / (1 + np.exp(-x)),
+    tape.ReluOp: lambda x: maximum(x, np.zeros_like(x)),
+}.items():
+    _elementwise(_op, _fn)
+
+_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+            "eq": np.equal, "ne": np.not_equal}
+
+
+@semantics(tape.CmpOp)
+def cmp(lhs: np.ndarray, rhs: np.ndarray, *, predicate: str) -> np.ndarray:
+    return np.asarray(_COMPARE[predicate](lhs, rhs))
+
+
+@semantics(tape.SelectOp)
+def select(cond: np.ndarray, on_true: np.ndarray, on_false: np.ndarray) -> np.ndarray:
+    return np.where(cond, on_true, on_false)
+
+
+@semantics(tape.ConstantOp)
+def constant(*, value: np.ndarray) -> np.ndarray:
+    return np.array(value)
+
+
+@semantics(tape.CastOp)
+def cast(x: np.ndarray, *, dtype: Any) -> np.ndarray:
+    return x.astype(dtype)

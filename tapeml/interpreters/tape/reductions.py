@@ -1,0 +1,32 @@
+"""The numpy semantics of the reductions: sum, and max as the IEEE maximum (`max_over`, which
+the pools use too)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tapeml.dialects import tape
+from tapeml.interpreters.tape.registry import semantics
+
+
+def max_over(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np.ndarray:
+    """The IEEE maximum of `x` over `axes`: NaN if any is NaN, +0 if the largest are zeros of
+    both signs (np.max keeps whichever zero its order meets first)."""
+    top = np.max(x, axis=axes, keepdims=keepdims)
+    zero = top == 0
+    if not np.any(zero):
+        return np.asarray(top)
+    positive = np.any((x == 0) & ~np.signbit(x), axis=axes, keepdims=keepdims)
+    return np.asarray(np.where(zero & positive, np.zeros((), x.dtype), top))
+
+
+@semantics(tape.SumOp)
+def sum_(x: np.ndarray, *, axes: Sequence[int], keepdims: bool) -> np.ndarray:
+    return np.asarray(np.sum(x, axis=tuple(axes), keepdims=keepdims))
+
+
+@semantics(tape.MaxOp)
+def max_(x: np.ndarray, *, axes: Sequence[int], keepdims: bool) -> np.ndarray:
+    return max_over(x, tuple(axes), keepdims)
