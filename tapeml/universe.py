@@ -49,7 +49,7 @@ def _to_gpu() -> type[ModulePass]:
 
 
 def _tape_to_gpu() -> type[ModulePass]:
-    from tapeml.transforms.to_gpu import TapeToGPUPass
+    from tapeml.transforms.pipelines import TapeToGPUPass
 
     return TapeToGPUPass
 
@@ -73,7 +73,7 @@ def _to_llvm() -> type[ModulePass]:
 
 
 def _tape_to_llvm() -> type[ModulePass]:
-    from tapeml.transforms.to_llvm import TapeToLLVMPass
+    from tapeml.transforms.pipelines import TapeToLLVMPass
 
     return TapeToLLVMPass
 

@@ -39,10 +39,10 @@ from test_to_loops import run_lowered
 
 import tapeml
 from tapeml import Spec
-from tapeml.codegen import cpu as cpu_backend
 from tapeml.tracing.pytree import flatten
+from tapeml.transforms import pipelines
 from tapeml.transforms.fuse import fuse
-from tapeml.transforms.outline_parallel import outline_parallel_loops
+from tapeml.transforms.outline_parallel import OutlineParallelLoopsPass, outline_parallel_loops
 from tapeml.transforms.to_loops import lower_module
 
 NAN, INF = math.nan, math.inf
@@ -261,12 +261,12 @@ def run_outlined(fn: Callable, inputs: Sequence[np.ndarray]) -> list[np.ndarray]
 @contextmanager
 def cpu_threads(threads: int):
     """Compile for `threads` threads; above one, every parallel loop is handed to the pool."""
-    every_loop = functools.partial(outline_parallel_loops, min_work=0)
+    every_loop = functools.partial(OutlineParallelLoopsPass, min_work=0)
     with mock.patch.dict(os.environ, {"TAPEML_NUM_THREADS": str(threads)}):
         if threads == 1:
             yield
         else:
-            with mock.patch.object(cpu_backend, "outline_parallel_loops", every_loop):
+            with mock.patch.object(pipelines, "OutlineParallelLoopsPass", every_loop):
                 yield
 
 

@@ -48,7 +48,7 @@ def assert_close(got, expected) -> None:
 @pytest.mark.parametrize("name", sorted(set(CASES) - SLOW_TO_EMULATE))
 def test_every_op_and_its_gradient_on_the_emulated_gpu(name):
     program, args = value_and_grad_program(name)
-    compiled = get_backend("cuda", emulate=True, gemm_tile=4).compile(program)
+    compiled = get_backend("cuda", emulate=True, gemm_tile=4).compile(program.module)
     assert_close(compiled(*flatten(args)[0]), program(*args))
 
 
@@ -183,7 +183,7 @@ def test_the_schedule_places_live_intermediates_apart_and_reuses_freed_space():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_every_op_and_its_gradient_on_the_gpu(name):
     program, args = value_and_grad_program(name)
-    compiled = get_backend("cuda").compile(program)
+    compiled = get_backend("cuda").compile(program.module)
     got = [a.numpy() for a in compiled(*flatten(args)[0])]
     assert_close(got, program(*args))
 

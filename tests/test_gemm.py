@@ -11,10 +11,15 @@ import pytest
 from concurrency import at_once  # tests/concurrency.py
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from xdsl.context import Context
+from xdsl.dialects import builtin, func, llvm
+from xdsl.parser import Parser
 
 import tapeml
 from tapeml.codegen.cpu import bind_scratch, kernel_module, target_machine
 from tapeml.codegen.gemm import GemmSpec, Target, batch_groups, definition, partition, tiles
+from tapeml.dialects.kernel import Kernel, declared_kernels
+from tapeml.transforms.to_llvm import convert_to_llvm
 
 _ENGINES = []  # compiled kernels (and their scratch) live as long as the test session
 
@@ -149,10 +154,26 @@ def test_thread_count_setting_is_checked(monkeypatch):
         Target.host()
 
 
-def test_spec_round_trips_through_its_symbol():
+def test_a_kernel_is_linked_from_the_spec_its_declaration_carries():
+    """convert-loops-to-llvm declares each kernel with its spec as an attribute; the backend
+    (and -t llvm) read the spec back from there, through the printed text too."""
     spec = GemmSpec("f64", 2, 3, 4, 5, (15, 5, 1), (0, 1, 5), 0, True)
-    assert GemmSpec.from_symbol(spec.symbol) == spec
-    assert GemmSpec.from_symbol("malloc") is None
+    text = """
+    func.func @f(%a: memref<30xf64>, %b: memref<20xf64>, %c: memref<12xf64>) {
+      kernel.gemm %a, %b, %c {batch = 2 : i64, m = 3 : i64, n = 4 : i64, k = 5 : i64,
+        a_strides = array<i64: 15, 5, 1>, b_strides = array<i64: 0, 1, 5>,
+        c_batch_stride = 0 : i64, accumulate = true}
+        : memref<30xf64>, memref<20xf64>, memref<12xf64>
+      func.return
+    }"""
+    ctx = Context()
+    for dialect in (builtin.Builtin, func.Func, llvm.LLVM, Kernel):
+        ctx.load_dialect(dialect)
+    module = Parser(ctx, text).parse_module()
+    assert module.body.block.first_op.body.block.first_op.spec == spec
+    convert_to_llvm(module)
+    assert declared_kernels(module) == {spec.symbol: spec}
+    assert declared_kernels(Parser(ctx, str(module)).parse_module()) == {spec.symbol: spec}
 
 
 @settings(max_examples=20, deadline=None)
@@ -197,12 +218,6 @@ def test_verifier_rejects_reads_past_a_buffer():
         : memref<10xf32>, memref<12xf32>, memref<6xf32>
       func.return
     }"""
-    from xdsl.context import Context
-    from xdsl.dialects import builtin, func
-    from xdsl.parser import Parser
-
-    from tapeml.dialects.kernel import Kernel
-
     ctx = Context()
     for dialect in (builtin.Builtin, func.Func, Kernel):
         ctx.load_dialect(dialect)

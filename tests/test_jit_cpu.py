@@ -14,6 +14,7 @@ from test_naturality import generated_program
 
 import tapeml
 from tapeml import Spec, nn, ops
+from tapeml.codegen.gemm import host_threads
 from tapeml.tracing.pytree import flatten
 
 RNG = np.random.default_rng(11)
@@ -71,7 +72,8 @@ def test_jit_of_value_and_grad_of_an_mlp_is_one_compiled_program():
     step = tapeml.jit(tapeml.value_and_grad(loss))
     close(step(params, x, y), tapeml.value_and_grad(loss)(params, x, y))
     stages = step.lower(params, x, y)
-    assert list(stages) == ["tape", "fused tape", "loops", "outlined loops", "arena",
+    outlined = ["outlined loops"] if host_threads() > 1 else []  # the pool's share
+    assert list(stages) == ["tape", "fused tape", "loops", *outlined, "arena",
                             "llvm dialect", "llvm ir", "optimized llvm ir", "assembly"]
     assert "tape.fused" in stages["fused tape"] and "scf.for" in stages["loops"]
     assert "memref.alloc" in stages["loops"] and "memref.alloc" not in stages["arena"]
@@ -186,7 +188,7 @@ def test_convolutions_pools_and_their_gradients_compile(case, fused):
     args = (r(*xs, dtype=np.float64), r(*ws, dtype=np.float64))
     step = tapeml.trace(loss, *args)
     differentiate(step.function)
-    close(CPUBackend(fuse=fused).compile(step)(*args), step(*args))
+    close(CPUBackend(fuse=fused).compile(step.module)(*args), step(*args))
 
 
 @settings(max_examples=15, deadline=None)

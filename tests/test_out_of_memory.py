@@ -24,7 +24,7 @@ def test_a_gemm_scratch_too_large_is_a_memory_error_when_compiling():
         program = tapeml.trace(lambda a, b: a @ b, tapeml.Spec((4, 256)),
                                tapeml.Spec((256, 1 << 30)))
         try:
-            CPUBackend().compile(program)
+            CPUBackend().compile(program.module)
         except MemoryError as error:
             print("MemoryError:", error)
     """)

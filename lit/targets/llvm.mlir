@@ -1,10 +1,11 @@
-// The whole way to LLVM IR: tape-to-llvm, then -t llvm.
+// The whole way to LLVM IR: tape-to-llvm (the CPU backend's pipeline), then -t llvm.
 // RUN: tapeml-opt %s -p 'tape-to-llvm{libm=true}' -t llvm | filecheck %s
 // RUN: tapeml-opt %s -p tape-to-llvm -t llvm | filecheck %s --check-prefix=VECTOR
 // RUN: tapeml-opt %s -p tape-to-llvm | filecheck %s --check-prefix=DIALECT
 
-// The function writes its result into the caller's buffer: one pointer per input and output.
-// CHECK:       define void @"tapeml.scaled_tanh"(ptr %".1", ptr %".2", ptr %".3")
+// The function writes its result into the caller's buffer: one pointer per input and output,
+// then the arena's (plan-arena), as jit compiles it.
+// CHECK:       define void @"tapeml.scaled_tanh"(ptr %".1", ptr %".2", ptr %".3", ptr %".4")
 // Buffers are addressed with getelementptr, never inttoptr (LLVM vectorizes GEP loops).
 // CHECK:       getelementptr inbounds float, ptr
 // CHECK-NOT:   inttoptr
@@ -18,7 +19,7 @@
 // VECTOR:      bitcast
 // VECTOR:      ret void
 
-// DIALECT:     llvm.func @tapeml.scaled_tanh(%x: !llvm.ptr, %s: !llvm.ptr, %{{.*}}: !llvm.ptr)
+// DIALECT:     llvm.func @tapeml.scaled_tanh(%x: !llvm.ptr, %s: !llvm.ptr, %{{.*}}: !llvm.ptr, %arena: !llvm.ptr)
 // DIALECT-NOT: memref.
 // DIALECT-NOT: scf.
 // DIALECT-NOT: arith.

@@ -1,7 +1,11 @@
-"""Backends: a traced program in, a callable over flat arrays out.
+"""Backends: a tape module in, a callable over flat arrays out.
 
-    backend.compile(program) -> Compiled    # Compiled(*leaves) -> tuple of output arrays
-    backend.compile(program, stages=True)   # also every stage as text: Compiled.stages
+    backend.compile(module) -> Compiled     # Compiled(*leaves) -> tuple of output arrays
+    backend.compile(module, stages=True)    # also every stage as text: Compiled.stages
+
+The module holds a tape function (a traced Program's `.module`, or one parsed from a file);
+its arguments and results, with their names, are the compiled function's
+(tapeml/codegen/arguments.py). Backends know nothing of the front end.
 
 `interp` runs the program on xDSL's interpreter (the reference); `cpu` compiles it through the
 loop form and LLVM to machine code for this CPU; `cuda` to PTX for an NVIDIA GPU, run through
@@ -10,10 +14,9 @@ cuda-python (or, with emulate=True, its GPU form on the interpreter).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # the backends' package is imported by the dialects: no frontend import here
-    from tapeml.frontend.program import Program
+from xdsl.dialects.builtin import ModuleOp
 
 
 class Compiled(Protocol):
@@ -27,7 +30,7 @@ class Compiled(Protocol):
 class Backend(Protocol):
     name: str
 
-    def compile(self, program: Program, stages: bool = False) -> Compiled: ...
+    def compile(self, module: ModuleOp, stages: bool = False) -> Compiled: ...
 
 
 def get_backend(name: str, **options: Any) -> Backend:

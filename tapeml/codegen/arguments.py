@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from tapeml.dialects import tape
@@ -20,16 +21,20 @@ class Argument:
     dtype: np.dtype
 
 
-def arguments(module: ModuleOp) -> tuple[list[Argument], list[Argument]]:
-    """The inputs and outputs of the (tape) function of `module`."""
-    f = next(op for op in module.ops if op.name == "func.func")
+def signature(module: ModuleOp) -> tuple[str, list[Argument], list[Argument]]:
+    """The name, inputs and outputs of the tape function of `module`: what a backend compiles
+    (a traced Program's module, or one parsed from a file: its first defined function)."""
+    f = next((op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration),
+             None)
+    if f is None:
+        raise ValueError("the module defines no function to compile")
     block = f.body.block
     inputs = [Argument(n, a.type.get_shape(), tape.dtype_of(a.type)) for n, a in
               zip(value_names(f.arg_attrs, list(block.args), "arg"), block.args, strict=True)]
     results = list(block.last_op.operands)
     outputs = [Argument(n, r.type.get_shape(), tape.dtype_of(r.type)) for n, r in
                zip(value_names(f.res_attrs, results, "result"), results, strict=True)]
-    return inputs, outputs
+    return f.sym_name.data, inputs, outputs
 
 
 def checked(value: Any, arg: Argument, name: str) -> np.ndarray:

@@ -22,19 +22,18 @@ import llvmlite.binding as llvm_binding
 import numpy as np
 from xdsl.backend.llvm.convert import convert_module
 from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target as XTarget
 
 from tapeml.codegen import pool
-from tapeml.codegen.arguments import Argument, checked
+from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.gemm import Target, definition, host_threads
-from tapeml.codegen.stages import Stages, to_loops
-from tapeml.dialects.kernel import GemmSpec
-from tapeml.frontend.program import Program
-from tapeml.profile import count_ops, profiling, record
-from tapeml.transforms.arena import ALIGN, plan_module
-from tapeml.transforms.outline_parallel import outline_parallel_loops
-from tapeml.transforms.scf_to_cf import loops_to_cf
-from tapeml.transforms.to_llvm import SYMBOL_PREFIX, convert_to_llvm
+from tapeml.codegen.stages import Stages, run_pipeline
+from tapeml.dialects.kernel import GemmSpec, declared_kernels
+from tapeml.profile import profiling, record
+from tapeml.transforms.arena import ALIGN
+from tapeml.transforms.pipelines import cpu_pipeline
+from tapeml.transforms.to_llvm import SYMBOL_PREFIX
 
 _LLVM_LOCK = threading.Lock()  # compiling with llvmlite is not thread-safe; running is
 _INITIALIZED = False
@@ -107,14 +106,14 @@ def kernel_module(spec: GemmSpec, machine: llvm_binding.TargetMachine, optimized
     return llvm_binding.parse_assembly(text)
 
 
-def link_kernels(parsed: Any, machine: llvm_binding.TargetMachine, optimized: bool = True
-                 ) -> list[str]:
-    """Link into `parsed` the definition of every generated kernel it declares; their names."""
-    names = [f.name for f in parsed.functions
-             if f.is_declaration and GemmSpec.from_symbol(f.name) is not None]
-    for name in names:
-        parsed.link_in(kernel_module(GemmSpec.from_symbol(name), machine, optimized))
-    return names
+def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
+                 optimized: bool = True) -> list[str]:
+    """Link into `parsed` (the llvm-dialect `module` as LLVM IR) the definition of every
+    generated kernel `module` declares, from the spec on its declaration; their names."""
+    kernels = declared_kernels(module)
+    for spec in kernels.values():
+        parsed.link_in(kernel_module(spec, machine, optimized))
+    return list(kernels)
 
 
 def bind_scratch(engine: Any, kernels: list[str]) -> list[np.ndarray]:
@@ -150,7 +149,7 @@ class HostAsmTarget(XTarget):
         with _LLVM_LOCK:
             machine = target_machine()
             _, parsed = optimize(module, machine)
-            link_kernels(parsed, machine)
+            link_kernels(module, parsed, machine)
             output.write(machine.emit_assembly(parsed))
 
 
@@ -166,7 +165,8 @@ class LLVMIRTarget(XTarget):
             machine = target_machine()
             text = str(convert_module(module, fallback_target_triple=machine.triple))
             parsed = llvm_binding.parse_assembly(text)
-            output.write(str(parsed) if link_kernels(parsed, machine, optimized=False) else text)
+            output.write(str(parsed) if link_kernels(module, parsed, machine, optimized=False)
+                         else text)
 
 
 class Native:
@@ -228,34 +228,19 @@ class CPUBackend:
         self.fuse = fuse
         self.libm = libm
 
-    def compile(self, program: Program, stages: bool = False) -> Native:
+    def compile(self, module: ModuleOp, stages: bool = False) -> Native:
+        """`module`'s tape function (tapeml/codegen/arguments.py) as machine code."""
         kept = Stages(stages)
         keep = kept.keep
-        module, inputs, outputs, _ = to_loops(program, kept, self.fuse, self.libm,
-                                              row_reductions=True)
-        started = time.perf_counter()
+        name, inputs, outputs = signature(module)
         threads = host_threads()
-        outlined = outline_parallel_loops(module) if threads > 1 else 0
-        kept.keep("outlined loops", lambda: str(module))
-        record("outline-parallel-loops", count_ops(module), started,
-               f"{outlined} loops shared by {threads} threads" if threads > 1 else
-               "one thread: nothing to share")
-        started = time.perf_counter()
-        arena_bytes = plan_module(module)[program.name]
-        kept.keep("arena", lambda: str(module))
-        record("plan-arena", count_ops(module), started,
-               f"one arena of {arena_bytes:,} bytes for the intermediates")
-        started = time.perf_counter()
-        loops_to_cf(module, tidy=False)  # the rest of tape-to-llvm, less the tidying
-        convert_to_llvm(module, threads=threads)
-        keep("llvm dialect", lambda: str(module))
-        record("convert-loops-to-llvm", count_ops(module), started,
-               "after convert-scf-to-cf (LLVM does canonicalize's and cse's work)")
+        module, reports = run_pipeline(module, cpu_pipeline(self.fuse, self.libm, threads), kept)
+        arena_bytes = reports["plan-arena"].sizes[name]
         with _LLVM_LOCK:
             started = time.perf_counter()
             machine = target_machine()
             ir_text, parsed = optimize(module, machine)
-            kernels = link_kernels(parsed, machine)
+            kernels = link_kernels(module, parsed, machine)
             keep("llvm ir", lambda: ir_text)
             keep("optimized llvm ir", lambda: str(parsed))
             keep("assembly", lambda: machine.emit_assembly(parsed))
@@ -266,9 +251,9 @@ class CPUBackend:
             pool.load(target_machine)  # tapeml_parallel_for, for the programs that call it
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)
             engine.finalize_object()
-            address = engine.get_function_address(SYMBOL_PREFIX + program.name)
+            address = engine.get_function_address(SYMBOL_PREFIX + name)
             scratch = bind_scratch(engine, kernels)
             record("machine code (MCJIT)", None, started)
-        signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs) + 1))
-        return Native(program.name, inputs, outputs, engine, signature(address), arena_bytes,
+        c_type = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs) + 1))
+        return Native(name, inputs, outputs, engine, c_type(address), arena_bytes,
                       scratch, kept.texts)

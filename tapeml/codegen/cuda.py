@@ -30,15 +30,15 @@ from xdsl.dialects import arith, func, gpu, memref
 from xdsl.dialects.builtin import ModuleOp
 
 from tapeml.codegen import cuda_driver
-from tapeml.codegen.arguments import Argument, checked
+from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.ptx import ARCHES, compile_ptx
-from tapeml.codegen.stages import Stages, to_loops
-from tapeml.frontend.program import Program
+from tapeml.codegen.stages import Stages, run_pipeline
 from tapeml.interpreters import interpret
-from tapeml.profile import count_ops, record
+from tapeml.profile import record
 from tapeml.transforms.arena import FirstFit, element_bytes
 from tapeml.transforms.gemm_gpu import GEMM_TILE
-from tapeml.transforms.to_gpu import MAX_GEMM_TILE, outline_module
+from tapeml.transforms.pipelines import gpu_pipeline
+from tapeml.transforms.to_gpu import MAX_GEMM_TILE
 from tapeml.transforms.to_loops import LoweringError
 
 _ALIGN = 256  # bytes: every buffer in the arena starts on a 256-byte boundary, as cuMemAlloc's
@@ -226,22 +226,22 @@ class CUDABackend:
                              f"{MAX_GEMM_TILE}, got {gemm_tile!r}")
         self.fuse, self.emulate, self.arch, self.gemm_tile = fuse, emulate, arch, gemm_tile
 
-    def compile(self, program: Program, stages: bool = False) -> CUDAProgram | Emulated:
+    def compile(self, module: ModuleOp, stages: bool = False) -> CUDAProgram | Emulated:
+        """`module`'s tape function (tapeml/codegen/arguments.py) as PTX kernels and their
+        schedule, or (emulate) its GPU form on the interpreter."""
         # the GPU's architecture, unless given: no GPU is then a clear error, said first
         context = None if self.emulate or self.arch else cuda_driver.context()
         kept = Stages(stages)
-        module, inputs, outputs, _ = to_loops(program, kept, self.fuse, libm=False)
-        started = time.perf_counter()
-        outline_module(module, gemm_tile=self.gemm_tile)
-        kept.keep("gpu", lambda: str(module))
-        record("convert-loops-to-gpu", count_ops(module), started)
+        name, inputs, outputs = signature(module)
+        module, _ = run_pipeline(module, gpu_pipeline(self.fuse, gemm_tile=self.gemm_tile),
+                                 kept)
         f = next(op for op in module.ops if isinstance(op, func.FuncOp))
         if self.emulate:
-            return Emulated(program.name, module, inputs, outputs, kept.texts)
+            return Emulated(name, module, inputs, outputs, kept.texts)
         kernels = next(op for op in module.ops if isinstance(op, gpu.ModuleOp))
         started = time.perf_counter()
         compiled = compile_ptx(kernels, self.arch or arch_for(context.compute_capability))
         kept.keep("llvm ir", lambda: compiled.llvm_ir)
         kept.keep("ptx", lambda: compiled.ptx)
         record("PTX (LLVM O3, NVPTX)", None, started, f"{len(compiled.kernels)} kernels")
-        return CUDAProgram(program.name, inputs, outputs, schedule(f), compiled.ptx, kept.texts)
+        return CUDAProgram(name, inputs, outputs, schedule(f), compiled.ptx, kept.texts)

@@ -5,30 +5,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tapeml.codegen.arguments import Argument, arguments, checked
-from tapeml.frontend.program import Program
+from xdsl.dialects.builtin import ModuleOp
+
+from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.interpreters import interpret
 
 
 @dataclass
 class Interpreted:
-    program: Program
+    module: ModuleOp
+    name: str
     inputs: list[Argument]
     stages: dict[str, str] = field(default_factory=dict)
 
     def __call__(self, *leaves: Any) -> tuple[Any, ...]:
         """Every argument checked as the compiled backends check theirs, then interpreted."""
-        name = self.program.name
         if len(leaves) != len(self.inputs):
-            raise TypeError(f"@{name} takes {len(self.inputs)} arrays, got {len(leaves)}")
-        arrays = [checked(leaf, arg, name) for leaf, arg in zip(leaves, self.inputs,
-                                                                strict=True)]
-        return interpret(self.program.module, name, *arrays)
+            raise TypeError(f"@{self.name} takes {len(self.inputs)} arrays, got {len(leaves)}")
+        arrays = [checked(leaf, arg, self.name) for leaf, arg in zip(leaves, self.inputs,
+                                                                     strict=True)]
+        return interpret(self.module, self.name, *arrays)
 
 
 class InterpBackend:
     name = "interp"
 
-    def compile(self, program: Program, stages: bool = False) -> Interpreted:
-        return Interpreted(program, arguments(program.module)[0],
-                           {"tape": str(program)} if stages else {})
+    def compile(self, module: ModuleOp, stages: bool = False) -> Interpreted:
+        name, inputs, _ = signature(module)
+        return Interpreted(module, name, inputs, {"tape": str(module)} if stages else {})

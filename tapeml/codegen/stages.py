@@ -1,5 +1,5 @@
-"""The stages every compiling backend shares: the program's tape, tape-fuse and tape-to-loops,
-each kept as text on request and recorded for tapeml.profile()."""
+"""How a backend runs its pipeline (tapeml/transforms/pipelines.py): pass by pass on a copy of
+the module, each step recorded for tapeml.profile() and its text kept on request."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
-from tapeml.codegen.arguments import Argument, arguments
-from tapeml.frontend.program import Program
 from tapeml.profile import count_ops, record
-from tapeml.transforms.fuse import fuse as fuse_module
-from tapeml.transforms.to_loops import PlanReport, lower_module
+from tapeml.transforms.fuse import FusePass
+from tapeml.transforms.pipelines import Step
 
 
 class Stages:
@@ -28,24 +27,25 @@ class Stages:
             self.texts[stage] = text()
 
 
-def to_loops(program: Program, stages: Stages, fuse: bool, libm: bool,
-             row_reductions: bool = False
-             ) -> tuple[ModuleOp, list[Argument], list[Argument], PlanReport]:
-    """A copy of `program` fused (if asked) and lowered to loops (`row_reductions`: the CPU's
-    reductions, see tape-to-loops); its arguments and plan."""
-    stages.keep("tape", lambda: str(program))
-    module: Any = program.module.clone()  # the program stays as it was
-    inputs, outputs = arguments(module)
-    started = time.perf_counter()
-    if fuse:
-        report = fuse_module(module)
-        stages.keep("fused tape", lambda: str(module))
-        fired = ", ".join(f"{name} {n}" for name, n in report.fired.items() if n)
-        record("tape-fuse", count_ops(module, top_level=True), started,
-               f"{sum(report.fired.values())} idioms raised ({fired or 'none'}), "
-               f"{report.groups} elementwise groups of {report.grouped_ops} ops")
-    started = time.perf_counter()
-    plan = lower_module(module, libm, row_reductions)
-    stages.keep("loops", lambda: f"// {plan}\n{module!s}")
-    record("tape-to-loops", count_ops(module), started, str(plan))
-    return module, inputs, outputs, plan
+def run_pipeline(module: ModuleOp, steps: list[Step], stages: Stages) -> tuple[ModuleOp,
+                                                                               dict[str, Any]]:
+    """A copy of `module` (which stays as it was) through `steps`; and what each pass that
+    reports returned (`run`), by pass name. The module's text is kept as stage "tape" first,
+    then under each step's stage name, headed by its report."""
+    stages.keep("tape", lambda: str(module))
+    module = module.clone()
+    ctx = Context()
+    reports: dict[str, Any] = {}
+    for step in steps:
+        started = time.perf_counter()
+        run = getattr(step.pass_, "run", None)
+        report = run(module) if run is not None else step.pass_.apply(ctx, module)
+        name = step.pass_.name
+        detail = "" if report is None else str(report)
+        if step.stage is not None:
+            head = f"// {name}: {detail}\n" if detail else ""
+            stages.keep(step.stage, lambda head=head: head + str(module))
+        record(name, count_ops(module, top_level=isinstance(step.pass_, FusePass)), started,
+               detail)
+        reports[name] = report
+    return module, reports

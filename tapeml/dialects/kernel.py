@@ -10,9 +10,11 @@ computes, for every b < batch, C[b] = A[b] @ B[b] (or C[b] += with `accumulate`)
 A[b][i, p] = a[b*a0 + i*a1 + p*a2], B[b][p, j] = b[b*b0 + p*b1 + j*b2], and C[b] is the
 contiguous m x n block of c at b * c_batch_stride (0: every batch adds into the same block).
 Strides let a transposed operand be read in place. `tape-to-loops` emits it for tape.matmul;
-`convert-loops-to-llvm` turns it into a call to the generated kernel (tapeml/codegen/gemm.py),
-whose name spells these parameters; the interpreter runs it with numpy. On the GPU,
-`convert-loops-to-gpu` launches a tiled kernel for it instead (tapeml/transforms/gemm_gpu.py).
+`convert-loops-to-llvm` turns it into a call to the generated kernel (tapeml/codegen/gemm/),
+whose name spells these parameters and whose declaration carries them as an attribute
+(`kernel.gemm = {...}`: the backend links each kernel from it); the interpreter runs it with
+numpy. On the GPU, `convert-loops-to-gpu` launches a tiled kernel for it instead
+(tapeml/transforms/gemm_gpu.py).
 
     kernel.parallel_for @f_part0(%x, %y) {iterations = 64 : i64} : memref<64xf32>, memref<64xf32>
 
@@ -29,18 +31,20 @@ its threads (between gpu.barrier's), alive while the kernel runs. It appears onl
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import (
     BoolAttr,
     DenseArrayBase,
+    DictionaryAttr,
     IntegerAttr,
     MemRefType,
+    StringAttr,
     SymbolRefAttr,
     i64,
 )
-from xdsl.ir import Dialect, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     ParsePropInAttrDict,
@@ -75,16 +79,50 @@ class GemmSpec:
         return (f"tapeml_gemm_{self.dtype}_b{self.batch}_m{self.m}_n{self.n}_k{self.k}"
                 f"_a{a}_b{b}_c{self.c0}_{'acc' if self.accumulate else 'set'}")
 
+    def attributes(self) -> dict[str, Attribute]:
+        """The spec as kernel.gemm's attributes (the element type is the buffers')."""
+        return {"batch": _i64(self.batch), "m": _i64(self.m), "n": _i64(self.n),
+                "k": _i64(self.k), "a_strides": DenseArrayBase.from_list(i64, self.a),
+                "b_strides": DenseArrayBase.from_list(i64, self.b),
+                "c_batch_stride": _i64(self.c0),
+                "accumulate": BoolAttr.from_bool(self.accumulate)}
+
     @staticmethod
-    def from_symbol(name: str) -> GemmSpec | None:
-        match = re.fullmatch(r"tapeml_gemm_(f32|f64)_b(\d+)_m(\d+)_n(\d+)_k(\d+)_a(\d+)x(\d+)x"
-                             r"(\d+)_b(\d+)x(\d+)x(\d+)_c(\d+)_(acc|set)", name)
-        if match is None:
-            return None
-        g = match.groups()
-        v = [int(x) for x in g[1:12]]
-        return GemmSpec(g[0], v[0], v[1], v[2], v[3], (v[4], v[5], v[6]), (v[7], v[8], v[9]),
-                        v[10], g[12] == "acc")
+    def from_attributes(dtype: str, attributes: Mapping[str, Attribute]) -> GemmSpec:
+        def integer(name: str) -> int:
+            return attributes[name].value.data  # type: ignore[attr-defined]
+
+        def strides(name: str) -> tuple[int, int, int]:
+            return tuple(attributes[name].get_values())  # type: ignore[attr-defined,return-value]
+
+        return GemmSpec(dtype=dtype, batch=integer("batch"), m=integer("m"), n=integer("n"),
+                        k=integer("k"), a=strides("a_strides"), b=strides("b_strides"),
+                        c0=integer("c_batch_stride"),
+                        accumulate=bool(attributes["accumulate"].value.data))  # type: ignore
+
+    def declaration_attribute(self) -> DictionaryAttr:
+        """What convert-loops-to-llvm puts on the kernel's declaration (`kernel.gemm`), so that
+        the backend links the kernel from its spec, not from its name."""
+        return DictionaryAttr({"dtype": StringAttr(self.dtype), **self.attributes()})
+
+
+def declared_kernels(module: Operation) -> dict[str, GemmSpec]:
+    """The generated kernels `module`'s top-level declarations ask for, by symbol: each one's
+    spec from its `kernel.gemm` attribute (GemmSpec.declaration_attribute)."""
+    kernels = {}
+    for op in module.regions[0].block.ops:
+        attribute = op.attributes.get(DECLARATION_ATTR)
+        if isinstance(attribute, DictionaryAttr):
+            spec = GemmSpec.from_attributes(attribute.data["dtype"].data, attribute.data)
+            kernels[spec.symbol] = spec
+    return kernels
+
+
+DECLARATION_ATTR = "kernel.gemm"
+
+
+def _i64(value: int) -> IntegerAttr:
+    return IntegerAttr(value, i64)
 
 
 @irdl_op_definition
@@ -106,24 +144,13 @@ class GemmOp(IRDLOperation):
     assembly_format = "$a `,` $b `,` $c attr-dict `:` type($a) `,` type($b) `,` type($c)"
 
     def __init__(self, a: SSAValue, b: SSAValue, c: SSAValue, spec: GemmSpec) -> None:
-        def integer(v: int) -> IntegerAttr:
-            return IntegerAttr(v, i64)
-
-        super().__init__(operands=[a, b, c], attributes={
-            "batch": integer(spec.batch), "m": integer(spec.m), "n": integer(spec.n),
-            "k": integer(spec.k), "a_strides": DenseArrayBase.from_list(i64, spec.a),
-            "b_strides": DenseArrayBase.from_list(i64, spec.b),
-            "c_batch_stride": integer(spec.c0), "accumulate": BoolAttr.from_bool(spec.accumulate),
-        })
+        super().__init__(operands=[a, b, c], attributes=spec.attributes())
 
     @property
     def spec(self) -> GemmSpec:
         element = self.c.type.get_element_type()
-        return GemmSpec(
-            "f32" if element.bitwidth == 32 else "f64", self.batch.value.data, self.m.value.data,
-            self.n.value.data, self.k.value.data, tuple(self.a_strides.get_values()),
-            tuple(self.b_strides.get_values()), self.c_batch_stride.value.data,
-            bool(self.accumulate.value.data))
+        return GemmSpec.from_attributes("f32" if element.bitwidth == 32 else "f64",
+                                        self.attributes)
 
     def verify_(self) -> None:
         types = [v.type for v in (self.a, self.b, self.c)]

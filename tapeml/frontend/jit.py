@@ -130,7 +130,7 @@ class Jitted:
                 return dynamic, leaves, entry
             self.log.append(self._why((tree, specs), static))
             program = trace(self._with_static(static, positions), *dynamic, **kwargs)
-            entry = (program.out_tree, self.backend.compile(program))
+            entry = (program.out_tree, self.backend.compile(program.module))
             self.cache[key] = entry
             if len(self.cache) > self.cache_size:  # the least recently used goes
                 self.cache.popitem(last=False)
@@ -199,7 +199,7 @@ class Jitted:
         afresh, with each stage printed; the cache is left as it was)."""
         static, dynamic, positions = self._split(args)
         program = trace(self._with_static(static, positions), *dynamic, **kwargs)
-        return dict(self.backend.compile(program, stages=True).stages)
+        return dict(self.backend.compile(program.module, stages=True).stages)
 
     def explain(self) -> str:
         """Why each compilation happened, oldest first."""

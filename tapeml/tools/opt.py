@@ -8,6 +8,7 @@ FileCheck tests: the (located) diagnostic goes to stdout and the exit status is 
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable, Sequence
 from typing import IO, get_type_hints
@@ -31,6 +32,7 @@ from tapeml.tools.diagnostics import (
     require_utf8,
     verify_located,
 )
+from tapeml.tools.help import tapeml_help
 
 
 class TapeOptMain(xDSLOptMain):
@@ -59,6 +61,19 @@ class TapeOptMain(xDSLOptMain):
         for name, factory in universe.TARGETS.items():
             self.available_targets.setdefault(name, factory)
         self.available_targets["llvm"] = universe.llvm_ir
+
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        super().register_all_arguments(arg_parser)
+        arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        plain = arg_parser.format_help
+
+        def format_help() -> str:  # tapeml's passes and targets first, imported only here
+            passes = {**universe.PASSES, "convert-scf-to-cf": universe.scf_to_cf}
+            arg_parser.description = tapeml_help(passes, {**universe.TARGETS,
+                                                          "llvm": universe.llvm_ir})
+            return plain()
+
+        arg_parser.format_help = format_help  # type: ignore[method-assign]
 
     def setup_pipeline(self) -> None:
         check_pass_options(self.available_passes, self.args.passes)

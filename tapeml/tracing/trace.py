@@ -20,13 +20,12 @@ from xdsl.builder import Builder, InsertPoint
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr, TensorType, i1
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 
-import tapeml
 from tapeml.dialects import tape
 from tapeml.dialects.base import TapeOp
 from tapeml.errors import ShapeError, TracingError
 from tapeml.interpreters.tape import evaluate
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(tapeml.__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tapeml/
 
 
 @dataclass(frozen=True)

@@ -116,4 +116,19 @@ class PlanArenaPass(ModulePass):
     name = "plan-arena"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        plan_module(op)
+        self.run(op)
+
+    def run(self, module: ModuleOp) -> ArenaPlan:
+        return ArenaPlan(plan_module(module))
+
+
+@dataclass(frozen=True)
+class ArenaPlan:
+    """Each host function's arena bytes, by name."""
+
+    sizes: dict[str, int]
+
+    def __str__(self) -> str:
+        return "; ".join(f"one arena of {n:,} bytes for the intermediates"
+                         + (f" of @{name}" if len(self.sizes) > 1 else "")
+                         for name, n in self.sizes.items())

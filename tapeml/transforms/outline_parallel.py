@@ -155,4 +155,8 @@ class OutlineParallelLoopsPass(ModulePass):
     """The least estimated scalar work of a loop worth handing to threads."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        outline_parallel_loops(op, self.min_work)
+        self.run(op)
+
+    def run(self, module: ModuleOp) -> str:
+        outlined = outline_parallel_loops(module, self.min_work)
+        return f"{outlined} loop{'s' if outlined != 1 else ''} outlined for the thread pool"

@@ -277,23 +277,3 @@ class ConvertLoopsToGPUPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         outline_module(op, self.block, self.gemm_tile)
-
-
-@dataclass(frozen=True)
-class TapeToGPUPass(ModulePass):
-    """The whole way from tape to the GPU form: tape-fuse, tape-to-loops (exp, log, tanh and
-    sigmoid as arithmetic), convert-loops-to-gpu (`-t ptx` prints the kernels' PTX)."""
-
-    name = "tape-to-gpu"
-
-    fuse: bool = True
-    """Run tape-fuse first."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from tapeml.transforms.fuse import fuse
-        from tapeml.transforms.to_loops import lower_module
-
-        if self.fuse:
-            fuse(op)
-        lower_module(op)
-        outline_module(op)

@@ -283,6 +283,7 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
     sizes = {op: op.memref.type.get_shape()[0] * element_bytes(op.memref.type.element_type)
              for op in module.walk() if isinstance(op, memref.AllocOp)}
     symbols = {op: op.spec.symbol for op in module.walk() if isinstance(op, kernel.GemmOp)}
+    specs = {op.spec.symbol: op.spec for op in symbols}
     entries = {prefix + op.callee.root_reference.data: len(op.buffers) for op in module.walk()
                if isinstance(op, kernel.ParallelForOp)}
     convert_types(module)
@@ -291,7 +292,7 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
         KernelToLLVM(symbols, threads, prefix),
     ]), apply_recursively=False).rewrite_module(module)
     uses = {op.callee.root_reference.data for op in module.walk() if isinstance(op, llvm.CallOp)}
-    kernels = sorted(set(symbols.values()) & uses)
+    kernels = sorted(set(specs) & uses)
     for callee, buffers in entries.items():
         module.body.block.add_op(_entry(callee, buffers))
     for name, fty in (("malloc", llvm.LLVMFunctionType([i64], PTR)),
@@ -299,7 +300,11 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
                       ("tapeml_parallel_for", llvm.LLVMFunctionType([PTR, PTR, i64, i64], None)),
                       *((name, llvm.LLVMFunctionType([PTR] * 3, None)) for name in kernels)):
         if name in uses:
-            module.body.block.add_op(llvm.FuncOp(name, fty, linkage=llvm.LinkageAttr("external")))
+            declaration = llvm.FuncOp(name, fty, linkage=llvm.LinkageAttr("external"))
+            if name in specs:  # the kernel's spec, for the backend that links it
+                declaration.attributes[kernel.DECLARATION_ATTR] = \
+                    specs[name].declaration_attribute()
+            module.body.block.add_op(declaration)
     bad = {op.name for op in module.walk() if op.dialect_name() not in ("llvm", "builtin")}
     if bad:
         raise LoweringError(f"convert-loops-to-llvm: no conversion for {', '.join(sorted(bad))}")
@@ -316,29 +321,12 @@ class ConvertLoopsToLLVMPass(ModulePass):
     output is the same on every machine (the CPU backend passes the host's)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        convert_to_llvm(op, threads=self.threads)
+        self.run(op)
 
-
-
-@dataclass(frozen=True)
-class TapeToLLVMPass(ModulePass):
-    """The whole way from tape to the llvm dialect: tape-fuse, tape-to-loops{row_reductions},
-    convert-scf-to-cf, canonicalize, cse, convert-loops-to-llvm (`-t llvm` prints LLVM IR)."""
-
-    name = "tape-to-llvm"
-
-    fuse: bool = True
-    """Run tape-fuse first."""
-    libm: bool = False
-    """Call libm for exp, log, tanh and sigmoid (default: vectorizable arithmetic)."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from tapeml.transforms.fuse import fuse
-        from tapeml.transforms.scf_to_cf import loops_to_cf
-        from tapeml.transforms.to_loops import lower_module
-
-        if self.fuse:
-            fuse(op)
-        lower_module(op, self.libm, row_reductions=True)
-        loops_to_cf(op, ctx)
-        convert_to_llvm(op)
+    def run(self, module: ModuleOp) -> str | None:
+        loops = sum(1 for op in module.walk() if isinstance(op, kernel.ParallelForOp))
+        kernels = sum(1 for op in module.walk() if isinstance(op, kernel.GemmOp))
+        convert_to_llvm(module, threads=self.threads)
+        shared = f"{loops} outlined loops shared by {self.threads} threads" if loops else ""
+        called = f"{kernels} calls of generated kernels" if kernels else ""
+        return ", ".join(filter(None, (shared, called))) or None

@@ -157,4 +157,7 @@ class ToLoopsPass(ModulePass):
     """Reductions that keep the last axes fold a row of accumulators at a time (the CPU's)."""
 
     def apply(self, ctx: PassContext, op: ModuleOp) -> None:
-        lower_module(op, self.libm, self.row_reductions)
+        self.run(op)
+
+    def run(self, module: ModuleOp) -> PlanReport:
+        return lower_module(module, self.libm, self.row_reductions)

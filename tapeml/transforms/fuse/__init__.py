@@ -69,6 +69,13 @@ class FusionReport:
     grouped_ops: int = 0
 
     def __str__(self) -> str:
+        """One line: the profile's detail for tape-fuse."""
+        fired = ", ".join(f"{name} {n}" for name, n in self.fired.items() if n)
+        return (f"{sum(self.fired.values())} idioms raised ({fired or 'none'}), "
+                f"{self.groups} elementwise groups of {self.grouped_ops} ops")
+
+    def table(self) -> str:
+        """Every pattern with how often it fired (tape-fuse{report=true} prints it)."""
         total = sum(self.fired.values())
         lines = [f"tape-fuse: {total} idiom{'s' if total != 1 else ''} raised, {self.groups} "
                  f"elementwise group{'s' if self.groups != 1 else ''} of {self.grouped_ops} ops"]
@@ -113,6 +120,10 @@ class FusePass(ModulePass):
     """Print what fired, per pattern, on stderr."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        fired = fuse(op)
+        self.run(op)
+
+    def run(self, module: ModuleOp) -> FusionReport:
+        fired = fuse(module)
         if self.report:
-            print(fired, file=sys.stderr)
+            print(fired.table(), file=sys.stderr)
+        return fired

@@ -29,8 +29,9 @@ def lower_matmul(e: Emitter, op: tape.MatmulOp, ins: list[SSAValue], out: SSAVal
         s = cx.views.get(value) or strides(shape)
         return (s[0] if len(shape) == 3 else 0, s[-2], s[-1])
 
-    spec = GemmSpec("f32" if op.result.type.get_element_type() == f32 else "f64", batch, m, n,
-                    k, steps(op.lhs, a_shape), steps(op.rhs, b_shape), m * n, False)
+    spec = GemmSpec(dtype="f32" if op.result.type.get_element_type() == f32 else "f64",
+                    batch=batch, m=m, n=n, k=k, a=steps(op.lhs, a_shape),
+                    b=steps(op.rhs, b_shape), c0=m * n, accumulate=False)
     e.insert(kernel.GemmOp(ins[0], ins[1], out, spec))
 
 

@@ -279,19 +279,19 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
             zero(e, cols, size, t)
         taps(lambda e, source, target: e.store(e.load(ins[0], source), cols, target))
     if kind is tape.Conv2dOp:
-        e.insert(kernel.GemmOp(ins[1], cols, out, GemmSpec(
-            dtype, geo.n, geo.o, ohw, ckk, (0, ckk, 1), (ckk * ohw, ohw, 1), geo.o * ohw,
-            False)))
+        e.insert(kernel.GemmOp(ins[1], cols, out, GemmSpec(  # out[n] = w @ cols[n]
+            dtype=dtype, batch=geo.n, m=geo.o, n=ohw, k=ckk, a=(0, ckk, 1),
+            b=(ckk * ohw, ohw, 1), c0=geo.o * ohw, accumulate=False)))
     elif kind is tape.Conv2dBackwardInputOp:
         ct, weight = ins
-        e.insert(kernel.GemmOp(weight, ct, cols, GemmSpec(
-            dtype, geo.n, ckk, ohw, geo.o, (0, 1, ckk), (geo.o * ohw, ohw, 1), ckk * ohw,
-            False)))
+        e.insert(kernel.GemmOp(weight, ct, cols, GemmSpec(  # cols[n] = w^T @ ct[n]
+            dtype=dtype, batch=geo.n, m=ckk, n=ohw, k=geo.o, a=(0, 1, ckk),
+            b=(geo.o * ohw, ohw, 1), c0=ckk * ohw, accumulate=False)))
         zero(e, out, math.prod(x_shape), t)  # col2im
         taps(lambda e, source, target: accumulate(e, out, source, e.load(cols, target)))
     else:
         ct = ins[1]
-        e.insert(kernel.GemmOp(ct, cols, out, GemmSpec(
-            dtype, geo.n, geo.o, ckk, ohw, (geo.o * ohw, ohw, 1), (ckk * ohw, 1, ohw), 0,
-            False)))
+        e.insert(kernel.GemmOp(ct, cols, out, GemmSpec(  # out = sum over n of ct[n] @ cols[n]^T
+            dtype=dtype, batch=geo.n, m=geo.o, n=ckk, k=ohw, a=(geo.o * ohw, ohw, 1),
+            b=(ckk * ohw, 1, ohw), c0=0, accumulate=False)))
     e.insert(memref.DeallocOp.get(cols))

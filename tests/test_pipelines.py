@@ -1,0 +1,66 @@
+"""The pipelines are data (tapeml/transforms/pipelines.py), run the same way by the backends and
+by tapeml-opt's whole-way passes: `tape-to-llvm` prints the llvm dialect `jit` compiles, and
+`tape-to-gpu` the GPU form the CUDA backend launches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.context import Context
+
+import tapeml
+from tapeml import nn
+from tapeml.codegen import get_backend
+from tapeml.codegen.gemm import host_threads
+from tapeml.transforms.pipelines import TapeToGPUPass, TapeToLLVMPass, cpu_pipeline
+
+RNG = np.random.default_rng(0)
+
+
+def _step():
+    params = nn.mlp_init(RNG, [64, 128, 10])
+    x = RNG.standard_normal((256, 64)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[RNG.integers(0, 10, 256)]
+    loss = lambda p, x, y: nn.softmax_cross_entropy(nn.mlp(p, x), y)  # noqa: E731
+    return tapeml.trace(tapeml.value_and_grad(loss), params, x, y)
+
+
+def _through(program, pass_):
+    module = tapeml.Program.parse(str(program)).module  # as tapeml-opt reads it: from text
+    pass_.apply(Context(), module)
+    return str(module)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tape_to_llvm_prints_what_the_cpu_backend_compiles(threads, monkeypatch):
+    monkeypatch.setenv("TAPEML_NUM_THREADS", str(threads))
+    assert host_threads() == threads
+    program = _step()
+    stages = get_backend("cpu").compile(program.module, stages=True).stages
+    assert _through(program, TapeToLLVMPass(threads=threads)) == stages["llvm dialect"]
+    assert ("outlined loops" in stages) == (threads > 1)
+
+
+def test_tape_to_gpu_prints_what_the_cuda_backend_launches():
+    program = _step()
+    stages = get_backend("cuda", emulate=True).compile(program.module, stages=True).stages
+    assert _through(program, TapeToGPUPass()) == stages["gpu"]
+
+
+def test_tapeml_opt_output_does_not_depend_on_the_host(monkeypatch):
+    """A machine-dependent choice is an option with a fixed default: one thread."""
+    program = _step()
+    texts = set()
+    for threads in ("1", "2", "16"):
+        monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+        texts.add(_through(program, TapeToLLVMPass()))
+    assert len(texts) == 1 and "tapeml_parallel_for" not in texts.pop()
+
+
+def test_the_backend_and_the_pass_share_one_list():
+    names = [step.pass_.name for step in cpu_pipeline(threads=2)]
+    assert names == ["tape-fuse", "tape-to-loops", "outline-parallel-loops", "plan-arena",
+                     "convert-scf-to-cf", "convert-loops-to-llvm"]
+    assert [s.pass_.name for s in cpu_pipeline(fuse=False, tidy=True)] == [
+        "tape-to-loops", "plan-arena", "convert-scf-to-cf", "canonicalize", "cse",
+        "convert-loops-to-llvm"]
