@@ -8,7 +8,7 @@ not touch), and makes the function return its original results followed by the g
       func.return %loss                        backward ops (one pullback per forward op)
                                                func.return %loss, %dx, %dw
 
-Each forward op's pullback (`tapeml/transforms/pullbacks.py`) is applied to tracers bound to the
+Each forward op's pullback (`tapeml/transforms/pullbacks/`) is applied to tracers bound to the
 function's SSA values, so the backward ops are recorded exactly as a traced function's would be.
 The backward ops carry the location of the forward op they differentiate.
 """

@@ -1,0 +1,104 @@
+"""The pullbacks of the elementwise tape ops: the arithmetic ops (maximum and minimum share the
+cotangent in half on ties), select and cast. cmp and constant have none (NON_DIFFERENTIABLE)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapeml.dialects import tape
+from tapeml.tracing import ops
+from tapeml.transforms.pullbacks.registry import pullback
+
+
+@pullback(tape.AddOp)
+def _add(ct, a, b, *, result):
+    return ct, ct
+
+
+@pullback(tape.SubOp)
+def _sub(ct, a, b, *, result):
+    return ct, ops.negative(ct)
+
+
+@pullback(tape.MulOp)
+def _mul(ct, a, b, *, result):
+    return ops.multiply(ct, b), ops.multiply(ct, a)
+
+
+@pullback(tape.DivOp)
+def _div(ct, a, b, *, result):
+    ct_a = ops.divide(ct, b)
+    return ct_a, ops.negative(ops.multiply(ct_a, result))
+
+
+def _tie_share(a, b):
+    """1 where a wins, 0 where b wins, 1/2 on ties."""
+    half = np.asarray(0.5, a.dtype)
+    return ops.where(ops.greater(a, b), np.asarray(1.0, a.dtype),
+                     ops.where(ops.equal(a, b), half, np.asarray(0.0, a.dtype)))
+
+
+@pullback(tape.MaximumOp)
+def _maximum(ct, a, b, *, result):
+    share = _tie_share(a, b)
+    return ops.multiply(ct, share), ops.multiply(ct, ops.subtract(1.0, share))
+
+
+@pullback(tape.MinimumOp)
+def _minimum(ct, a, b, *, result):
+    share = _tie_share(b, a)
+    return ops.multiply(ct, share), ops.multiply(ct, ops.subtract(1.0, share))
+
+
+@pullback(tape.PowOp)
+def _pow(ct, a, b, *, result):
+    ct_a = ops.multiply(ct, ops.multiply(b, ops.power(a, ops.subtract(b, 1.0))))
+    # d/db a**b = log(a) a**b, taken as 0 where a <= 0 (there a**b is 0, 1 or nan)
+    log_a = ops.where(ops.greater(a, 0.0), ops.log(a), np.asarray(0.0, a.dtype))
+    return ct_a, ops.multiply(ct, ops.multiply(result, log_a))
+
+
+@pullback(tape.NegOp)
+def _neg(ct, a, *, result):
+    return (ops.negative(ct),)
+
+
+@pullback(tape.ExpOp)
+def _exp(ct, a, *, result):
+    return (ops.multiply(ct, result),)
+
+
+@pullback(tape.LogOp)
+def _log(ct, a, *, result):
+    return (ops.divide(ct, a),)
+
+
+@pullback(tape.TanhOp)
+def _tanh(ct, a, *, result):
+    return (ops.multiply(ct, ops.subtract(1.0, ops.multiply(result, result))),)
+
+
+@pullback(tape.SigmoidOp)
+def _sigmoid(ct, a, *, result):
+    return (ops.multiply(ct, ops.multiply(result, ops.subtract(1.0, result))),)
+
+
+@pullback(tape.ReluOp)
+def _relu(ct, a, *, result):
+    return (ops.where(ops.greater(a, 0.0), ct, np.asarray(0.0, ct.dtype)),)  # 0 at 0
+
+
+@pullback(tape.SqrtOp)
+def _sqrt(ct, a, *, result):
+    return (ops.divide(ct, ops.multiply(result, 2.0)),)
+
+
+@pullback(tape.SelectOp)
+def _select(ct, cond, on_true, on_false, *, result):
+    zero = np.asarray(0.0, ct.dtype)
+    return None, ops.where(cond, ct, zero), ops.where(cond, zero, ct)
+
+
+@pullback(tape.CastOp)
+def _cast(ct, a, *, result, dtype):
+    return (ops.astype(ct, a.dtype),)
