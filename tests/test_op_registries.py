@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import pytest
 
+from tapeml.codegen.ptx import LOWERS_ON_NVPTX
 from tapeml.dialects import tape
 from tapeml.frontend.flops import FLOPS
 from tapeml.interpreters.tape import SEMANTICS
+from tapeml.transforms.gpu_to_nvvm import LIBDEVICE
+from tapeml.transforms.loops.elementwise import OPS as ELEMENTWISE_OPS
+from tapeml.transforms.loops.elementwise import SCALARS
 from tapeml.transforms.loops.registry import LOWERINGS
 from tapeml.transforms.pullbacks import NON_DIFFERENTIABLE, PULLBACKS
+from tapeml.transforms.to_llvm import BINARY_INTRINSICS, UNARY_INTRINSICS
 from tapeml.transforms.to_loops import LOWERINGS as PASS_LOWERINGS
 
 TABLES = {
@@ -26,6 +31,27 @@ TABLES = {
 def test_every_op_has_a_row(table):
     missing = sorted(op.name for op in tape.OPS if op not in TABLES[table])
     assert not missing, f"no row in the {table} for {', '.join(missing)}"
+
+
+def test_every_elementwise_op_has_a_scalar_computation():
+    """tape.fused groups and the elementwise loops compute each element with SCALARS."""
+    missing = sorted(op.name for op in tape.ELEMENTWISE if op not in SCALARS)
+    assert not missing, f"no scalar computation in tapeml/transforms/loops/elementwise.py for " \
+                        f"{', '.join(missing)}"
+
+
+@pytest.mark.parametrize("tape_op", sorted(ELEMENTWISE_OPS, key=lambda op: op.name),
+                         ids=lambda op: op.name)
+def test_the_math_op_of_every_elementwise_op_lowers_on_the_cpu_and_the_gpu(tape_op):
+    """An elementwise op that is one math op (loops/elementwise.py's OPS) needs that op's row
+    in the CPU's table (an LLVM intrinsic, to_llvm.py) and, on the GPU, libdevice's
+    (gpu_to_nvvm.py) or an LLVM intrinsic that NVPTX lowers (codegen/ptx.py)."""
+    math_op = ELEMENTWISE_OPS[tape_op]
+    if math_op.name.startswith("math."):
+        cpu = UNARY_INTRINSICS.get(math_op) or BINARY_INTRINSICS.get(math_op)
+        assert cpu, f"{math_op.name} ({tape_op.name}) has no LLVM intrinsic in to_llvm.py"
+        assert math_op in LIBDEVICE or LOWERS_ON_NVPTX.fullmatch(f"llvm.{cpu}.f32"), \
+            f"{math_op.name} ({tape_op.name}) has no libdevice row in gpu_to_nvvm.py"
 
 
 def test_the_pass_reads_the_registry_every_family_fills():

@@ -32,16 +32,16 @@ from xdsl.context import Context
 from xdsl.dialects import gpu
 from xdsl.utils.target import Target as XTarget
 
-from tapeml.transforms.gpu_to_nvvm import SHARED_PREFIX, kernels_to_llvm
+from tapeml.transforms.gpu_to_nvvm import LIBDEVICE, SHARED_PREFIX, kernels_to_llvm
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DATA_LAYOUT = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 ARCHES = ("sm_80", "sm_90")
 _PTX_VERSION = "+ptx80"  # PTX ISA 8.0: CUDA 12.0 and newer drivers load it
 
-_LOWERS = re.compile(r"llvm\.nvvm\.read\.ptx\.sreg\.\w+\.[xyz]|llvm\.nvvm\.barrier0|"
+LOWERS_ON_NVPTX = re.compile(r"llvm\.nvvm\.read\.ptx\.sreg\.\w+\.[xyz]|llvm\.nvvm\.barrier0|"
                      r"llvm\.(sqrt|fabs|maximum|minimum|maxnum|minnum|fma)\.f(32|64)|"
-                     r"__nv_(exp|log|tanh|pow)f?")
+                     rf"__nv_({'|'.join(LIBDEVICE.values())})f?")
 """Callees known to lower on NVPTX (the process-killing ones are not among them)."""
 
 
@@ -113,7 +113,7 @@ def _callees(text: str) -> set[str]:
 
 def _check_calls(text: str) -> bool:
     """Raise PTXError for a call NVPTX may not lower; whether libdevice is needed."""
-    unknown = sorted(c for c in _callees(text) if not _LOWERS.fullmatch(c))
+    unknown = sorted(c for c in _callees(text) if not LOWERS_ON_NVPTX.fullmatch(c))
     if unknown:
         raise PTXError(f"PTX: no GPU lowering for {', '.join(unknown)}")
     return any(c.startswith("__nv_") for c in _callees(text))

@@ -32,13 +32,15 @@ from tapeml.transforms.to_loops import LoweringError
 
 _REGISTERS = {gpu.ThreadIdOp: "tid", gpu.BlockIdOp: "ctaid", gpu.BlockDimOp: "ntid",
               gpu.GridDimOp: "nctaid"}
-_LIBDEVICE = {xmath.ExpOp: "exp", xmath.LogOp: "log", xmath.TanhOp: "tanh", xmath.PowFOp: "pow"}
+LIBDEVICE = {xmath.ExpOp: "exp", xmath.LogOp: "log", xmath.TanhOp: "tanh", xmath.PowFOp: "pow"}
+"""The math ops the GPU computes with libdevice's __nv_<name>[f]; the others lower as on the CPU
+(to_llvm.py's intrinsics, the ones NVPTX has: sqrt, maximum, minimum)."""
 SHARED_PREFIX = "__tapeml_shared_"
 
 
 def libdevice_name(op: Operation) -> str:
     t = op.results[0].type
-    return f"__nv_{_LIBDEVICE[type(op)]}{'f' if t == f32 else ''}"
+    return f"__nv_{LIBDEVICE[type(op)]}{'f' if t == f32 else ''}"
 
 
 @dataclass
@@ -56,7 +58,7 @@ class GPUToNVVM(RewritePattern):
             rewriter.replace(op, llvm.CallIntrinsicOp("llvm.nvvm.barrier0", [], []))
         elif kind is kernel.SharedOp:
             rewriter.replace(op, llvm.CallOp(self.shared[op], return_type=PTR))
-        elif kind in _LIBDEVICE:
+        elif kind in LIBDEVICE:
             rewriter.replace(op, llvm.CallOp(libdevice_name(op), *op.operands,
                                              return_type=op.results[0].type))
 

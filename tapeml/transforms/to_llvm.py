@@ -86,9 +86,9 @@ _BINARY = {
     arith.AddfOp: llvm.FAddOp, arith.SubfOp: llvm.FSubOp, arith.MulfOp: llvm.FMulOp,
     arith.DivfOp: llvm.FDivOp, arith.ShLIOp: llvm.ShlOp, arith.ShRSIOp: llvm.AShrOp,
 }
-_UNARY_INTRINSICS = {xmath.ExpOp: "exp", xmath.LogOp: "log", xmath.SqrtOp: "sqrt",
+UNARY_INTRINSICS = {xmath.ExpOp: "exp", xmath.LogOp: "log", xmath.SqrtOp: "sqrt",
                      xmath.TanhOp: "tanh"}
-_BINARY_INTRINSICS = {arith.MaximumfOp: "maximum", arith.MinimumfOp: "minimum",
+BINARY_INTRINSICS = {arith.MaximumfOp: "maximum", arith.MinimumfOp: "minimum",
                       xmath.PowFOp: "pow"}
 _SIGNED_PICK = {arith.MaxSIOp: "sgt", arith.MinSIOp: "slt"}
 
@@ -108,13 +108,13 @@ class ArithMathToLLVM(RewritePattern):
             rewriter.replace(op, llvm.ConstantOp(value, t))
         elif kind in _BINARY:
             rewriter.replace(op, _BINARY[kind](*op.operands))
-        elif kind in _UNARY_INTRINSICS:
+        elif kind in UNARY_INTRINSICS:
             t = op.result.type
-            name = f"llvm.{_UNARY_INTRINSICS[kind]}.{_suffix(t)}"
+            name = f"llvm.{UNARY_INTRINSICS[kind]}.{_suffix(t)}"
             rewriter.replace(op, llvm.CallIntrinsicOp(name, [op.operands[0]], [t]))
-        elif kind in _BINARY_INTRINSICS:
+        elif kind in BINARY_INTRINSICS:
             t = op.result.type
-            name = f"llvm.{_BINARY_INTRINSICS[kind]}.{_suffix(t)}"
+            name = f"llvm.{BINARY_INTRINSICS[kind]}.{_suffix(t)}"
             rewriter.replace(op, llvm.CallIntrinsicOp(name, list(op.operands), [t]))
         elif kind in _SIGNED_PICK:
             a, b = op.operands

@@ -1,9 +1,10 @@
 """Elementwise ops and tape.fused groups as one loop over the result, each element computed as
-numpy computes it (tapeml/interpreters/tape.py); constants as a fill or a memref.global."""
+numpy computes it (tapeml/interpreters/tape/): `SCALARS[type(op)]`, most of them one row of
+`OPS` (the arith/math op that computes an element); constants as a fill or a memref.global."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from xdsl.dialects import arith, memref
@@ -19,45 +20,95 @@ from tapeml.transforms.transcendentals import Math
 
 _CMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
 
+Scalar = Callable[[Emitter, Operation, Sequence[SSAValue]], SSAValue]
+"""scalar(e, op, args): one element of op's result from one element of each operand."""
+
+OPS: dict[type[Operation], type[Operation]] = {
+    tape.AddOp: arith.AddfOp, tape.SubOp: arith.SubfOp, tape.MulOp: arith.MulfOp,
+    tape.DivOp: arith.DivfOp, tape.MaximumOp: arith.MaximumfOp, tape.MinimumOp: arith.MinimumfOp,
+    tape.PowOp: xmath.PowFOp, tape.NegOp: arith.NegfOp, tape.ExpOp: xmath.ExpOp,
+    tape.LogOp: xmath.LogOp, tape.TanhOp: xmath.TanhOp, tape.SqrtOp: xmath.SqrtOp,
+}
+"""The elementwise tape ops that are one arith/math op on their elements (which to_llvm.py and
+gpu_to_nvvm.py lower)."""
+
+APPROXIMATED: dict[type[Operation], Callable[[Math, SSAValue], SSAValue]] = {
+    tape.ExpOp: Math.exp, tape.LogOp: Math.log, tape.TanhOp: Math.tanh,
+    tape.SigmoidOp: Math.sigmoid,
+}
+"""Ops computed as vectorizable arithmetic (transcendentals.py) unless tape-to-loops{libm}."""
+
+SCALARS: dict[type[Operation], Scalar] = {}
+"""Every elementwise op's scalar computation, as numpy computes it (interpreters/tape/)."""
+
+
+def scalar(*ops: type[Operation]) -> Callable[[Scalar], Scalar]:
+    def register(fn: Scalar) -> Scalar:
+        for op in ops:
+            assert op not in SCALARS, f"{op.name} has two scalar computations"
+            SCALARS[op] = fn
+        return fn
+
+    return register
+
 
 def scalar_op(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
-    """The scalar computation of one elementwise tape op on one element of each operand, as
-    numpy computes it (tapeml/interpreters/tape.py)."""
-    t = op.results[0].type.get_element_type()
-    binary = {tape.AddOp: arith.AddfOp, tape.SubOp: arith.SubfOp, tape.MulOp: arith.MulfOp,
-              tape.DivOp: arith.DivfOp, tape.MaximumOp: arith.MaximumfOp,
-              tape.MinimumOp: arith.MinimumfOp, tape.PowOp: xmath.PowFOp}
-    unary = {tape.ExpOp: xmath.ExpOp, tape.LogOp: xmath.LogOp, tape.TanhOp: xmath.TanhOp,
-             tape.SqrtOp: xmath.SqrtOp, tape.NegOp: arith.NegfOp}
+    """The scalar computation of one elementwise tape op on one element of each operand."""
     kind = type(op)
-    if kind in binary:
-        return e.insert(binary[kind](*args))
-    if not e.libm and kind in (tape.ExpOp, tape.LogOp, tape.TanhOp, tape.SigmoidOp):
-        approximate = Math(e, t)
-        return {tape.ExpOp: approximate.exp, tape.LogOp: approximate.log,
-                tape.TanhOp: approximate.tanh, tape.SigmoidOp: approximate.sigmoid}[kind](args[0])
-    if kind in unary:
-        return e.insert(unary[kind](*args))
-    if kind is tape.SigmoidOp:  # 1 / (1 + exp(-x))
-        one = e.scalar(1.0, t)
-        denominator = e.insert(arith.AddfOp(one, e.insert(xmath.ExpOp(e.insert(
-            arith.NegfOp(args[0]))))))
-        return e.insert(arith.DivfOp(one, denominator))
-    if kind is tape.ReluOp:  # maximum(x, 0), NaN propagating
-        return e.insert(arith.MaximumfOp(args[0], e.scalar(0.0, t)))
-    if kind is tape.CmpOp:
-        return e.insert(arith.CmpfOp(args[0], args[1], _CMP[op.params["predicate"]]))
-    if kind is tape.SelectOp:
-        return e.insert(arith.SelectOp(*args))
-    if kind is tape.CastOp:
-        source = op.operands[0].type.get_element_type()
-        if source == t:
-            return args[0]
-        wider = source.bitwidth < t.bitwidth
-        return e.insert((arith.ExtFOp if wider else arith.TruncFOp)(args[0], t))
-    if kind is tape.ConstantOp:
-        return e.scalar(float(op.params["value"].reshape(-1)[0]), t)
-    raise LoweringError(f"tape-to-loops: {op.name} is not elementwise")
+    if not e.libm and kind in APPROXIMATED:
+        return APPROXIMATED[kind](Math(e, op.results[0].type.get_element_type()), args[0])
+    if kind not in SCALARS:
+        raise LoweringError(f"tape-to-loops: {op.name} is not elementwise")
+    return SCALARS[kind](e, op, args)
+
+
+@scalar(*OPS)
+def _one_op(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    return e.insert(OPS[type(op)](*args))
+
+
+@scalar(tape.SigmoidOp)
+def _sigmoid(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    """1 / (1 + exp(-x))"""
+    t = op.results[0].type.get_element_type()
+    one = e.scalar(1.0, t)
+    denominator = e.insert(arith.AddfOp(one, e.insert(xmath.ExpOp(e.insert(
+        arith.NegfOp(args[0]))))))
+    return e.insert(arith.DivfOp(one, denominator))
+
+
+@scalar(tape.ReluOp)
+def _relu(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    """maximum(x, 0), NaN propagating"""
+    return e.insert(arith.MaximumfOp(args[0], e.scalar(0.0, op.results[0].type
+                                                       .get_element_type())))
+
+
+@scalar(tape.CmpOp)
+def _cmp(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    return e.insert(arith.CmpfOp(args[0], args[1], _CMP[op.params["predicate"]]))
+
+
+@scalar(tape.SelectOp)
+def _select(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    return e.insert(arith.SelectOp(*args))
+
+
+@scalar(tape.CastOp)
+def _cast(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    t = op.results[0].type.get_element_type()
+    source = op.operands[0].type.get_element_type()
+    if source == t:
+        return args[0]
+    wider = source.bitwidth < t.bitwidth
+    return e.insert((arith.ExtFOp if wider else arith.TruncFOp)(args[0], t))
+
+
+@scalar(tape.ConstantOp)
+def _constant(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    """A splat inside a tape.fused group."""
+    return e.scalar(float(op.params["value"].reshape(-1)[0]), op.results[0].type
+                    .get_element_type())
 
 
 def broadcast_steps(source: Sequence[int], target: Sequence[int]) -> list[int]:
