@@ -34,10 +34,7 @@ def _padding(p: int | Sequence[int]) -> tuple[int, int, int, int]:
 
 
 def _pad2d(x: Any, padding: tuple[int, int, int, int], value: float) -> Any:
-    top, left, bottom, right = padding
-    if not any(padding):
-        return x
-    return ops.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], constant_values=value)
+    return x if not any(padding) else ops.pad2d(x, padding, value)  # no padding, no tape.pad
 
 
 # ----------------------------------------------------------------------------------------------

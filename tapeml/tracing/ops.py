@@ -201,6 +201,12 @@ def pad(x: Any, pad_width: Any, constant_values: float = 0.0) -> Array:
                 high=tuple(int(w) for w in widths[:, 1]), value=float(constant_values))
 
 
+def pad2d(x: Any, padding: Sequence[int], value: float) -> Array:
+    """`pad` over the two spatial dims of an NCHW array: `padding` is (top, left, bottom, right)."""
+    top, left, bottom, right = padding
+    return pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], value)
+
+
 def concatenate(xs: Sequence[Any], axis: int = 0) -> Array:
     xs = [_lift(x) for x in xs]
     if len({np.dtype(x.dtype) for x in xs}) > 1:

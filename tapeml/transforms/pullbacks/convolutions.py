@@ -1,10 +1,8 @@
 """The pullbacks of the 2-D window ops on NCHW tensors: conv2d, maxpool2d and avgpool2d, and their
 backward ops. Each is made of the family's other ops, except maxpool2d's backward, written with
-unfold over the padded input (`_pad2d`)."""
+unfold over the padded input (`ops.pad2d`)."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -13,12 +11,6 @@ from tapeml.tracing import ops
 from tapeml.tracing.trace import bind
 from tapeml.transforms.pullbacks.reductions import even_split
 from tapeml.transforms.pullbacks.registry import pullback
-
-
-def _pad2d(x, padding: Sequence[int], value: float):
-    top, left, bottom, right = padding
-    return ops.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], value)
-
 
 # The convolution and its two backward ops are a closed family: each one's pullback is made of
 # the other two (all are linear in each operand).
@@ -51,10 +43,10 @@ def _maxpool2d(ct, x, *, result, **params):
 def _maxpool2d_backward(g, x, ct, *, result, kernel, stride, padding):
     # linear in ct: each window gathers g over the elements that attain its max, as the forward
     # scattered ct to them; the routing is piecewise constant in x, so x gets no cotangent
-    cols = ops.unfold(_pad2d(x, padding, -np.inf), kernel, stride)
+    cols = ops.unfold(ops.pad2d(x, padding, -np.inf), kernel, stride)
     top = ops.max(cols, axis=(-2, -1), keepdims=True)
     share = even_split(np.asarray(1.0, x.dtype), cols, top, (-2, -1))
-    g_cols = ops.unfold(_pad2d(g, padding, 0.0), kernel, stride)
+    g_cols = ops.unfold(ops.pad2d(g, padding, 0.0), kernel, stride)
     return None, ops.sum(ops.multiply(g_cols, share), axis=(-2, -1))
 
 
