@@ -18,8 +18,9 @@ One module per op family, each defining its ops and their shape rules:
     fused.py         fused, yield
     canonicalize.py  the layout ops' canonicalization patterns (imported lazily by those ops)
 
-This module assembles them: every op and helper under its old name (`tape.AddOp`,
-`tape.numpy_to_dense`, ...), the tuple OPS of every op, and the Dialect `Tape`.
+This module assembles them: every name a family exports (its `__all__`: `tape.AddOp`,
+`tape.numpy_to_dense`, ...), the tuple OPS of every op, and the Dialect `Tape`. A new
+elementwise op joins OPS through ELEMENTWISE_BINARY/_UNARY; any other op is listed in OPS.
 """
 
 from __future__ import annotations
@@ -27,144 +28,55 @@ from __future__ import annotations
 from xdsl.ir import Dialect
 
 from tapeml.dialects.base import TapeOp
-from tapeml.dialects.tape.constants import (
-    ConstantOp,
-    DenseLiteralError,
-    dense_literal_errors,
-    dense_to_numpy,
-    numpy_to_dense,
-    print_dense,
+from tapeml.dialects.tape import (
+    constants,
+    contractions,
+    convolutions,
+    elementwise,
+    fused,
+    layout,
+    reductions,
+    types,
 )
-from tapeml.dialects.tape.contractions import MatmulOp
-from tapeml.dialects.tape.convolutions import (
-    AvgPool2dBackwardOp,
-    AvgPool2dOp,
-    Conv2dBackwardInputOp,
-    Conv2dBackwardWeightOp,
-    Conv2dOp,
-    MaxPool2dBackwardOp,
-    MaxPool2dOp,
-)
-from tapeml.dialects.tape.elementwise import (
-    CMP_PREDICATES,
-    ELEMENTWISE,
-    ELEMENTWISE_BINARY,
-    ELEMENTWISE_UNARY,
-    AddOp,
-    CastOp,
-    CmpOp,
-    DivOp,
-    ExpOp,
-    LogOp,
-    MaximumOp,
-    MinimumOp,
-    MulOp,
-    NegOp,
-    PowOp,
-    ReluOp,
-    SelectOp,
-    SigmoidOp,
-    SqrtOp,
-    SubOp,
-    TanhOp,
-)
-from tapeml.dialects.tape.fused import FusedOp, YieldOp
-from tapeml.dialects.tape.layout import (
-    BroadcastOp,
-    ConcatOp,
-    FoldOp,
-    PadOp,
-    PermuteOp,
-    ReshapeOp,
-    SliceOp,
-    UnfoldOp,
-)
-from tapeml.dialects.tape.reductions import MaxOp, SumOp
-from tapeml.dialects.tape.types import dtype_of, element_type, tensor_type, window_count
+from tapeml.dialects.tape.constants import *  # noqa: F403 (each family's __all__)
+from tapeml.dialects.tape.contractions import *  # noqa: F403
+from tapeml.dialects.tape.convolutions import *  # noqa: F403
+from tapeml.dialects.tape.elementwise import *  # noqa: F403
+from tapeml.dialects.tape.fused import *  # noqa: F403
+from tapeml.dialects.tape.layout import *  # noqa: F403
+from tapeml.dialects.tape.reductions import *  # noqa: F403
+from tapeml.dialects.tape.types import *  # noqa: F403
 
 OPS: tuple[type[TapeOp], ...] = (
-    *ELEMENTWISE_BINARY,
-    *ELEMENTWISE_UNARY,
-    CmpOp,
-    SelectOp,
-    ConstantOp,
-    CastOp,
-    BroadcastOp,
-    ReshapeOp,
-    PermuteOp,
-    PadOp,
-    SliceOp,
-    UnfoldOp,
-    FoldOp,
-    ConcatOp,
-    SumOp,
-    MaxOp,
-    MatmulOp,
-    Conv2dOp,
-    MaxPool2dOp,
-    AvgPool2dOp,
-    Conv2dBackwardInputOp,
-    Conv2dBackwardWeightOp,
-    MaxPool2dBackwardOp,
-    AvgPool2dBackwardOp,
-    FusedOp,
+    *elementwise.ELEMENTWISE_BINARY,
+    *elementwise.ELEMENTWISE_UNARY,
+    elementwise.CmpOp,
+    elementwise.SelectOp,
+    constants.ConstantOp,
+    elementwise.CastOp,
+    layout.BroadcastOp,
+    layout.ReshapeOp,
+    layout.PermuteOp,
+    layout.PadOp,
+    layout.SliceOp,
+    layout.UnfoldOp,
+    layout.FoldOp,
+    layout.ConcatOp,
+    reductions.SumOp,
+    reductions.MaxOp,
+    contractions.MatmulOp,
+    convolutions.Conv2dOp,
+    convolutions.MaxPool2dOp,
+    convolutions.AvgPool2dOp,
+    convolutions.Conv2dBackwardInputOp,
+    convolutions.Conv2dBackwardWeightOp,
+    convolutions.MaxPool2dBackwardOp,
+    convolutions.AvgPool2dBackwardOp,
+    fused.FusedOp,
 )
 
-Tape = Dialect("tape", [*OPS, YieldOp], [])
+Tape = Dialect("tape", [*OPS, fused.YieldOp], [])
 
-__all__ = [
-    "CMP_PREDICATES",
-    "ELEMENTWISE",
-    "ELEMENTWISE_BINARY",
-    "ELEMENTWISE_UNARY",
-    "OPS",
-    "AddOp",
-    "AvgPool2dBackwardOp",
-    "AvgPool2dOp",
-    "BroadcastOp",
-    "CastOp",
-    "CmpOp",
-    "ConcatOp",
-    "ConstantOp",
-    "Conv2dBackwardInputOp",
-    "Conv2dBackwardWeightOp",
-    "Conv2dOp",
-    "DenseLiteralError",
-    "DivOp",
-    "ExpOp",
-    "FoldOp",
-    "FusedOp",
-    "LogOp",
-    "MatmulOp",
-    "MaxOp",
-    "MaxPool2dBackwardOp",
-    "MaxPool2dOp",
-    "MaximumOp",
-    "MinimumOp",
-    "MulOp",
-    "NegOp",
-    "PadOp",
-    "PermuteOp",
-    "PowOp",
-    "ReluOp",
-    "ReshapeOp",
-    "SelectOp",
-    "SigmoidOp",
-    "SliceOp",
-    "SqrtOp",
-    "SubOp",
-    "SumOp",
-    "TanhOp",
-    "Tape",
-    "TapeOp",
-    "UnfoldOp",
-    "YieldOp",
-    "dense_literal_errors",
-    "dense_to_numpy",
-    "dtype_of",
-    "element_type",
-    "numpy_to_dense",
-    "print_dense",
-    "tensor_type",
-    "window_count",
-]
+__all__ = ["OPS", "Tape", "TapeOp", *constants.__all__, *contractions.__all__,
+           *convolutions.__all__, *elementwise.__all__, *fused.__all__, *layout.__all__,
+           *reductions.__all__, *types.__all__]

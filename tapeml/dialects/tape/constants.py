@@ -31,6 +31,15 @@ from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
 from tapeml.dialects.base import TapeOp
 from tapeml.dialects.tape.types import check, dtype_of, element_type, float_tensor, tensor_type
 
+__all__ = [
+    "ConstantOp",
+    "DenseLiteralError",
+    "dense_literal_errors",
+    "dense_to_numpy",
+    "numpy_to_dense",
+    "print_dense",
+]
+
 
 @irdl_op_definition
 class ConstantOp(TapeOp):

@@ -10,6 +10,10 @@ from xdsl.traits import Pure
 from tapeml.dialects.base import TapeOp
 from tapeml.dialects.tape.types import check, float_tensor, same_element, tensor_type
 
+__all__ = [
+    "MatmulOp",
+]
+
 
 @irdl_op_definition
 class MatmulOp(TapeOp):

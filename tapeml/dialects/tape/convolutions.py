@@ -22,6 +22,16 @@ from tapeml.dialects.tape.types import (
     window_count,
 )
 
+__all__ = [
+    "AvgPool2dBackwardOp",
+    "AvgPool2dOp",
+    "Conv2dBackwardInputOp",
+    "Conv2dBackwardWeightOp",
+    "Conv2dOp",
+    "MaxPool2dBackwardOp",
+    "MaxPool2dOp",
+]
+
 
 def _rank4(op: str, t: Attribute, role: str, layout: str) -> tuple[int, ...]:
     t = float_tensor(op, t, role)

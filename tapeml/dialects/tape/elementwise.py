@@ -22,6 +22,30 @@ from tapeml.dialects.tape.types import (
     same_type,
 )
 
+__all__ = [
+    "AddOp",
+    "CMP_PREDICATES",
+    "CastOp",
+    "CmpOp",
+    "DivOp",
+    "ELEMENTWISE",
+    "ELEMENTWISE_BINARY",
+    "ELEMENTWISE_UNARY",
+    "ExpOp",
+    "LogOp",
+    "MaximumOp",
+    "MinimumOp",
+    "MulOp",
+    "NegOp",
+    "PowOp",
+    "ReluOp",
+    "SelectOp",
+    "SigmoidOp",
+    "SqrtOp",
+    "SubOp",
+    "TanhOp",
+]
+
 
 class _Unary(TapeOp):
     input = operand_def(TensorType)

@@ -27,6 +27,11 @@ from tapeml.dialects.tape.elementwise import ELEMENTWISE
 from tapeml.dialects.tape.types import any_tensor, check
 from tapeml.errors import ShapeError
 
+__all__ = [
+    "FusedOp",
+    "YieldOp",
+]
+
 
 @irdl_op_definition
 class YieldOp(IRDLOperation):

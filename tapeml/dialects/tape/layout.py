@@ -25,6 +25,17 @@ from tapeml.dialects.tape.types import (
     window_count,
 )
 
+__all__ = [
+    "BroadcastOp",
+    "ConcatOp",
+    "FoldOp",
+    "PadOp",
+    "PermuteOp",
+    "ReshapeOp",
+    "SliceOp",
+    "UnfoldOp",
+]
+
 
 @irdl_op_definition
 class BroadcastOp(TapeOp, HasCanonicalizationPatternsInterface):

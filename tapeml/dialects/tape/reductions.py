@@ -13,6 +13,11 @@ from xdsl.traits import Pure
 from tapeml.dialects.base import Flag, IntList, TapeOp
 from tapeml.dialects.tape.types import check, float_tensor, tensor_type
 
+__all__ = [
+    "MaxOp",
+    "SumOp",
+]
+
 
 class _Reduce(TapeOp):
     input = operand_def(TensorType)

@@ -14,6 +14,13 @@ from xdsl.ir import Attribute
 
 from tapeml.errors import ShapeError
 
+__all__ = [
+    "dtype_of",
+    "element_type",
+    "tensor_type",
+    "window_count",
+]
+
 
 def element_type(dtype: Any) -> Float32Type | Float64Type:
     """The xDSL element type of a numpy dtype (float32 or float64 only)."""
