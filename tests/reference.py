@@ -109,13 +109,22 @@ def s_sqrt(a: float) -> float:
     return math.sqrt(a)
 
 
+def s_sin(a: float) -> float:
+    """C's sin (glibc's is within an ulp in f64); NaN at +-inf, where Python's raises."""
+    return NAN if math.isinf(a) or math.isnan(a) else math.sin(a)
+
+
+def s_cos(a: float) -> float:
+    return NAN if math.isinf(a) or math.isnan(a) else math.cos(a)
+
+
 SCALAR_BINARY = {
     "add": s_add, "sub": s_sub, "mul": s_mul, "div": s_div,
     "maximum": s_maximum, "minimum": s_minimum, "pow": s_pow,
 }
 SCALAR_UNARY = {
     "neg": s_neg, "exp": s_exp, "log": s_log, "tanh": s_tanh,
-    "sigmoid": s_sigmoid, "relu": s_relu, "sqrt": s_sqrt,
+    "sigmoid": s_sigmoid, "relu": s_relu, "sqrt": s_sqrt, "sin": s_sin, "cos": s_cos,
 }
 
 # Python's float comparisons are IEEE ones: every comparison with NaN is False except !=.

@@ -83,6 +83,7 @@ CASES = {
     "pow": (lambda a, b: ops.sum(a ** b), (r(4, low=0.5), r(4))),
     "neg_exp_log": (lambda a: ops.sum(ops.log(ops.exp(-a) + 2.0)), (r(3, 2),)),
     "tanh_sigmoid": (lambda a: ops.sum(ops.tanh(a) * ops.sigmoid(a)), (r(6),)),
+    "sin_cos": (lambda a: ops.sum(ops.sin(a) * ops.cos(3.0 * a)), (r(6),)),
     "relu_sqrt": (lambda a: ops.sum(ops.sqrt(ops.relu(a) + 1.0)), (r(3, 3) + 0.1,)),
     "select": (lambda a, b: ops.sum(ops.where(a > b, a * a, b * 3.0)), (r(5), r(5))),
     "cast": (lambda a: ops.sum(ops.astype(ops.astype(a, np.float32), np.float64) * a),

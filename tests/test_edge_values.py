@@ -82,7 +82,8 @@ def _abs(xs) -> list[np.ndarray]:
 BINARY_REF = {"add": ref.s_add, "sub": ref.s_sub, "mul": ref.s_mul, "div": ref.s_div,
               "maximum": ieee_maximum, "minimum": ieee_minimum, "pow": s_pow}
 UNARY_REF = {"neg": ref.s_neg, "exp": s_exp, "log": s_log, "tanh": s_tanh,
-             "relu": lambda a: ieee_maximum(a, 0.0), "sqrt": s_sqrt}
+             "relu": lambda a: ieee_maximum(a, 0.0), "sqrt": s_sqrt, "sin": ref.s_sin,
+             "cos": ref.s_cos}
 
 
 def elementwise_cases(dt) -> list[Case]:
@@ -347,7 +348,8 @@ KNOWN: list[tuple[Callable[[str, str, Any], bool], str]] = []
 xfail(strict) with its reason."""
 
 
-LIBM = {"tape.exp", "tape.log", "tape.tanh", "tape.sigmoid", "tape.pow", "tape.fused"}
+LIBM = {"tape.exp", "tape.log", "tape.tanh", "tape.sigmoid", "tape.pow", "tape.fused",
+        "tape.sin", "tape.cos"}
 
 
 def stages_for(case: Case) -> list[str]:

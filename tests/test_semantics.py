@@ -197,7 +197,8 @@ BINARY = {
 }
 UNARY = {
     "neg": tape.NegOp, "exp": tape.ExpOp, "log": tape.LogOp, "tanh": tape.TanhOp,
-    "sigmoid": tape.SigmoidOp, "relu": tape.ReluOp, "sqrt": tape.SqrtOp,
+    "sigmoid": tape.SigmoidOp, "relu": tape.ReluOp, "sqrt": tape.SqrtOp, "sin": tape.SinOp,
+    "cos": tape.CosOp,
 }
 # Correctly rounded in IEEE arithmetic, so equal bit for bit to the reference.
 EXACT = {"add", "sub", "mul", "div", "maximum", "minimum", "neg", "relu", "sqrt"}
@@ -273,6 +274,8 @@ UNARY_SPECIALS = [
     ("sigmoid", [NAN, INF, -INF, 0.0], [NAN, 1.0, 0.0, 0.5]),
     ("relu", [NAN, INF, -INF, -1.0, 0.0, 3.0], [NAN, INF, 0.0, 0.0, 0.0, 3.0]),
     ("sqrt", [NAN, INF, -1.0, 0.0, 4.0], [NAN, INF, NAN, 0.0, 2.0]),
+    ("sin", [NAN, INF, -INF, 0.0, -0.0], [NAN, NAN, NAN, 0.0, -0.0]),
+    ("cos", [NAN, INF, -INF, 0.0, -0.0], [NAN, NAN, NAN, 1.0, 1.0]),
 ]
 
 

@@ -60,6 +60,8 @@ TABLE: dict[str, dict[str, Any]] = {
     "exp": _TRANSCENDENTAL,
     "log": _TRANSCENDENTAL,
     "tanh": _TRANSCENDENTAL,
+    "sin": _TRANSCENDENTAL,
+    "cos": _TRANSCENDENTAL,
     "sigmoid": _TRANSCENDENTAL,
     "fused": _TRANSCENDENTAL,  # its group ends in tanh
     "pow": {},

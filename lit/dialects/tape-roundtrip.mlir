@@ -35,6 +35,8 @@
 // CHECK-NEXT:    %15 = tape.sub %a, %b : tensor<2x3xf32>
 // CHECK-NEXT:    %16 = tape.exp %a : tensor<2x3xf32>
 // CHECK-NEXT:    %17 = tape.mul %0, %16 {tag = "fused", n = 3 : i64} : tensor<2x3xf32>
+// CHECK-NEXT:    %18 = tape.sin %a : tensor<2x3xf32>
+// CHECK-NEXT:    %19 = tape.cos %d : tensor<4xf64>
 // CHECK-NEXT:    func.return
 // CHECK-NEXT:  }
 
@@ -42,6 +44,7 @@
 // CHECK-GENERIC:         %0 = "tape.add"(%a, %b) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
 // CHECK-GENERIC:         %7 = "tape.neg"(%a) : (tensor<2x3xf32>) -> tensor<2x3xf32>
 // CHECK-GENERIC:         %17 = "tape.mul"(%0, %16) {tag = "fused", n = 3 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+// CHECK-GENERIC:         %18 = "tape.sin"(%a) : (tensor<2x3xf32>) -> tensor<2x3xf32>
 
 func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>, %d: tensor<4xf64>, %s: tensor<f32>) {
   %0 = tape.add %a, %b : tensor<2x3xf32>
@@ -62,6 +65,8 @@ func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>, %d: tensor<4xf6
   %15 = tape.sub %a, %b : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
   %16 = tape.exp %a : tensor<2x3xf32> -> tensor<2x3xf32>
   %17 = tape.mul %0, %16 {tag = "fused", n = 3 : i64} : tensor<2x3xf32>
+  %18 = tape.sin %a : tensor<2x3xf32>
+  %19 = tape.cos %d : tensor<4xf64>
   func.return
 }
 

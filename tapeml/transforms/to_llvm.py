@@ -87,9 +87,9 @@ _BINARY = {
     arith.DivfOp: llvm.FDivOp, arith.ShLIOp: llvm.ShlOp, arith.ShRSIOp: llvm.AShrOp,
 }
 UNARY_INTRINSICS = {xmath.ExpOp: "exp", xmath.LogOp: "log", xmath.SqrtOp: "sqrt",
-                     xmath.TanhOp: "tanh"}
+                    xmath.TanhOp: "tanh", xmath.SinOp: "sin", xmath.CosOp: "cos"}
 BINARY_INTRINSICS = {arith.MaximumfOp: "maximum", arith.MinimumfOp: "minimum",
-                      xmath.PowFOp: "pow"}
+                     xmath.PowFOp: "pow"}
 _SIGNED_PICK = {arith.MaxSIOp: "sgt", arith.MinSIOp: "slt"}
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "CMP_PREDICATES",
     "CastOp",
     "CmpOp",
+    "CosOp",
     "DivOp",
     "ELEMENTWISE",
     "ELEMENTWISE_BINARY",
@@ -41,6 +42,7 @@ __all__ = [
     "ReluOp",
     "SelectOp",
     "SigmoidOp",
+    "SinOp",
     "SqrtOp",
     "SubOp",
     "TanhOp",
@@ -134,6 +136,16 @@ class TanhOp(_Unary):
 
 
 @irdl_op_definition
+class SinOp(_Unary):
+    name = "tape.sin"
+
+
+@irdl_op_definition
+class CosOp(_Unary):
+    name = "tape.cos"
+
+
+@irdl_op_definition
 class SigmoidOp(_Unary):
     """1 / (1 + exp(-x))."""
 
@@ -224,7 +236,7 @@ class CastOp(TapeOp):
 
 
 ELEMENTWISE_BINARY = (AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp)
-ELEMENTWISE_UNARY = (NegOp, ExpOp, LogOp, TanhOp, SigmoidOp, ReluOp, SqrtOp)
+ELEMENTWISE_UNARY = (NegOp, ExpOp, LogOp, TanhOp, SinOp, CosOp, SigmoidOp, ReluOp, SqrtOp)
 ELEMENTWISE = (*ELEMENTWISE_BINARY, *ELEMENTWISE_UNARY, CmpOp, SelectOp, CastOp, ConstantOp)
 """The ops a `tape.fused` body may hold: each result element depends on the same element of
 each operand only."""

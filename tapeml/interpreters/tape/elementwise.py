@@ -45,6 +45,8 @@ for _op, _fn in {
     tape.ExpOp: np.exp,
     tape.LogOp: np.log,
     tape.TanhOp: np.tanh,
+    tape.SinOp: np.sin,
+    tape.CosOp: np.cos,
     tape.SqrtOp: np.sqrt,
     tape.SigmoidOp: lambda x: 1 / (1 + np.exp(-x)),
     tape.ReluOp: lambda x: maximum(x, np.zeros_like(x)),

@@ -28,6 +28,7 @@ OPS: dict[type[Operation], type[Operation]] = {
     tape.DivOp: arith.DivfOp, tape.MaximumOp: arith.MaximumfOp, tape.MinimumOp: arith.MinimumfOp,
     tape.PowOp: xmath.PowFOp, tape.NegOp: arith.NegfOp, tape.ExpOp: xmath.ExpOp,
     tape.LogOp: xmath.LogOp, tape.TanhOp: xmath.TanhOp, tape.SqrtOp: xmath.SqrtOp,
+    tape.SinOp: xmath.SinOp, tape.CosOp: xmath.CosOp,
 }
 """The elementwise tape ops that are one arith/math op on their elements (which to_llvm.py and
 gpu_to_nvvm.py lower)."""

@@ -78,6 +78,16 @@ def _tanh(ct, a, *, result):
     return (ops.multiply(ct, ops.subtract(1.0, ops.multiply(result, result))),)
 
 
+@pullback(tape.SinOp)
+def _sin(ct, a, *, result):
+    return (ops.multiply(ct, ops.cos(a)),)
+
+
+@pullback(tape.CosOp)
+def _cos(ct, a, *, result):
+    return (ops.negative(ops.multiply(ct, ops.sin(a))),)
+
+
 @pullback(tape.SigmoidOp)
 def _sigmoid(ct, a, *, result):
     return (ops.multiply(ct, ops.multiply(result, ops.subtract(1.0, result))),)
