@@ -8,6 +8,7 @@ import pytest
 
 from tapeml.codegen.ptx import LOWERS_ON_NVPTX
 from tapeml.dialects import tape
+from tapeml.dialects.registry import OpTable
 from tapeml.frontend.flops import FLOPS
 from tapeml.interpreters.tape import SEMANTICS
 from tapeml.transforms.gpu_to_nvvm import LIBDEVICE
@@ -69,3 +70,11 @@ def test_importing_the_dialects_loads_no_backend():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_table_refuses_a_second_rule_for_one_op():
+    table = OpTable("loops")
+    table.register(tape.AddOp)(lambda: 1)
+    with pytest.raises(ValueError, match="tape.add has two rules for its loops"):
+        table.register(tape.SubOp, tape.AddOp)(lambda: 2)
+    assert all(isinstance(t, OpTable) for t in (SEMANTICS, PULLBACKS, LOWERINGS, SCALARS, FLOPS))

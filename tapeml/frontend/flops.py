@@ -9,22 +9,15 @@ from collections.abc import Callable
 
 from tapeml.dialects import tape
 from tapeml.dialects.base import TapeOp
+from tapeml.dialects.registry import OpTable
 
 Flops = Callable[[TapeOp], int]
-FLOPS: dict[type[TapeOp], Flops] = {}
+FLOPS: OpTable[Flops] = OpTable("FLOPs")
+flops = FLOPS.register
 
 
 def _numel(value) -> int:
     return math.prod(value.type.get_shape())
-
-
-def flops(*ops: type[TapeOp]) -> Callable[[Flops], Flops]:
-    def register(fn: Flops) -> Flops:
-        for op in ops:
-            FLOPS[op] = fn
-        return fn
-
-    return register
 
 
 def op_flops(op: TapeOp) -> int:

@@ -10,11 +10,11 @@ import numpy as np
 
 from tapeml.dialects import tape
 from tapeml.dialects.base import TapeOp
-from tapeml.interpreters.tape.registry import SEMANTICS, semantics
+from tapeml.interpreters.tape.registry import semantics
 
 
 def _elementwise(op: type[TapeOp], fn: Callable[..., Any]) -> None:
-    SEMANTICS[op] = lambda *xs: np.asarray(fn(*xs))
+    semantics(op)(lambda *xs: np.asarray(fn(*xs)))
 
 
 # maximum and minimum are IEEE 754-2019's: NaN if either side is NaN, and -0 < +0. numpy's own

@@ -9,18 +9,11 @@ from typing import Any
 import numpy as np
 
 from tapeml.dialects.base import TapeOp
+from tapeml.dialects.registry import OpTable
 
 Semantics = Callable[..., np.ndarray]
-SEMANTICS: dict[type[TapeOp], Semantics] = {}
-
-
-def semantics(*ops: type[TapeOp]) -> Callable[[Semantics], Semantics]:
-    def register(fn: Semantics) -> Semantics:
-        for op in ops:
-            SEMANTICS[op] = fn
-        return fn
-
-    return register
+SEMANTICS: OpTable[Semantics] = OpTable("numpy semantics")
+semantics = SEMANTICS.register
 
 
 def evaluate(op_type: type[TapeOp], *arrays: np.ndarray, **params: Any) -> np.ndarray:

@@ -13,6 +13,7 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, StringAt
 from xdsl.ir import Block, Operation, SSAValue
 
 from tapeml.dialects import tape
+from tapeml.dialects.registry import OpTable
 from tapeml.dialects.tape import numpy_to_dense
 from tapeml.transforms.loops.emitter import Emitter, LoweringError, buffer_type, shape_of, strides
 from tapeml.transforms.loops.registry import Context, lowering
@@ -39,18 +40,9 @@ APPROXIMATED: dict[type[Operation], Callable[[Math, SSAValue], SSAValue]] = {
 }
 """Ops computed as vectorizable arithmetic (transcendentals.py) unless tape-to-loops{libm}."""
 
-SCALARS: dict[type[Operation], Scalar] = {}
+SCALARS: OpTable[Scalar] = OpTable("scalar computation")
 """Every elementwise op's scalar computation, as numpy computes it (interpreters/tape/)."""
-
-
-def scalar(*ops: type[Operation]) -> Callable[[Scalar], Scalar]:
-    def register(fn: Scalar) -> Scalar:
-        for op in ops:
-            assert op not in SCALARS, f"{op.name} has two scalar computations"
-            SCALARS[op] = fn
-        return fn
-
-    return register
+scalar = SCALARS.register
 
 
 def scalar_op(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 
+from tapeml.dialects.registry import OpTable
 from tapeml.transforms.loops.buffers import PlanReport
 from tapeml.transforms.loops.emitter import Emitter
 
@@ -35,14 +36,5 @@ Lowering = Callable[[Emitter, Operation, list[SSAValue], SSAValue, Context], SSA
 from `ins` (its operands' buffers); it returns the buffer that holds the result when that is
 not `out` (a constant read from a global, a reshape's operand), else None."""
 
-LOWERINGS: dict[type[Operation], Lowering] = {}
-
-
-def lowering(*ops: type[Operation]) -> Callable[[Lowering], Lowering]:
-    def register(fn: Lowering) -> Lowering:
-        for op in ops:
-            assert op not in LOWERINGS, f"{op.name} has two lowerings"
-            LOWERINGS[op] = fn
-        return fn
-
-    return register
+LOWERINGS: OpTable[Lowering] = OpTable("loops")
+lowering = LOWERINGS.register

@@ -8,16 +8,9 @@ from typing import Any
 
 from tapeml.dialects import tape
 from tapeml.dialects.base import TapeOp
+from tapeml.dialects.registry import OpTable
 
 Rule = Callable[..., tuple[Any, ...]]
-PULLBACKS: dict[type[TapeOp], Rule] = {}
+PULLBACKS: OpTable[Rule] = OpTable("pullback")
+pullback = PULLBACKS.register
 NON_DIFFERENTIABLE: frozenset[type[TapeOp]] = frozenset({tape.CmpOp, tape.ConstantOp})
-
-
-def pullback(*op_types: type[TapeOp]) -> Callable[[Rule], Rule]:
-    def register(rule: Rule) -> Rule:
-        for op_type in op_types:
-            PULLBACKS[op_type] = rule
-        return rule
-
-    return register
