@@ -24,14 +24,20 @@ from dataclasses import dataclass
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
-from xdsl.dialects import arith, func, scf
+from xdsl.dialects import func, scf
 from xdsl.dialects.builtin import IndexType, MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from tapeml.dialects import kernel
-from tapeml.transforms.outlining import constant_index, constant_op, external_values, index
+from tapeml.transforms.outlining import (
+    constant_index,
+    constant_op,
+    delinearize,
+    external_values,
+    index,
+)
 
 INDEX = IndexType()
 OUTER = 64
@@ -99,16 +105,9 @@ class Outliner:
         b.insert(scf.ForOp(start, end, index(b, 1), [], loop_block))
         b.insert(func.ReturnOp())
         inner = Builder(InsertPoint.at_end(loop_block))
-        g = loop_block.args[0]
-        stride = math.prod(counts[:outer])
-        for k in range(outer):
-            stride //= counts[k]
-            iv = g
-            if stride > 1:
-                iv = inner.insert(arith.DivSIOp(iv, index(inner, stride))).result
-            if k > 0:
-                iv = inner.insert(arith.RemSIOp(iv, index(inner, counts[k]))).result
-            mapping[op.body.block.args[k]] = _scaled(inner, iv, *bounds[k][::2])
+        ivs = delinearize(inner, loop_block.args[0], bounds[:outer], counts[:outer],
+                          wrap_all_inner=True)
+        mapping.update(zip(op.body.block.args[:outer], ivs, strict=True))
         for k in range(outer, len(counts)):  # the inner dimensions: a nest of loops
             lo, hi, st = bounds[k]
             block = Block(arg_types=[INDEX])
@@ -124,14 +123,6 @@ class Outliner:
         self.module.body.block.insert_op_after(part, self.function)
         Rewriter.replace_op(op, kernel.ParallelForOp(name, buffers,
                                                      math.prod(counts[:outer])))
-
-
-def _scaled(b: Builder, iv: SSAValue, lo: int, step: int) -> SSAValue:
-    if step != 1:
-        iv = b.insert(arith.MuliOp(iv, index(b, step))).result
-    if lo != 0:
-        iv = b.insert(arith.AddiOp(iv, index(b, lo))).result
-    return iv
 
 
 def outline_parallel_loops(module: ModuleOp, min_work: int = MIN_WORK) -> int:

@@ -1,9 +1,11 @@
 """What outlining a loop into a function of its own needs, shared by convert-loops-to-gpu
 (kernels) and outline-parallel-loops (the CPU's thread pool): the values a run of ops takes
-from outside it, the constants that can be cloned in instead of passed."""
+from outside it, the constants that can be cloned in instead of passed, and the induction
+variables of a loop nest recovered from the number of one iteration (`delinearize`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from xdsl.builder import Builder
@@ -46,3 +48,33 @@ def external_values(ops: Sequence[Operation]) -> list[SSAValue]:
 def index(b: Builder, value: int) -> SSAValue:
     """An index constant inserted at `b`."""
     return b.insert(arith.ConstantOp.from_int_and_width(value, INDEX)).result
+
+
+def delinearize(b: Builder, linear: SSAValue, bounds: Sequence[tuple[int, int, int]],
+                counts: Sequence[int], wrap_all_inner: bool = False) -> list[SSAValue]:
+    """The induction variables of iteration `linear` (row-major) of a loop nest with constant
+    `bounds` ((lower, upper, step) per dimension, outermost first) and positive trip `counts`,
+    built at `b`: each is `linear` divided by the trips of the dimensions inside it, wrapped
+    around its own count, times its step, plus its lower bound.
+
+    A dimension is wrapped (remsi) where the dimensions outside it make more than one trip
+    (else the quotient is already below its count). `wrap_all_inner` wraps every dimension but
+    the outermost, as outline-parallel-loops always has: a redundant remsi after leading size-1
+    dimensions, kept so that its IR stays as it was.
+    """
+    ivs = []
+    stride, outside = math.prod(counts), 1
+    for k, (count, (lo, _, step)) in enumerate(zip(counts, bounds, strict=True)):
+        stride //= count
+        iv = linear
+        if stride > 1:
+            iv = b.insert(arith.DivSIOp(iv, index(b, stride))).result
+        if outside > 1 or (wrap_all_inner and k > 0):
+            iv = b.insert(arith.RemSIOp(iv, index(b, count))).result
+        if step != 1:
+            iv = b.insert(arith.MuliOp(iv, index(b, step))).result
+        if lo != 0:
+            iv = b.insert(arith.AddiOp(iv, index(b, lo))).result
+        ivs.append(iv)
+        outside *= count
+    return ivs

@@ -42,7 +42,13 @@ from xdsl.rewriter import Rewriter
 
 from tapeml.dialects import kernel
 from tapeml.transforms.gemm_gpu import GEMM_TILE, blocks, gemm_kernel
-from tapeml.transforms.outlining import constant_index, constant_op, external_values, index
+from tapeml.transforms.outlining import (
+    constant_index,
+    constant_op,
+    delinearize,
+    external_values,
+    index,
+)
 from tapeml.transforms.to_loops import LoweringError
 
 INDEX = IndexType()
@@ -132,19 +138,8 @@ class Outliner:
         inside = b.insert(arith.CmpiOp(thread, index(b, total), "slt")).result
         then = Block()
         t = Builder(InsertPoint.at_end(then))
-        stride = total
-        for arg, count, (lo, _, step) in zip(op.body.block.args, counts, bounds, strict=True):
-            stride //= count
-            iv = thread
-            if stride > 1:
-                iv = t.insert(arith.DivSIOp(iv, index(t, stride))).result
-            if count < total // stride:  # not the outermost: wrap around
-                iv = t.insert(arith.RemSIOp(iv, index(t, count))).result
-            if step != 1:
-                iv = t.insert(arith.MuliOp(iv, index(t, step))).result
-            if lo != 0:
-                iv = t.insert(arith.AddiOp(iv, index(t, lo))).result
-            mapping[arg] = iv
+        mapping.update(zip(op.body.block.args, delinearize(t, thread, bounds, counts),
+                           strict=True))
         for inner in body_ops:
             t.insert(inner.clone(value_mapper=mapping))
         t.insert(scf.YieldOp())
