@@ -58,12 +58,9 @@ def _padded_read(e: Emitter, op: tape.PadOp, source: SSAValue, ivs: list[SSAValu
     clamped = []
     for iv, low, d in zip(ivs, op.params["low"], shape, strict=True):
         src = e.insert(arith.SubiOp(iv, e.index(low))) if low else iv
-        ok = e.insert(arith.AndIOp(
-            e.insert(arith.CmpiOp(src, e.index(0), "sge")),
-            e.insert(arith.CmpiOp(src, e.index(d), "slt"))))
+        ok = e.in_range(src, d)
         inside = ok if inside is None else e.insert(arith.AndIOp(inside, ok))
-        clamped.append(e.insert(arith.MinSIOp(e.insert(arith.MaxSIOp(src, e.index(0))),
-                                              e.index(max(d - 1, 0)))))
+        clamped.append(e.clamp(src, d))
     value = e.load(source, e.linear(clamped, strides(shape)))
     if inside is None:
         return value
