@@ -136,6 +136,16 @@ class ArithMathToLLVM(RewritePattern):
             rewriter.replace(op, llvm.FPTruncOp(op.input, op.result.type))
         elif kind is arith.SIToFPOp:
             rewriter.replace(op, llvm.SIToFPOp(op.input, op.result.type))
+        elif kind is arith.ExtSIOp:
+            rewriter.replace(op, llvm.SExtOp(op.input, op.result.type))
+        elif kind is arith.ExtUIOp:
+            rewriter.replace(op, llvm.ZExtOp(op.input, op.result.type))
+        elif kind is arith.TruncIOp:
+            rewriter.replace(op, llvm.TruncOp(op.input, op.result.type))
+        elif kind is arith.FPToSIOp:  # the saturating form: no poison out of range
+            t, source = op.result.type, op.input.type
+            name = f"llvm.fptosi.sat.i{t.bitwidth}.{_suffix(source)}"
+            rewriter.replace(op, llvm.CallIntrinsicOp(name, [op.input], [t]))
         elif kind is arith.BitcastOp:
             rewriter.replace(op, llvm.BitcastOp(op.input, op.result.type))
         elif kind is arith.IndexCastOp:

@@ -29,7 +29,7 @@ from xdsl.utils.lexer import Position, Span, Token
 from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
 
 from tapeml.dialects.base import TapeOp
-from tapeml.dialects.tape.types import check, dtype_of, element_type, float_tensor, tensor_type
+from tapeml.dialects.tape.types import any_tensor, check, dtype_of, element_type, tensor_type
 
 __all__ = [
     "ConstantOp",
@@ -66,7 +66,7 @@ class ConstantOp(TapeOp):
 
     def verify_(self) -> None:
         t = self.value.type
-        float_tensor(self.name, t, "value")
+        any_tensor(self.name, t, "value")
         check(t == self.result.type, self.name,
               f"value type {t} does not match the result type {self.result.type}")
 
@@ -92,7 +92,7 @@ def numpy_to_dense(array: np.ndarray) -> DenseIntOrFPElementsAttr:
     """A dense attribute holding `array` (a single value when every element is equal)."""
     t = tensor_type(array.shape, element_type(array.dtype))
     flat = np.ascontiguousarray(array).reshape(-1)
-    bits = flat.view(np.uint32 if flat.dtype == np.float32 else np.uint64)
+    bits = flat.view(f"u{flat.dtype.itemsize}")  # each element's bits
     if flat.size > 1 and np.all(bits == bits[0]):
         flat = flat[:1]  # splat (every element the same bits): printed dense<v>
     return DenseIntOrFPElementsAttr(t, BytesAttr(flat.tobytes()))

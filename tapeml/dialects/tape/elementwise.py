@@ -14,12 +14,15 @@ from xdsl.traits import Commutative, Pure
 from tapeml.dialects.base import Keyword, TapeOp
 from tapeml.dialects.tape.constants import ConstantOp
 from tapeml.dialects.tape.types import (
+    FLOATS,
+    NUMBERS,
+    any_tensor,
     bool_tensor,
     check,
     dtype_of,
     element_type,
-    float_tensor,
     same_type,
+    tensor_of,
 )
 
 __all__ = [
@@ -53,10 +56,12 @@ class _Unary(TapeOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    ELEMENTS: ClassVar[frozenset[str]] = FLOATS
+    """The kinds of element type the op takes (types.py)."""
 
     @classmethod
     def infer(cls, input: Attribute) -> Attribute:
-        return float_tensor(cls.name, input)
+        return tensor_of(cls.name, input, cls.ELEMENTS)
 
 
 class _Binary(TapeOp):
@@ -64,10 +69,13 @@ class _Binary(TapeOp):
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    ELEMENTS: ClassVar[frozenset[str]] = NUMBERS
+    """The kinds of element type the op takes (types.py)."""
 
     @classmethod
     def infer(cls, lhs: Attribute, rhs: Attribute) -> Attribute:
-        types = [float_tensor(cls.name, lhs, "lhs"), float_tensor(cls.name, rhs, "rhs")]
+        types = [tensor_of(cls.name, lhs, cls.ELEMENTS, "lhs"),
+                 tensor_of(cls.name, rhs, cls.ELEMENTS, "rhs")]
         same_type(cls.name, types, "operands must have the same type (broadcast explicitly)")
         return lhs
 
@@ -92,6 +100,7 @@ class MulOp(_Binary):
 @irdl_op_definition
 class DivOp(_Binary):
     name = "tape.div"
+    ELEMENTS: ClassVar = FLOATS
 
 
 @irdl_op_definition
@@ -113,11 +122,13 @@ class MinimumOp(_Binary):
 @irdl_op_definition
 class PowOp(_Binary):
     name = "tape.pow"
+    ELEMENTS: ClassVar = FLOATS
 
 
 @irdl_op_definition
 class NegOp(_Unary):
     name = "tape.neg"
+    ELEMENTS: ClassVar = NUMBERS
 
 
 @irdl_op_definition
@@ -157,6 +168,7 @@ class ReluOp(_Unary):
     """maximum(x, 0)."""
 
     name = "tape.relu"
+    ELEMENTS: ClassVar = NUMBERS
 
 
 @irdl_op_definition
@@ -184,7 +196,7 @@ class CmpOp(TapeOp):
     def infer(cls, lhs: Attribute, rhs: Attribute, *, predicate: str) -> Attribute:
         check(predicate in CMP_PREDICATES, cls.name,
               f"predicate must be one of {', '.join(CMP_PREDICATES)}, got {predicate!r}")
-        types = [float_tensor(cls.name, lhs, "lhs"), float_tensor(cls.name, rhs, "rhs")]
+        types = [any_tensor(cls.name, lhs, "lhs"), any_tensor(cls.name, rhs, "rhs")]
         same_type(cls.name, types, "operands must have the same type (broadcast explicitly)")
         return TensorType(i1, lhs.get_shape())
 
@@ -203,8 +215,8 @@ class SelectOp(TapeOp):
     @classmethod
     def infer(cls, cond: Attribute, on_true: Attribute, on_false: Attribute) -> Attribute:
         c = bool_tensor(cls.name, cond, "condition")
-        types = [float_tensor(cls.name, on_true, "true value"),
-                 float_tensor(cls.name, on_false, "false value")]
+        types = [any_tensor(cls.name, on_true, "true value"),
+                 any_tensor(cls.name, on_false, "false value")]
         same_type(cls.name, types, "both values must have the same type")
         check(c.get_shape() == on_true.get_shape(), cls.name,
               f"condition shape {c} must match the values' shape {on_true}")
@@ -214,7 +226,10 @@ class SelectOp(TapeOp):
 
 @irdl_op_definition
 class CastOp(TapeOp):
-    """Convert between f32 and f64 (round to nearest even)."""
+    """Convert between any two element types, as numpy's `astype` does: floats round to nearest
+    even; floats to integers truncate toward zero, saturating, NaN to 0 (numpy on x86 gives
+    the minimum integer for NaN and out-of-range values; LLVM's fptosi.sat, the GPU and XLA
+    saturate); integers wrap to a narrower one; anything to i1 is `!= 0` (NaN is true)."""
 
     name = "tape.cast"
     input = operand_def(TensorType)
@@ -224,14 +239,14 @@ class CastOp(TapeOp):
 
     @classmethod
     def infer(cls, input: Attribute, *, dtype: Any) -> Attribute:
-        t = float_tensor(cls.name, input)
+        t = any_tensor(cls.name, input)
         return TensorType(element_type(dtype), t.get_shape())
 
     def derived_params(self) -> dict[str, Any]:
         return {"dtype": dtype_of(self.result.type)}
 
     def verify_(self) -> None:
-        float_tensor(self.name, self.result.type, "result")
+        any_tensor(self.name, self.result.type, "result")
         super().verify_()
 
 

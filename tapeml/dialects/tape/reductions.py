@@ -11,7 +11,7 @@ from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def
 from xdsl.traits import Pure
 
 from tapeml.dialects.base import Flag, IntList, TapeOp
-from tapeml.dialects.tape.types import check, float_tensor, tensor_type
+from tapeml.dialects.tape.types import NUMBERS, check, tensor_of, tensor_type
 
 __all__ = [
     "MaxOp",
@@ -43,7 +43,7 @@ class _Reduce(TapeOp):
 
     @classmethod
     def infer(cls, input: Attribute, *, axes: Sequence[int], keepdims: bool) -> Attribute:
-        t = float_tensor(cls.name, input)
+        t = tensor_of(cls.name, input, NUMBERS)
         shape = t.get_shape()
         check(list(axes) == sorted(set(axes)) and all(0 <= a < len(shape) for a in axes),
               cls.name, f"axes {list(axes)} must be distinct dims of {t}, in increasing order")

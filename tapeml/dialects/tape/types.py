@@ -1,7 +1,8 @@
 """The tape dialect's types and the checks every shape rule is written with: the element types
-(f32, f64, and i1 for comparisons) and their numpy dtypes, tensor types, and the verifier helpers
-(`float_tensor`, `any_tensor`, `bool_tensor`, `same_type`, `same_element`, `check`, `check_ints`,
-`window_count`) that raise a `ShapeError` naming the op."""
+(i1, i32, i64, f32, f64) and their numpy dtypes, tensor types, and the verifier helpers
+(`tensor_of` and its shorthands `float_tensor`, `any_tensor`, `bool_tensor`; `same_type`,
+`same_element`, `check`, `check_ints`, `window_count`) that raise a `ShapeError` naming the
+op."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import Float32Type, Float64Type, TensorType, f32, f64, i1
+from xdsl.dialects.builtin import TensorType, f32, f64, i1, i32, i64
 from xdsl.ir import Attribute
 
 from tapeml.errors import ShapeError
 
 __all__ = [
+    "ELEMENT_TYPES",
     "dtype_of",
     "element_type",
     "tensor_type",
@@ -22,26 +24,43 @@ __all__ = [
 ]
 
 
-def element_type(dtype: Any) -> Float32Type | Float64Type:
-    """The xDSL element type of a numpy dtype (float32 or float64 only)."""
+ELEMENT_TYPES: dict[np.dtype, Attribute] = {
+    np.dtype(np.bool_): i1, np.dtype(np.int32): i32, np.dtype(np.int64): i64,
+    np.dtype(np.float32): f32, np.dtype(np.float64): f64,
+}
+"""The element types a tape tensor holds, by numpy dtype. Integers are signless in the IR and
+signed in meaning (numpy's int32 and int64); i1 is numpy's bool."""
+_DTYPES = {t: dt for dt, t in ELEMENT_TYPES.items()}
+
+BOOL, INT, FLOAT = "bool", "int", "float"
+"""The kinds of element type an op may accept (its `ELEMENTS`)."""
+NUMBERS = frozenset({INT, FLOAT})
+INTEGERS = frozenset({BOOL, INT})
+FLOATS = frozenset({FLOAT})
+ANY = frozenset({BOOL, INT, FLOAT})
+_NAMES = {BOOL: ["i1"], INT: ["i32", "i64"], FLOAT: ["f32", "f64"]}
+
+
+def element_type(dtype: Any) -> Attribute:
+    """The xDSL element type of a numpy dtype (bool, int32, int64, float32 or float64)."""
     dt = np.dtype(dtype)
-    if dt == np.float32:
-        return f32
-    if dt == np.float64:
-        return f64
-    raise ShapeError(f"tape tensors hold float32 or float64, not {dt}")
+    if dt not in ELEMENT_TYPES:
+        raise ShapeError(f"tape tensors hold bool, int32, int64, float32 or float64, not {dt}")
+    return ELEMENT_TYPES[dt]
 
 
 def dtype_of(t: TensorType) -> np.dtype:
     """The numpy dtype of a tensor type's element type."""
     el = t.get_element_type()
-    if isinstance(el, Float32Type):
-        return np.dtype(np.float32)
-    if isinstance(el, Float64Type):
-        return np.dtype(np.float64)
-    if el == i1:
-        return np.dtype(np.bool_)
-    raise ShapeError(f"no numpy dtype for {t}")
+    if el not in _DTYPES:
+        raise ShapeError(f"no numpy dtype for {t}")
+    return _DTYPES[el]
+
+
+def kind_of(element: Attribute) -> str | None:
+    """BOOL, INT or FLOAT for a tape element type; None for any other type."""
+    dt = _DTYPES.get(element)
+    return None if dt is None else BOOL if dt == np.bool_ else INT if dt.kind == "i" else FLOAT
 
 
 def tensor_type(shape: Sequence[int], dtype: Any) -> TensorType:
@@ -49,37 +68,33 @@ def tensor_type(shape: Sequence[int], dtype: Any) -> TensorType:
     return TensorType(el, [int(d) for d in shape])
 
 
-def float_tensor(op: str, t: Attribute, role: str = "operand") -> TensorType:
-    """`t` as a statically shaped f32/f64 tensor type, or a ShapeError naming `op`."""
-    ok = (
-        isinstance(t, TensorType)
-        and isinstance(t.get_element_type(), Float32Type | Float64Type)
-        and all(d >= 0 for d in t.get_shape())
-    )
+def tensor_of(op: str, t: Attribute, kinds: frozenset[str], role: str = "operand"
+              ) -> TensorType:
+    """`t` as a statically shaped tensor whose element type is of one of `kinds`, or a
+    ShapeError naming `op`, the role and the element types it takes."""
+    ok = (isinstance(t, TensorType) and kind_of(t.get_element_type()) in kinds
+          and all(d >= 0 for d in t.get_shape()))
     if not ok:
-        raise ShapeError(f"{op}: {role} must be a statically shaped tensor of f32 or f64, got {t}")
-    return t
-
-
-def any_tensor(op: str, t: Attribute, role: str = "operand") -> TensorType:
-    """`t` as a statically shaped tensor of f32, f64 or i1 (what layout ops move around)."""
-    ok = (
-        isinstance(t, TensorType)
-        and (isinstance(t.get_element_type(), Float32Type | Float64Type)
-             or t.get_element_type() == i1)
-        and all(d >= 0 for d in t.get_shape())
-    )
-    if not ok:
-        raise ShapeError(f"{op}: {role} must be a statically shaped tensor of f32, f64 or i1, "
+        names = [name for k in (BOOL, INT, FLOAT) if k in kinds for name in _NAMES[k]]
+        allowed = " or ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " or " + \
+            names[-1]
+        raise ShapeError(f"{op}: {role} must be a statically shaped tensor of {allowed}, "
                          f"got {t}")
     return t
 
 
+def float_tensor(op: str, t: Attribute, role: str = "operand") -> TensorType:
+    """`t` as a statically shaped f32/f64 tensor type, or a ShapeError naming `op`."""
+    return tensor_of(op, t, FLOATS, role)
+
+
+def any_tensor(op: str, t: Attribute, role: str = "operand") -> TensorType:
+    """`t` as a statically shaped tensor of any tape element type (what layout ops move)."""
+    return tensor_of(op, t, ANY, role)
+
+
 def bool_tensor(op: str, t: Attribute, role: str) -> TensorType:
-    ok = isinstance(t, TensorType) and t.get_element_type() == i1
-    if not ok or any(d < 0 for d in t.get_shape()):
-        raise ShapeError(f"{op}: {role} must be a statically shaped tensor of i1, got {t}")
-    return t
+    return tensor_of(op, t, frozenset({BOOL}), role)
 
 
 def same_type(op: str, types: Sequence[TensorType], rule: str) -> None:

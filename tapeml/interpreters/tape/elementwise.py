@@ -74,4 +74,16 @@ def constant(*, value: np.ndarray) -> np.ndarray:
 
 @semantics(tape.CastOp)
 def cast(x: np.ndarray, *, dtype: Any) -> np.ndarray:
-    return x.astype(dtype)
+    """numpy's astype, with one rule made the same on every platform: a float becomes an
+    integer by truncation toward zero, saturating at the integer's range, NaN giving 0 (as
+    LLVM's fptosi.sat, the GPU's cvt.rzi and XLA do; numpy on x86 gives the smallest integer
+    for NaN and for every value out of range)."""
+    target = np.dtype(dtype)
+    if x.dtype.kind == "f" and target.kind == "i":
+        info = np.iinfo(target)
+        low, high = float(info.min), float(info.max)  # high rounds up past the range
+        clipped = np.where(np.isnan(x), 0, x)
+        with np.errstate(invalid="ignore"):
+            return np.where(clipped >= high, info.max, np.where(
+                clipped <= low, info.min, np.trunc(clipped).astype(target))).astype(target)
+    return x.astype(target)

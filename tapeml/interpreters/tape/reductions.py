@@ -15,6 +15,8 @@ def max_over(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np
     """The IEEE maximum of `x` over `axes`: NaN if any is NaN, +0 if the largest are zeros of
     both signs (np.max keeps whichever zero its order meets first)."""
     top = np.max(x, axis=axes, keepdims=keepdims)
+    if x.dtype.kind != "f":
+        return np.asarray(top)
     zero = top == 0
     if not np.any(zero):
         return np.asarray(top)
@@ -24,7 +26,8 @@ def max_over(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np
 
 @semantics(tape.SumOp)
 def sum_(x: np.ndarray, *, axes: Sequence[int], keepdims: bool) -> np.ndarray:
-    return np.asarray(np.sum(x, axis=tuple(axes), keepdims=keepdims))
+    # in x's own type: numpy sums integers as int64 (wrapping, so the order does not matter)
+    return np.asarray(np.sum(x, axis=tuple(axes), keepdims=keepdims, dtype=x.dtype))
 
 
 @semantics(tape.MaxOp)

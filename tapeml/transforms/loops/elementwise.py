@@ -9,8 +9,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from xdsl.dialects import arith, memref
 from xdsl.dialects import math as xmath
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, StringAttr, TensorType
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    IntegerType,
+    MemRefType,
+    StringAttr,
+    TensorType,
+    i1,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from tapeml.dialects import tape
 from tapeml.dialects.registry import OpTable
@@ -20,6 +27,8 @@ from tapeml.transforms.loops.registry import Context, lowering
 from tapeml.transforms.transcendentals import Math
 
 _CMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+_CMP_SIGNED = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
+_CMP_UNSIGNED = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
 
 Scalar = Callable[[Emitter, Operation, Sequence[SSAValue]], SSAValue]
 """scalar(e, op, args): one element of op's result from one element of each operand."""
@@ -31,8 +40,14 @@ OPS: dict[type[Operation], type[Operation]] = {
     tape.LogOp: xmath.LogOp, tape.TanhOp: xmath.TanhOp, tape.SqrtOp: xmath.SqrtOp,
     tape.SinOp: xmath.SinOp, tape.CosOp: xmath.CosOp,
 }
-"""The elementwise tape ops that are one arith/math op on their elements (which to_llvm.py and
-gpu_to_nvvm.py lower)."""
+"""The elementwise tape ops that are one arith/math op on their (float) elements (which
+to_llvm.py and gpu_to_nvvm.py lower)."""
+
+INTEGER_OPS: dict[type[Operation], type[Operation]] = {
+    tape.AddOp: arith.AddiOp, tape.SubOp: arith.SubiOp, tape.MulOp: arith.MuliOp,
+    tape.MaximumOp: arith.MaxSIOp, tape.MinimumOp: arith.MinSIOp,
+}
+"""The same on i32/i64 elements: signed, wrapping on overflow (numpy's)."""
 
 APPROXIMATED: dict[type[Operation], Callable[[Math, SSAValue], SSAValue]] = {
     tape.ExpOp: Math.exp, tape.LogOp: Math.log, tape.TanhOp: Math.tanh,
@@ -55,8 +70,16 @@ def scalar_op(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
     return SCALARS[kind](e, op, args)
 
 
+def _integer(t: Attribute) -> bool:
+    return isinstance(t, IntegerType)
+
+
 @scalar(*OPS)
 def _one_op(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    if _integer(op.results[0].type.get_element_type()):
+        if type(op) is tape.NegOp:  # 0 - x, wrapping: -INT_MIN is INT_MIN
+            return e.insert(arith.SubiOp(e.scalar(0, args[0].type), args[0]))
+        return e.insert(INTEGER_OPS[type(op)](*args))
     return e.insert(OPS[type(op)](*args))
 
 
@@ -73,13 +96,20 @@ def _sigmoid(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
 @scalar(tape.ReluOp)
 def _relu(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
     """maximum(x, 0), NaN propagating"""
-    return e.insert(arith.MaximumfOp(args[0], e.scalar(0.0, op.results[0].type
-                                                       .get_element_type())))
+    t = op.results[0].type.get_element_type()
+    pick = arith.MaxSIOp if _integer(t) else arith.MaximumfOp
+    return e.insert(pick(args[0], e.scalar(0, t)))
 
 
 @scalar(tape.CmpOp)
 def _cmp(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
-    return e.insert(arith.CmpfOp(args[0], args[1], _CMP[op.params["predicate"]]))
+    t = op.operands[0].type.get_element_type()
+    predicate = op.params["predicate"]
+    if t == i1:  # false < true: unsigned
+        return e.insert(arith.CmpiOp(args[0], args[1], _CMP_UNSIGNED[predicate]))
+    if _integer(t):
+        return e.insert(arith.CmpiOp(args[0], args[1], _CMP_SIGNED[predicate]))
+    return e.insert(arith.CmpfOp(args[0], args[1], _CMP[predicate]))
 
 
 @scalar(tape.SelectOp)
@@ -89,18 +119,54 @@ def _select(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
 
 @scalar(tape.CastOp)
 def _cast(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
-    t = op.results[0].type.get_element_type()
-    source = op.operands[0].type.get_element_type()
+    """numpy's astype (interpreters/tape/elementwise.py: `cast`), floats to integers
+    saturating with NaN to 0."""
+    return convert(e, args[0], op.operands[0].type.get_element_type(),
+                   op.results[0].type.get_element_type())
+
+
+def convert(e: Emitter, x: SSAValue, source: Attribute, t: Attribute) -> SSAValue:
     if source == t:
-        return args[0]
+        return x
+    if t == i1:  # x != 0 (NaN is true)
+        if _integer(source):
+            return e.insert(arith.CmpiOp(x, e.scalar(0, source), "ne"))
+        return e.insert(arith.CmpfOp(x, e.scalar(0.0, source), "une"))
+    if source == i1:  # 0 or 1
+        if _integer(t):
+            return e.insert(arith.ExtUIOp(x, t))
+        return e.insert(arith.SelectOp(x, e.scalar(1.0, t), e.scalar(0.0, t)))
+    if _integer(source) and _integer(t):
+        wider = source.bitwidth < t.bitwidth
+        return e.insert((arith.ExtSIOp if wider else arith.TruncIOp)(x, t))
+    if _integer(source):
+        return e.insert(arith.SIToFPOp(x, t))
+    if _integer(t):
+        return _saturating_to_int(e, x, source, t)
     wider = source.bitwidth < t.bitwidth
-    return e.insert((arith.ExtFOp if wider else arith.TruncFOp)(args[0], t))
+    return e.insert((arith.ExtFOp if wider else arith.TruncFOp)(x, t))
+
+
+def _saturating_to_int(e: Emitter, x: SSAValue, source: Attribute, t: Attribute) -> SSAValue:
+    """Truncation toward zero, clamped to t's range, NaN to 0. Only values strictly inside the
+    range reach fptosi (undefined outside it); at or past an end (the largest integer rounds up
+    to a power of two in f32) the end."""
+    info = np.iinfo(np.int32 if t.bitwidth == 32 else np.int64)
+    low, high = e.scalar(float(info.min), source), e.scalar(float(info.max), source)
+    inside = e.insert(arith.AndIOp(e.insert(arith.CmpfOp(x, low, "ogt")),
+                                   e.insert(arith.CmpfOp(x, high, "olt"))))  # NaN: false
+    value = e.insert(arith.FPToSIOp(e.insert(arith.SelectOp(inside, x, e.scalar(0.0, source))),
+                                    t))
+    value = e.insert(arith.SelectOp(e.insert(arith.CmpfOp(x, high, "oge")),
+                                    e.scalar(int(info.max), t), value))
+    return e.insert(arith.SelectOp(e.insert(arith.CmpfOp(x, low, "ole")),
+                                   e.scalar(int(info.min), t), value))
 
 
 @scalar(tape.ConstantOp)
 def _constant(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
     """A splat inside a tape.fused group."""
-    return e.scalar(float(op.params["value"].reshape(-1)[0]), op.results[0].type
+    return e.scalar(op.params["value"].reshape(-1)[0].item(), op.results[0].type
                     .get_element_type())
 
 
@@ -148,7 +214,7 @@ def lower_constant(e: Emitter, op: tape.ConstantOp, ins: list[SSAValue], out: SS
     if flat.size == 0:
         return None  # nothing to hold
     if np.unique(flat.view(np.uint8).reshape(flat.size, -1), axis=0).shape[0] == 1:
-        element = e.scalar(float(flat[0]), t)
+        element = e.scalar(flat[0].item(), t)
         e.loops([flat.size], lambda e, ivs: e.store(element, out, ivs[0]), parallel=True)
         return None
     name = cx.constant_name()

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.dialects import arith, memref, scf
-from xdsl.dialects.builtin import FloatAttr, IndexType, MemRefType, TensorType, i1
+from xdsl.dialects.builtin import (
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    TensorType,
+    i1,
+)
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
@@ -53,9 +61,12 @@ class Emitter:
     def index(self, value: int) -> SSAValue:
         return self.insert(arith.ConstantOp.from_int_and_width(value, INDEX))
 
-    def scalar(self, value: float, t: Attribute) -> SSAValue:
+    def scalar(self, value: float | int | bool, t: Attribute) -> SSAValue:
+        """A constant of element type `t` (an integer type wraps `value` to its width)."""
         if t == i1:
             return self.insert(arith.ConstantOp.from_int_and_width(int(bool(value)), i1))
+        if isinstance(t, IntegerType):
+            return self.insert(arith.ConstantOp(IntegerAttr(int(value), t, truncate_bits=True)))
         return self.insert(arith.ConstantOp(FloatAttr(float(value), t)))
 
     def linear(self, ivs: Sequence[SSAValue | int], steps: Sequence[int],

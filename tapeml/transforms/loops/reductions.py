@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 from xdsl.dialects import arith, memref
-from xdsl.dialects.builtin import f32, f64
+from xdsl.dialects.builtin import IntegerType, f32, f64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tapeml.dialects import tape
@@ -39,15 +39,15 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
     # an f32 sum accumulates in f64: summed one after another, f32 would lose the small terms
     # of a long sum (numpy sums pairwise); the result is rounded to f32 once, at the end
     wide = f64 if isinstance(op, tape.SumOp) and t == f32 else t
-    combine = arith.AddfOp if isinstance(op, tape.SumOp) else arith.MaximumfOp
+    combine, identity = _combine(op, t)
     last = max(axes, default=len(shape))
     width = math.prod(shape[last + 1:])
     if rows is not None and axes and width >= ROW_WIDTH:
-        _row_reduction(e, op, ins[0], out, rows, wide, combine)
+        _row_reduction(e, op, ins[0], out, rows, wide, combine, identity)
         return
 
     def body(e: Emitter, ivs: list[SSAValue]) -> None:
-        init = e.scalar(0.0 if isinstance(op, tape.SumOp) else -np.inf, wide)
+        init = e.scalar(identity, wide)
 
         def step(e: Emitter, inner: list[SSAValue], acc: SSAValue) -> SSAValue:
             index: list[SSAValue] = [None] * len(shape)
@@ -68,8 +68,20 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
     e.loops(out_shape, body, parallel=True)
 
 
+def _combine(op: tape.SumOp | tape.MaxOp, t: Attribute) -> tuple[type[Operation], float | int]:
+    """How elements combine, and the identity a reduction starts from: floats add and take the
+    IEEE maximum from -inf; integers add, wrapping, and take the signed maximum from the
+    smallest integer."""
+    if isinstance(t, IntegerType):
+        if isinstance(op, tape.SumOp):
+            return arith.AddiOp, 0
+        return arith.MaxSIOp, int(np.iinfo(np.int32 if t.bitwidth == 32 else np.int64).min)
+    return (arith.AddfOp, 0.0) if isinstance(op, tape.SumOp) else (arith.MaximumfOp, -np.inf)
+
+
 def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SSAValue,
-                   report: PlanReport, wide: Attribute, combine: type[Operation]) -> None:
+                   report: PlanReport, wide: Attribute, combine: type[Operation],
+                   init: float | int) -> None:
     """`lower_reduction` with rows: for each index of the kept axes before the last reduced
     one (in parallel), a row of accumulators over the trailing kept axes (contiguous in x and
     in out), folded over the reduced indices in row-major order, then stored."""
@@ -83,7 +95,6 @@ def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SS
     acc = e.insert(memref.AllocOp.get(wide, shape=[size]))
     report.scratch_bytes = max(report.scratch_bytes, size * (wide.bitwidth // 8))
     src = strides(shape)
-    init = 0.0 if isinstance(op, tape.SumOp) else -np.inf
 
     def row(e: Emitter, outer_ivs: list[SSAValue]) -> None:
         start = e.linear(outer_ivs, [s * width for s in strides([shape[i] for i in outer])])

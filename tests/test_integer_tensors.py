@@ -1,0 +1,113 @@
+"""i1, i32 and i64 tensors through every stage (issue 17, part 1: the ops that existed, on the new
+element types; tracing integer arguments is the next part). The reference is numpy written
+plainly; every backend must give the same bits."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from unittest import mock
+
+import numpy as np
+import pytest
+
+import tapeml
+from tapeml.codegen import get_backend
+
+PROGRAM = """
+func.func @f(%a: tensor<5xi32>, %b: tensor<5xi32>, %x: tensor<5xf32>, %m: tensor<2x3xi64>)
+    -> (tensor<5xi32>, tensor<5xi32>, tensor<5xi1>, tensor<5xf32>, tensor<5xi64>, tensor<3xi64>,
+        tensor<2xi64>, tensor<5xi32>, tensor<5xi1>, tensor<5xi32>, tensor<5xi32>) {
+  %c = tape.add %a, %b : tensor<5xi32>
+  %d = tape.maximum %c, %a : tensor<5xi32>
+  %n = tape.neg %d : tensor<5xi32>
+  %r = tape.relu %n : tensor<5xi32>
+  %lt = tape.cmp lt, %a, %b : tensor<5xi32> -> tensor<5xi1>
+  %s = tape.select %lt, %a, %b : tensor<5xi1>, tensor<5xi32>, tensor<5xi32> -> tensor<5xi32>
+  %fi = tape.cast %a : tensor<5xi32> -> tensor<5xf32>
+  %xi = tape.cast %x : tensor<5xf32> -> tensor<5xi64>
+  %sum = tape.sum %m axes = [0] : tensor<2x3xi64> -> tensor<3xi64>
+  %mx = tape.max %m axes = [1] : tensor<2x3xi64> -> tensor<2xi64>
+  %bi = tape.cast %lt : tensor<5xi1> -> tensor<5xi32>
+  %xb = tape.cast %x : tensor<5xf32> -> tensor<5xi1>
+  %p = tape.mul %a, %b : tensor<5xi32>
+  %w = tape.sub %p, %c : tensor<5xi32>
+  func.return %r, %s, %lt, %fi, %xi, %sum, %mx, %bi, %xb, %p, %w
+      : tensor<5xi32>, tensor<5xi32>, tensor<5xi1>, tensor<5xf32>, tensor<5xi64>, tensor<3xi64>,
+        tensor<2xi64>, tensor<5xi32>, tensor<5xi1>, tensor<5xi32>, tensor<5xi32>
+}
+"""
+
+I32 = np.iinfo(np.int32)
+ARGS = (np.array([1, I32.max, -5, I32.min, 0], np.int32),
+        np.array([1, 1, 2, -1, 0], np.int32),
+        np.array([np.nan, 3e19, -2.7, 2.7, -3e19], np.float32),
+        np.array([[2**62, 5, -3], [2**62, -7, 9]], np.int64))
+
+
+def _reference(a, b, x, m):
+    """numpy, wrapping (its integer arrays do), with the one rule every stage defines:
+    float to integer truncates, saturating, NaN to 0."""
+    with np.errstate(over="ignore"):
+        c = a + b
+        d = np.maximum(c, a)
+        r = np.maximum(-d, 0)
+        lt = a < b
+        xi = np.array([0, 2**63 - 1, -2, 2, -2**63], np.int64)
+        return (r, np.where(lt, a, b), lt, a.astype(np.float32), xi, m.sum(0),
+                m.max(1), lt.astype(np.int32), x != 0, a * b, a * b - c)
+
+
+def _program():
+    return tapeml.Program.parse(PROGRAM)
+
+
+def _same(got, expected):
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype and g.shape == e.shape and np.array_equal(g, e), (g, e)
+
+
+def test_the_interpreter_computes_numpy_semantics():
+    program = _program()
+    _same(tapeml.interpret(program.module, program.name, *ARGS), _reference(*ARGS))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_the_cpu_agrees(threads):
+    with mock.patch.dict(os.environ, {"TAPEML_NUM_THREADS": threads}):
+        _same(get_backend("cpu").compile(_program().module)(*ARGS), _reference(*ARGS))
+
+
+def test_the_emulated_gpu_agrees():
+    _same(get_backend("cuda", emulate=True, gemm_tile=4).compile(_program().module)(*ARGS),
+          _reference(*ARGS))
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
+def test_the_ptx_assembles(tmp_path):
+    stages = get_backend("cuda", arch="sm_90").compile(_program().module, stages=True).stages
+    (tmp_path / "k.ptx").write_text(stages["ptx"])
+    subprocess.run(["ptxas", "--gpu-name", "sm_90", str(tmp_path / "k.ptx"), "-o",
+                    str(tmp_path / "k.cubin")], check=True)
+    assert "cvt.rzi.s64.f32" in stages["ptx"]  # float to integer, saturating
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("target", [np.int32, np.int64])
+def test_float_to_integer_saturates_and_nan_is_zero(dtype, target):
+    info = np.iinfo(target)
+    x = np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, 2.9, -2.9, -0.0, float(info.max),
+                  float(info.min)], dtype)
+    expected = np.array([0, info.max, info.min, info.max, info.min, 2, -2, 0, info.max,
+                         info.min], target)
+    t = {np.float32: "f32", np.float64: "f64"}[dtype]
+    i = {np.int32: "i32", np.int64: "i64"}[target]
+    program = tapeml.Program.parse(
+        f"func.func @f(%x: tensor<10x{t}>) -> tensor<10x{i}> {{\n"
+        f"  %y = tape.cast %x : tensor<10x{t}> -> tensor<10x{i}>\n"
+        f"  func.return %y : tensor<10x{i}>\n}}")
+    for backend in (get_backend("interp"), get_backend("cpu"), get_backend("cuda", emulate=True)):
+        (got,) = backend.compile(program.module)(x)
+        assert got.dtype == target and np.array_equal(got, expected), (backend.name, got)
