@@ -111,6 +111,37 @@ class _ConvGeometry:
                 self.kh * self.kw]
 
 
+def _direct_row(e: Emitter, geo: _ConvGeometry, source: SSAValue, weights: SSAValue,
+                out: SSAValue, ivs: list[SSAValue], backward: bool) -> None:
+    """One row of the direct loops, at ivs = (image, group, channel, output row y): for each tap
+    that reads inside the input (where row y does), along the row and over the other channel,
+    out += source * w[o, c, i, j]. conv2d reads x at the tap's input position and adds to its
+    output row (the channel is o, the loop's c); its input cotangent (`backward`) reads the
+    cotangent row and adds to dx at the tap's position (the channel is c, the loop's o)."""
+    b, gi, channel, y = ivs
+    for i, j, (y0, y1), (x0, x1), first in geo.taps():
+        def tap(e: Emitter, i=i, j=j, y0=y0, x0=x0, x1=x1, first=first) -> None:
+            def body(e: Emitter, inner: list[SSAValue]) -> None:
+                other, xx = inner
+                oi, ci = (other, channel) if backward else (channel, other)
+
+                def x_index() -> SSAValue:
+                    return e.linear([b, gi, ci, y, xx], geo.x_steps(),
+                                    first - y0 * geo.x_steps()[3])
+
+                def y_index() -> SSAValue:
+                    return e.linear([b, gi, oi, y, xx], geo.y_steps(), x0)
+
+                value = e.load(source, y_index() if backward else x_index())
+                weight = e.load(weights, e.linear([gi, oi, ci], geo.w_steps(), i * geo.kw + j))
+                accumulate(e, out, x_index() if backward else y_index(),
+                           e.insert(arith.MulfOp(value, weight)))
+
+            e.loops([geo.o // geo.groups if backward else geo.cg, x1 - x0], body)
+
+        e.if_(e.in_range(e.linear([y], [1], -y0), y1 - y0), tap)
+
+
 def lower_conv2d(e: Emitter, op: tape.Conv2dOp, ins: list[SSAValue], out: SSAValue) -> None:
     """out[b, o, y, :] += in[...] * w[o, c, i, j]: per output row, the taps that read inside
     the input (the padding contributes nothing) and their channels; the innermost loop runs
@@ -122,20 +153,7 @@ def lower_conv2d(e: Emitter, op: tape.Conv2dOp, ins: list[SSAValue], out: SSAVal
 
     def row(e: Emitter, ivs: list[SSAValue]) -> None:
         b, gi, oi, y = ivs
-        for i, j, (y0, y1), (x0, x1), first in geo.taps():
-            def tap(e: Emitter, i=i, j=j, y0=y0, x0=x0, x1=x1, first=first) -> None:
-                def body(e: Emitter, inner: list[SSAValue]) -> None:
-                    ci, xx = inner
-                    x = e.load(ins[0], e.linear([b, gi, ci, y, xx], geo.x_steps(),
-                                                first - y0 * geo.x_steps()[3]))
-                    weight = e.load(ins[1], e.linear([gi, oi, ci], geo.w_steps(),
-                                                     i * geo.kw + j))
-                    index = e.linear([b, gi, oi, y, xx], geo.y_steps(), x0)
-                    accumulate(e, out, index, e.insert(arith.MulfOp(x, weight)))
-
-                e.loops([geo.cg, x1 - x0], body)
-
-            e.if_(e.in_range(e.linear([y], [1], -y0), y1 - y0), tap)
+        _direct_row(e, geo, ins[0], ins[1], out, ivs, backward=False)
         for i, j, rectangles in geo.padding_reads():
             zero = e.scalar(0.0, t)
             def weight_times_zero(e: Emitter, inner: list[SSAValue], acc: SSAValue,
@@ -170,25 +188,8 @@ def lower_conv2d_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: S
     if not weight_grad:
         ct_buf, w_buf = ins
         zero(e, out, math.prod(x_shape), t)
-
-        def row(e: Emitter, ivs: list[SSAValue]) -> None:
-            b, gi, ci, y = ivs
-            for i, j, (y0, y1), (x0, x1), first in geo.taps():
-                def tap(e: Emitter, i=i, j=j, y0=y0, x0=x0, x1=x1, first=first) -> None:
-                    def body(e: Emitter, inner: list[SSAValue]) -> None:
-                        oi, xx = inner
-                        ct = e.load(ct_buf, e.linear([b, gi, oi, y, xx], geo.y_steps(), x0))
-                        weight = e.load(w_buf, e.linear([gi, oi, ci], geo.w_steps(),
-                                                        i * geo.kw + j))
-                        index = e.linear([b, gi, ci, y, xx], geo.x_steps(),
-                                         first - y0 * geo.x_steps()[3])
-                        accumulate(e, out, index, e.insert(arith.MulfOp(ct, weight)))
-
-                    e.loops([og, x1 - x0], body)
-
-                e.if_(e.in_range(e.linear([y], [1], -y0), y1 - y0), tap)
-
-        e.loops([geo.n, geo.groups, geo.cg, geo.oh], row)
+        e.loops([geo.n, geo.groups, geo.cg, geo.oh],
+                lambda e, ivs: _direct_row(e, geo, ct_buf, w_buf, out, ivs, backward=True))
         return
     x_buf, ct_buf = ins
     zero(e, out, math.prod(w_shape), t)
