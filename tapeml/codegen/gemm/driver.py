@@ -7,6 +7,8 @@ loop nest over one part), and, when the threads share one packed B, the jobs `.p
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from tapeml.codegen.gemm.partition import Part, batch_groups, partition, shares_b
 from tapeml.codegen.gemm.writer import WIDE, Writer
 from tapeml.dialects.kernel import GemmSpec
@@ -39,16 +41,14 @@ def driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: i
             total = m * n if spec.c0 == 0 else spec.batch * m * n
             w.loop("0", str(total), 1,
                    lambda i: w.do(f"store {t} 0.0, ptr {w.gep(t, '%C', i)}"), "z")
-        w.do("ret void")
-        w.lines.append("}")
-        return [f"@{name}.scratch_bytes = constant i64 0", *w.lines]
+        return [f"@{name}.scratch_bytes = constant i64 0", *w.end()[:-1]]  # the only function
     shared = shares_b(spec, mr, threads)
     parts = [] if shared else partition(spec, mr, nr, threads)
     groups = batch_groups(spec)
-    part_bytes = sum(_scratch_bytes(size, spec, mr, nr, mc, kc))
+    b_bytes, a_bytes = _scratch_bytes(size, spec, mr, nr, mc, kc)
+    part_bytes = b_bytes + a_bytes
     sums = part_bytes * len(parts)  # where groups 1.. put their sums, after the packing slices
-    total = (_scratch_bytes(size, spec, mr, nr, mc, kc)[0] if shared
-             else sums + (groups - 1) * m * n * size)
+    total = b_bytes if shared else sums + (groups - 1) * m * n * size
     total = -(-total // 64) * 64  # aligned_alloc's size: a multiple of the alignment (C11)
     w.do(f"%was = atomicrmw xchg ptr @{name}.busy, i8 1 acquire")
     w.do("%free = icmp eq i8 %was, 0")
@@ -112,15 +112,13 @@ def driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: i
     w.do("ret void")
     w.label("%heap.free")
     w.do("call void @free(ptr %scratch)")
-    w.do("ret void")
-    w.lines.append("}")
     out = [f"@{name}.busy = internal global i8 0",
            f"@{name}.scratch = global ptr null, align 8  ; set by the loader",
-           f"@{name}.scratch_bytes = constant i64 {total}", *w.lines, ""]
+           f"@{name}.scratch_bytes = constant i64 {total}", *w.end()]
     if shared:
         return out + _pack_job(name, t, spec, nr) + _rows_job(name, t, spec, mr, nr, mc, kc)
     if len(parts) > 1:
-        out += _range(name, parts, part_bytes, spec, sums if groups > 1 else None)
+        out += _range(name, t, parts, part_bytes, spec, sums if groups > 1 else None)
     return out + _part(name, t, size, spec, mr, nr, mc, kc)
 
 
@@ -136,12 +134,6 @@ def _job(name: str, job: str) -> tuple[Writer, list[str], str, str]:
     return w, pointers, w(f"load i64, ptr {fields[4]}"), w(f"load i64, ptr {fields[5]}")
 
 
-def _end(w: Writer) -> list[str]:
-    w.do("ret void")
-    w.lines.append("}")
-    return [*w.lines, ""]
-
-
 def _pack_job(name: str, t: str, spec: GemmSpec, nr: int) -> list[str]:
     """`.pack`: panels [start, end) of this block of B, packed where a whole pack puts them."""
     w, (_, b, _, bp), pc, depth = _job(name, "pack")
@@ -150,7 +142,7 @@ def _pack_job(name: str, t: str, spec: GemmSpec, nr: int) -> list[str]:
     dst = w.gep(t, bp, w(f"mul i64 {j0}, {depth}"))
     w.do(f"call void @{name}.pack_b(ptr {b}, ptr {dst}, i64 {pc}, i64 {depth}, i64 {j0}, "
          f"i64 {j1})")
-    return _end(w)
+    return w.end()
 
 
 def _macro_kernel(w: Writer, name: str, t: str, n: int, mr: int, nr: int,
@@ -197,14 +189,14 @@ def _rows_job(name: str, t: str, spec: GemmSpec, mr: int, nr: int, mc: int, kc: 
                       load)
 
     w.loop(w(f"mul i64 %start, {mr}"), r1, mc, rows, "ic")
-    return _end(w)
+    return w.end()
 
 
-def _i64s(values: Part) -> str:
+def _i64s(values: Iterable[int | str]) -> str:
     return ", ".join(f"i64 {v}" for v in values)
 
 
-def _range(name: str, parts: list[Part], part_bytes: int, spec: GemmSpec,
+def _range(name: str, t: str, parts: list[Part], part_bytes: int, spec: GemmSpec,
            sums: int | None) -> list[str]:
     """The pool's entry: parts [start, end) of the table, on the buffers the context holds,
     part p packing into the scratch's p-th slice. Groups of batches (`sums`: where their sums
@@ -224,19 +216,16 @@ def _range(name: str, parts: list[Part], part_bytes: int, spec: GemmSpec,
         scratch = w(f"getelementptr i8, ptr {buffers[3]}, i64 {w(f'mul i64 {i}, {part_bytes}')}")
         c, first = buffers[2], str(spec.accumulate).lower()
         if sums is not None:
-            t = "float" if spec.dtype == "f32" else "double"
             group0 = w(f"icmp eq i64 {i}, 0")
             offset = w(f"mul i64 {w(f'sub i64 {i}, 1')}, {spec.m * spec.n}")
             own = w.gep(t, w.gep("i8", buffers[3], str(sums)), offset)
             c = w(f"select i1 {group0}, ptr {buffers[2]}, ptr {own}")
             first = w(f"and i1 {group0}, {first}")
         w.do(f"call void @{name}.part(ptr {buffers[0]}, ptr {buffers[1]}, ptr {c}, "
-             f"{', '.join(f'i64 {v}' for v in values)}, ptr {scratch}, i1 {first})")
+             f"{_i64s(values)}, ptr {scratch}, i1 {first})")
 
     w.loop("%start", "%end", 1, body, "p")
-    w.do("ret void")
-    w.lines.append("}")
-    return [*w.lines, ""]
+    return w.end()
 
 
 def _part(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: int,
@@ -285,6 +274,4 @@ def _part(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: in
         w.loop("0", str(k), kc, block, "pc")
 
     w.loop("%b0", "%b1", 1, batch, "batch")
-    w.do("ret void")
-    w.lines.append("}")
-    return w.lines
+    return w.end()[:-1]  # the module's last function: no blank line after it

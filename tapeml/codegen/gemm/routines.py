@@ -81,9 +81,7 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
         w.loop("0", "%nr", 1, column, "j")
 
     w.loop("0", "%mr", 1, row, "i")
-    w.do("ret void")
-    w.lines.append("}")
-    return [*w.lines, ""]
+    return w.end()
 
 
 def pack_b(name: str, t: str, spec: GemmSpec, nr: int) -> list[str]:
@@ -116,9 +114,7 @@ def pack_b(name: str, t: str, spec: GemmSpec, nr: int) -> list[str]:
         w.do(f"store {t} 0.0, ptr {w.gep(t, '%dst', w.packed(jj, p, nr))}")
 
     w.loop("0", "%kc", 1, lambda p: w.loop(width, padded, 1, lambda jj: zero(p, jj), "z"), "q")
-    w.do("ret void")
-    w.lines.append("}")
-    return [*w.lines, ""]
+    return w.end()
 
 
 def pack_a(name: str, t: str, spec: GemmSpec, mr: int) -> list[str]:
@@ -143,6 +139,4 @@ def pack_a(name: str, t: str, spec: GemmSpec, mr: int) -> list[str]:
         w.loop("0", rows, 1, lambda i: w.loop("0", "%kc", 1, lambda p: element(i, p), "p"), "i")
     else:
         w.loop("0", "%kc", 1, lambda p: w.loop("0", rows, 1, lambda i: element(i, p), "i"), "p")
-    w.do("ret void")
-    w.lines.append("}")
-    return [*w.lines, ""]
+    return w.end()

@@ -1,6 +1,6 @@
-"""`Writer`: LLVM IR text with fresh value names, the current block's label (for phis) and
-counted loops; what every function of a GEMM kernel is written with. `WIDE`: the function
-attributes they all carry."""
+"""`Writer`: LLVM IR text with fresh value names, the current block's label (for phis),
+counted loops and the function's end; what every function of a GEMM kernel is written with.
+`WIDE`: the function attributes they all carry."""
 
 from __future__ import annotations
 
@@ -30,6 +30,12 @@ class Writer:
     def label(self, name: str) -> None:
         self.lines.append(f"{name[1:]}:")
         self.block = name
+
+    def end(self) -> list[str]:
+        """`ret void` and the closing brace: the function's lines, then a blank one."""
+        self.do("ret void")
+        self.lines.append("}")
+        return [*self.lines, ""]
 
     def loop(self, start: str, end: str, step: int, body, hint: str = "i") -> None:
         """for iv in range(start, end, step): body(iv) -- i64 values, end exclusive."""
