@@ -65,22 +65,24 @@ def match_folded(root: Operation) -> Folded | None:
     return Folded(fold.input, fold, crop, (-low[2], -low[3], -high[2], -high[3]))
 
 
-def _cotangent_rows(value: SSAValue) -> SSAValue | None:
-    """v = reshape(permute(ct, (0, 2, 3, 1)), (N*OH*OW, O)): the ct it reshapes."""
+def _rows(value: SSAValue, perm: tuple[int, ...]) -> SSAValue | None:
+    """v = reshape(permute(s, perm)) (a matmul's operand as rows): s, else None."""
     rows = producer(value, tape.ReshapeOp)
     moved = rows and producer(rows.input, tape.PermuteOp)
-    if moved is None or moved.params["perm"] != (0, 2, 3, 1):
+    if moved is None or moved.params["perm"] != perm:
         return None
     return moved.input
 
 
+def _cotangent_rows(value: SSAValue) -> SSAValue | None:
+    """v = reshape(permute(ct, (0, 2, 3, 1)), (N*OH*OW, O)): the ct it reshapes."""
+    return _rows(value, (0, 2, 3, 1))
+
+
 def _window_rows(value: SSAValue) -> Windows | None:
     """v = reshape(permute(unfold(pad(x)), (0, 2, 3, 1, 4, 5)), (N*OH*OW, C*KH*KW))."""
-    rows = producer(value, tape.ReshapeOp)
-    moved = rows and producer(rows.input, tape.PermuteOp)
-    if moved is None or moved.params["perm"] != (0, 2, 3, 1, 4, 5):
-        return None
-    return match_windows(moved.input, 0.0)
+    windows = _rows(value, (0, 2, 3, 1, 4, 5))
+    return None if windows is None else match_windows(windows, 0.0)
 
 
 class ConvBackwardInput(FusionPattern):
