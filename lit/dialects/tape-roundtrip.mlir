@@ -16,7 +16,7 @@
 // Elementwise ops. `: T` is short for every operand and the result having type T; the long
 // forms `: T -> T` and `: T, T -> T` are accepted and printed short.
 
-// CHECK-LABEL: func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>, %d: tensor<4xf64>, %s: tensor<f32>) {
+// CHECK-LABEL: func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>, %d: tensor<4xf64>, %s: tensor<f32>, %i: tensor<3xi32>, %k: tensor<3xi1>, %l: tensor<2xi64>) {
 // CHECK-NEXT:    %0 = tape.add %a, %b : tensor<2x3xf32>
 // CHECK-NEXT:    %1 = tape.sub %a, %b : tensor<2x3xf32>
 // CHECK-NEXT:    %2 = tape.mul %a, %b : tensor<2x3xf32>
@@ -37,6 +37,15 @@
 // CHECK-NEXT:    %17 = tape.mul %0, %16 {tag = "fused", n = 3 : i64} : tensor<2x3xf32>
 // CHECK-NEXT:    %18 = tape.sin %a : tensor<2x3xf32>
 // CHECK-NEXT:    %19 = tape.cos %d : tensor<4xf64>
+// CHECK-NEXT:    %20 = tape.floordiv %i, %i : tensor<3xi32>
+// CHECK-NEXT:    %21 = tape.rem %i, %i : tensor<3xi32>
+// CHECK-NEXT:    %22 = tape.and %k, %k : tensor<3xi1>
+// CHECK-NEXT:    %23 = tape.or %i, %i : tensor<3xi32>
+// CHECK-NEXT:    %24 = tape.xor %i, %i : tensor<3xi32>
+// CHECK-NEXT:    %25 = tape.shl %l, %l : tensor<2xi64>
+// CHECK-NEXT:    %26 = tape.shr %l, %l : tensor<2xi64>
+// CHECK-NEXT:    %27 = tape.not %k : tensor<3xi1>
+// CHECK-NEXT:    %28 = tape.add %l, %l : tensor<2xi64>
 // CHECK-NEXT:    func.return
 // CHECK-NEXT:  }
 
@@ -46,7 +55,7 @@
 // CHECK-GENERIC:         %17 = "tape.mul"(%0, %16) {tag = "fused", n = 3 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
 // CHECK-GENERIC:         %18 = "tape.sin"(%a) : (tensor<2x3xf32>) -> tensor<2x3xf32>
 
-func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>, %d: tensor<4xf64>, %s: tensor<f32>) {
+func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>, %d: tensor<4xf64>, %s: tensor<f32>, %i: tensor<3xi32>, %k: tensor<3xi1>, %l: tensor<2xi64>) {
   %0 = tape.add %a, %b : tensor<2x3xf32>
   %1 = tape.sub %a, %b : tensor<2x3xf32>
   %2 = tape.mul %a, %b : tensor<2x3xf32>
@@ -67,6 +76,15 @@ func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>, %d: tensor<4xf6
   %17 = tape.mul %0, %16 {tag = "fused", n = 3 : i64} : tensor<2x3xf32>
   %18 = tape.sin %a : tensor<2x3xf32>
   %19 = tape.cos %d : tensor<4xf64>
+  %20 = tape.floordiv %i, %i : tensor<3xi32>
+  %21 = tape.rem %i, %i : tensor<3xi32>
+  %22 = tape.and %k, %k : tensor<3xi1>
+  %23 = tape.or %i, %i : tensor<3xi32>
+  %24 = tape.xor %i, %i : tensor<3xi32>
+  %25 = tape.shl %l, %l : tensor<2xi64>
+  %26 = tape.shr %l, %l : tensor<2xi64>
+  %27 = tape.not %k : tensor<3xi1>
+  %28 = tape.add %l, %l : tensor<2xi64>
   func.return
 }
 

@@ -24,7 +24,8 @@ def op_flops(op: TapeOp) -> int:
     return FLOPS[type(op)](op)
 
 
-@flops(*tape.ELEMENTWISE_BINARY, *tape.ELEMENTWISE_UNARY, tape.CmpOp, tape.SelectOp)
+@flops(*tape.ELEMENTWISE_BINARY, *tape.ELEMENTWISE_UNARY, *tape.INTEGER_BINARY,
+       *tape.INTEGER_UNARY, tape.CmpOp, tape.SelectOp)
 def _per_result_element(op: TapeOp) -> int:
     return _numel(op.results[0])
 

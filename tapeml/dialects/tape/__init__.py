@@ -50,6 +50,8 @@ from tapeml.dialects.tape.types import *  # noqa: F403
 OPS: tuple[type[TapeOp], ...] = (
     *elementwise.ELEMENTWISE_BINARY,
     *elementwise.ELEMENTWISE_UNARY,
+    *elementwise.INTEGER_BINARY,
+    *elementwise.INTEGER_UNARY,
     elementwise.CmpOp,
     elementwise.SelectOp,
     constants.ConstantOp,

@@ -15,6 +15,8 @@ from tapeml.dialects.base import Keyword, TapeOp
 from tapeml.dialects.tape.constants import ConstantOp
 from tapeml.dialects.tape.types import (
     FLOATS,
+    INTEGERS,
+    INTS,
     NUMBERS,
     any_tensor,
     bool_tensor,
@@ -26,6 +28,16 @@ from tapeml.dialects.tape.types import (
 )
 
 __all__ = [
+    "INTEGER_UNARY",
+    "INTEGER_BINARY",
+    "NotOp",
+    "ShrOp",
+    "ShlOp",
+    "XorOp",
+    "OrOp",
+    "AndOp",
+    "RemOp",
+    "FloorDivOp",
     "AddOp",
     "CMP_PREDICATES",
     "CastOp",
@@ -176,6 +188,77 @@ class SqrtOp(_Unary):
     name = "tape.sqrt"
 
 
+@irdl_op_definition
+class FloorDivOp(_Binary):
+    """Integer division rounding toward -inf, as numpy's `floor_divide`: x // 0 is 0 and
+    INT_MIN // -1 wraps to INT_MIN."""
+
+    name = "tape.floordiv"
+    ELEMENTS: ClassVar = INTS
+
+
+@irdl_op_definition
+class RemOp(_Binary):
+    """The remainder of `floordiv`, with the divisor's sign, as numpy's `remainder`: x % 0 is
+    0."""
+
+    name = "tape.rem"
+    ELEMENTS: ClassVar = INTS
+
+
+@irdl_op_definition
+class AndOp(_Binary):
+    """Bitwise and (logical on i1)."""
+
+    name = "tape.and"
+    traits = traits_def(Commutative())
+    ELEMENTS: ClassVar = INTEGERS
+
+
+@irdl_op_definition
+class OrOp(_Binary):
+    """Bitwise or (logical on i1)."""
+
+    name = "tape.or"
+    traits = traits_def(Commutative())
+    ELEMENTS: ClassVar = INTEGERS
+
+
+@irdl_op_definition
+class XorOp(_Binary):
+    """Bitwise exclusive or (logical on i1)."""
+
+    name = "tape.xor"
+    traits = traits_def(Commutative())
+    ELEMENTS: ClassVar = INTEGERS
+
+
+@irdl_op_definition
+class ShlOp(_Binary):
+    """`lhs << rhs`, as numpy's `left_shift`: a shift of the bit width or more, or negative,
+    gives 0."""
+
+    name = "tape.shl"
+    ELEMENTS: ClassVar = INTS
+
+
+@irdl_op_definition
+class ShrOp(_Binary):
+    """`lhs >> rhs` (arithmetic), as numpy's `right_shift`: a shift of the bit width or more,
+    or negative, gives 0 or -1 (the sign)."""
+
+    name = "tape.shr"
+    ELEMENTS: ClassVar = INTS
+
+
+@irdl_op_definition
+class NotOp(_Unary):
+    """Bitwise not (logical on i1), as numpy's `invert`."""
+
+    name = "tape.not"
+    ELEMENTS: ClassVar = INTEGERS
+
+
 CMP_PREDICATES = ("lt", "le", "gt", "ge", "eq", "ne")
 
 
@@ -252,6 +335,10 @@ class CastOp(TapeOp):
 
 ELEMENTWISE_BINARY = (AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp)
 ELEMENTWISE_UNARY = (NegOp, ExpOp, LogOp, TanhOp, SinOp, CosOp, SigmoidOp, ReluOp, SqrtOp)
-ELEMENTWISE = (*ELEMENTWISE_BINARY, *ELEMENTWISE_UNARY, CmpOp, SelectOp, CastOp, ConstantOp)
+INTEGER_BINARY = (FloorDivOp, RemOp, AndOp, OrOp, XorOp, ShlOp, ShrOp)
+INTEGER_UNARY = (NotOp,)
+"""The elementwise ops of integers (and i1) only."""
+ELEMENTWISE = (*ELEMENTWISE_BINARY, *ELEMENTWISE_UNARY, *INTEGER_BINARY, *INTEGER_UNARY, CmpOp,
+               SelectOp, CastOp, ConstantOp)
 """The ops a `tape.fused` body may hold: each result element depends on the same element of
 each operand only."""

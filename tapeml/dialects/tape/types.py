@@ -36,6 +36,7 @@ BOOL, INT, FLOAT = "bool", "int", "float"
 """The kinds of element type an op may accept (its `ELEMENTS`)."""
 NUMBERS = frozenset({INT, FLOAT})
 INTEGERS = frozenset({BOOL, INT})
+INTS = frozenset({INT})
 FLOATS = frozenset({FLOAT})
 ANY = frozenset({BOOL, INT, FLOAT})
 _NAMES = {BOOL: ["i1"], INT: ["i32", "i64"], FLOAT: ["f32", "f64"]}

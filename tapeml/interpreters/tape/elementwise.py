@@ -50,6 +50,14 @@ for _op, _fn in {
     tape.SqrtOp: np.sqrt,
     tape.SigmoidOp: lambda x: 1 / (1 + np.exp(-x)),
     tape.ReluOp: lambda x: maximum(x, np.zeros_like(x)),
+    tape.FloorDivOp: np.floor_divide,  # x // 0 is 0, as numpy gives (the warning is ignored)
+    tape.RemOp: np.remainder,
+    tape.AndOp: np.bitwise_and,
+    tape.OrOp: np.bitwise_or,
+    tape.XorOp: np.bitwise_xor,
+    tape.NotOp: np.invert,
+    tape.ShlOp: np.left_shift,  # numpy's: a shift of the width or more, or negative, gives 0
+    tape.ShrOp: np.right_shift,
 }.items():
     _elementwise(_op, _fn)
 

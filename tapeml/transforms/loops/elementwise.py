@@ -83,6 +83,56 @@ def _one_op(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
     return e.insert(OPS[type(op)](*args))
 
 
+@scalar(tape.AndOp, tape.OrOp, tape.XorOp)
+def _bitwise(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    kind = {tape.AndOp: arith.AndIOp, tape.OrOp: arith.OrIOp, tape.XorOp: arith.XOrIOp}
+    return e.insert(kind[type(op)](*args))
+
+
+@scalar(tape.NotOp)
+def _not(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    return e.insert(arith.XOrIOp(args[0], e.scalar(-1, args[0].type)))  # all ones (i1: true)
+
+
+@scalar(tape.FloorDivOp, tape.RemOp)
+def _floordiv_rem(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    """numpy's floor_divide and remainder: C's truncating division on a divisor that cannot
+    trap (0 and -1 become 1), moved one toward -inf where the remainder's sign differs from
+    the divisor's; x // 0 = x % 0 = 0, x // -1 = -x (wrapping), x % -1 = 0."""
+    a, b = args
+    t = a.type
+    zero, one = e.scalar(0, t), e.scalar(1, t)
+    by_zero = e.insert(arith.CmpiOp(b, zero, "eq"))
+    by_minus_one = e.insert(arith.CmpiOp(b, e.scalar(-1, t), "eq"))
+    special = e.insert(arith.OrIOp(by_zero, by_minus_one))
+    safe = e.insert(arith.SelectOp(special, one, b))
+    r = e.insert(arith.RemSIOp(a, safe))
+    signs_differ = e.insert(arith.XOrIOp(e.insert(arith.CmpiOp(r, zero, "slt")),
+                                         e.insert(arith.CmpiOp(safe, zero, "slt"))))
+    adjust = e.insert(arith.AndIOp(e.insert(arith.CmpiOp(r, zero, "ne")), signs_differ))
+    if isinstance(op, tape.RemOp):
+        r = e.insert(arith.SelectOp(adjust, e.insert(arith.AddiOp(r, safe)), r))
+        return e.insert(arith.SelectOp(special, zero, r))
+    q = e.insert(arith.DivSIOp(a, safe))
+    q = e.insert(arith.SelectOp(adjust, e.insert(arith.SubiOp(q, one)), q))
+    q = e.insert(arith.SelectOp(by_minus_one, e.insert(arith.SubiOp(zero, a)), q))
+    return e.insert(arith.SelectOp(by_zero, zero, q))
+
+
+@scalar(tape.ShlOp, tape.ShrOp)
+def _shift(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    """numpy's shifts: an amount of the width or more, or negative (unsigned, that is, at
+    least the width), gives 0 for <<, the sign for >> (a >> width-1)."""
+    a, s = args
+    width = e.scalar(a.type.bitwidth, a.type)
+    fits = e.insert(arith.CmpiOp(s, width, "ult"))
+    if isinstance(op, tape.ShlOp):
+        shifted = e.insert(arith.ShLIOp(a, e.insert(arith.SelectOp(fits, s, e.scalar(0, a.type)))))
+        return e.insert(arith.SelectOp(fits, shifted, e.scalar(0, a.type)))
+    amount = e.insert(arith.SelectOp(fits, s, e.scalar(a.type.bitwidth - 1, a.type)))
+    return e.insert(arith.ShRSIOp(a, amount))
+
+
 @scalar(tape.SigmoidOp)
 def _sigmoid(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
     """1 / (1 + exp(-x))"""

@@ -13,4 +13,7 @@ from tapeml.dialects.registry import OpTable
 Rule = Callable[..., tuple[Any, ...]]
 PULLBACKS: OpTable[Rule] = OpTable("pullback")
 pullback = PULLBACKS.register
-NON_DIFFERENTIABLE: frozenset[type[TapeOp]] = frozenset({tape.CmpOp, tape.ConstantOp})
+NON_DIFFERENTIABLE: frozenset[type[TapeOp]] = frozenset(
+    {tape.CmpOp, tape.ConstantOp, *tape.INTEGER_BINARY, *tape.INTEGER_UNARY})
+"""Ops with no rule: comparisons, constants, and the ops of integers (which carry no
+gradient)."""
