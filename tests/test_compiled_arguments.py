@@ -271,8 +271,8 @@ def with_a_scalar_constant() -> None:
     pytest.param("with_a_scalar_constant", marks=pytest.mark.xfail(strict=True, reason=(
         "a Python scalar meeting an array becomes a tape.constant of the array's whole shape: "
         "tracing `x * 2.0` on 2^31 elements copies 8 GiB (numpy_to_dense in "
-        "tapeml/dialects/tape.py, from trace.py's operand), and tape-fuse's np.unique and "
-        "dense_to_numpy's np.full materialize it again; a MemoryError here")))])
+        "tapeml/dialects/tape/constants.py, from trace.py's operand), and tape-fuse's np.unique "
+        "and dense_to_numpy's np.full materialize it again; a MemoryError here")))])
 def test_past_2_31_elements_compiles_with_64_bit_indices(check):
     """Compiled (not run) in a child with a limited address space: a compiler that
     materialized something of the shape's size fails there instead of taking the memory."""

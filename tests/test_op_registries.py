@@ -20,8 +20,8 @@ from tapeml.transforms.to_llvm import BINARY_INTRINSICS, UNARY_INTRINSICS
 from tapeml.transforms.to_loops import LOWERINGS as PASS_LOWERINGS
 
 TABLES = {
-    "interpreter semantics (tapeml/interpreters/tape.py)": set(SEMANTICS),
-    "pullback or NON_DIFFERENTIABLE (tapeml/transforms/pullbacks.py)":
+    "interpreter semantics (tapeml/interpreters/tape/)": set(SEMANTICS),
+    "pullback or NON_DIFFERENTIABLE (tapeml/transforms/pullbacks/)":
         set(PULLBACKS) | NON_DIFFERENTIABLE,
     "loops (tapeml/transforms/loops/)": set(LOWERINGS),
     "FLOPs (tapeml/frontend/flops.py)": set(FLOPS),

@@ -1,6 +1,7 @@
-// One chunk per verifier rule of every tape op: each call site of _check / _same /
-// _same_element / _float / _bool / _ints in tapeml/dialects/tape.py, the result-type check of
-// TapeOp.verify_ (base.py) and ConstantOp.verify_. Each diagnostic is located at the failing op.
+// One chunk per verifier rule of every tape op: each call site of check / same_type /
+// same_element / float_tensor / any_tensor / bool_tensor / check_ints (tapeml/dialects/tape/
+// types.py) and _rank4 (convolutions.py), the result-type check of TapeOp.verify_ (base.py) and
+// ConstantOp.verify_. Each diagnostic is located at the failing op.
 //
 // With --verify-diagnostics, tapeml-opt prints each chunk's diagnostic on stdout and exits 0.
 // RUN: tapeml-opt %s --split-input-file --verify-diagnostics | filecheck %s
@@ -394,7 +395,7 @@ func.func @case42(%a: tensor<2xi32>) {
 
 // -----
 
-// PadOp: _ints low length
+// PadOp: check_ints low length
 func.func @case43(%a: tensor<2x3xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.pad: low needs 2 values, got [1]
   %0 = tape.pad %a low = [1] high = [1, 1] value = 0.0 : tensor<2x3xf32> -> tensor<4x4xf32>
@@ -403,7 +404,7 @@ func.func @case43(%a: tensor<2x3xf32>) {
 
 // -----
 
-// PadOp: _ints low minimum
+// PadOp: check_ints low minimum
 func.func @case44(%a: tensor<2xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.pad: low values must be >= -4611686018427387904, got [-4611686018427387905]
   %0 = tape.pad %a low = [-4611686018427387905] high = [0] value = 0.0 : tensor<2xf32> -> tensor<2xf32>
@@ -412,7 +413,7 @@ func.func @case44(%a: tensor<2xf32>) {
 
 // -----
 
-// PadOp: _ints high length
+// PadOp: check_ints high length
 func.func @case45(%a: tensor<2x3xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.pad: high needs 2 values, got [1, 1, 1]
   %0 = tape.pad %a low = [1, 1] high = [1, 1, 1] value = 0.0 : tensor<2x3xf32> -> tensor<4x5xf32>
@@ -421,7 +422,7 @@ func.func @case45(%a: tensor<2x3xf32>) {
 
 // -----
 
-// PadOp: _ints high minimum
+// PadOp: check_ints high minimum
 func.func @case46(%a: tensor<2xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.pad: high values must be >= -4611686018427387904, got [-9223372036854775808]
   %0 = tape.pad %a low = [0] high = [-9223372036854775808] value = 0.0 : tensor<2xf32> -> tensor<2xf32>
@@ -457,7 +458,7 @@ func.func @case49(%a: tensor<4xi32>) {
 
 // -----
 
-// SliceOp: _ints start length
+// SliceOp: check_ints start length
 func.func @case50(%a: tensor<4x4xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.slice: start needs 2 values, got [0]
   %0 = tape.slice %a start = [0] stop = [2, 2] step = [1, 1] : tensor<4x4xf32> -> tensor<2x2xf32>
@@ -466,7 +467,7 @@ func.func @case50(%a: tensor<4x4xf32>) {
 
 // -----
 
-// SliceOp: _ints start minimum
+// SliceOp: check_ints start minimum
 func.func @case51(%a: tensor<4xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.slice: start values must be >= 0, got [-1]
   %0 = tape.slice %a start = [-1] stop = [2] step = [1] : tensor<4xf32> -> tensor<3xf32>
@@ -475,7 +476,7 @@ func.func @case51(%a: tensor<4xf32>) {
 
 // -----
 
-// SliceOp: _ints stop length
+// SliceOp: check_ints stop length
 func.func @case52(%a: tensor<4xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.slice: stop needs 1 values, got []
   %0 = tape.slice %a start = [0] stop = [] step = [1] : tensor<4xf32> -> tensor<2xf32>
@@ -484,7 +485,7 @@ func.func @case52(%a: tensor<4xf32>) {
 
 // -----
 
-// SliceOp: _ints stop minimum
+// SliceOp: check_ints stop minimum
 func.func @case53(%a: tensor<4xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.slice: stop values must be >= 0, got [-2]
   %0 = tape.slice %a start = [0] stop = [-2] step = [1] : tensor<4xf32> -> tensor<2xf32>
@@ -493,7 +494,7 @@ func.func @case53(%a: tensor<4xf32>) {
 
 // -----
 
-// SliceOp: _ints step length
+// SliceOp: check_ints step length
 func.func @case54(%a: tensor<4xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.slice: step needs 1 values, got [1, 1]
   %0 = tape.slice %a start = [0] stop = [2] step = [1, 1] : tensor<4xf32> -> tensor<2xf32>
@@ -502,7 +503,7 @@ func.func @case54(%a: tensor<4xf32>) {
 
 // -----
 
-// SliceOp: _ints step minimum
+// SliceOp: check_ints step minimum
 func.func @case55(%a: tensor<4xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.slice: step values must be >= 1, got [0]
   %0 = tape.slice %a start = [0] stop = [2] step = [0] : tensor<4xf32> -> tensor<2xf32>
@@ -565,7 +566,7 @@ func.func @case61(%a: tensor<5xf32>) {
 
 // -----
 
-// _Windows: _ints kernel minimum
+// _Windows: check_ints kernel minimum
 func.func @case62(%a: tensor<5xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.unfold: kernel values must be >= 1, got [0]
   %0 = tape.unfold %a kernel = [0] stride = [1] dilation = [1] : tensor<5xf32> -> tensor<6x0xf32>
@@ -574,7 +575,7 @@ func.func @case62(%a: tensor<5xf32>) {
 
 // -----
 
-// _Windows: _ints stride length
+// _Windows: check_ints stride length
 func.func @case63(%a: tensor<5x5xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.unfold: stride needs 2 values, got [1]
   %0 = tape.unfold %a kernel = [2, 2] stride = [1] dilation = [1, 1] : tensor<5x5xf32> -> tensor<4x4x2x2xf32>
@@ -583,7 +584,7 @@ func.func @case63(%a: tensor<5x5xf32>) {
 
 // -----
 
-// _Windows: _ints stride minimum
+// _Windows: check_ints stride minimum
 func.func @case64(%a: tensor<5xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.unfold: stride values must be >= 1, got [0]
   %0 = tape.unfold %a kernel = [2] stride = [0] dilation = [1] : tensor<5xf32> -> tensor<4x2xf32>
@@ -592,7 +593,7 @@ func.func @case64(%a: tensor<5xf32>) {
 
 // -----
 
-// _Windows: _ints dilation length
+// _Windows: check_ints dilation length
 func.func @case65(%a: tensor<5xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.unfold: dilation needs 1 values, got []
   %0 = tape.unfold %a kernel = [2] stride = [1] dilation = [] : tensor<5xf32> -> tensor<4x2xf32>
@@ -601,7 +602,7 @@ func.func @case65(%a: tensor<5xf32>) {
 
 // -----
 
-// _Windows: _ints dilation minimum
+// _Windows: check_ints dilation minimum
 func.func @case66(%a: tensor<5xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.unfold: dilation values must be >= 1, got [0]
   %0 = tape.unfold %a kernel = [2] stride = [1] dilation = [0] : tensor<5xf32> -> tensor<4x2xf32>
@@ -664,7 +665,7 @@ func.func @case72(%a: tensor<1x4xf32>) {
 
 // -----
 
-// FoldOp: _Windows _ints stride on fold
+// FoldOp: _Windows check_ints stride on fold
 func.func @case73(%a: tensor<4x2xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.fold: stride values must be >= 1, got [0]
   %0 = tape.fold %a kernel = [2] stride = [0] dilation = [1] : tensor<4x2xf32> -> tensor<5xf32>
@@ -709,7 +710,7 @@ func.func @case77(%a: tensor<2xf32>, %b: tensor<2xi32>) {
 
 // -----
 
-// ConcatOp: _same_element
+// ConcatOp: same_element
 func.func @case78(%a: tensor<2xf32>, %b: tensor<2xf64>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.concat: operands must share one element type (cast explicitly); got tensor<2xf32>, tensor<2xf64>
   %0 = tape.concat %a, %b axis = 0 : tensor<2xf32>, tensor<2xf64> -> tensor<4xf32>
@@ -763,7 +764,7 @@ func.func @case83(%a: tensor<2x3xf32>) {
 
 // -----
 
-// _any (layout ops): an i1 input must be statically shaped
+// any_tensor (layout ops): an i1 input must be statically shaped
 func.func @case84(%a: tensor<?xi1>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.broadcast: operand must be a statically shaped tensor of i1, i32, i64, f32 or f64, got tensor<?xi1>
   %0 = tape.broadcast %a : tensor<?xi1> -> tensor<2x3xi1>
@@ -772,7 +773,7 @@ func.func @case84(%a: tensor<?xi1>) {
 
 // -----
 
-// _any (layout ops): reshape of i1 keeps the element count
+// any_tensor (layout ops): reshape of i1 keeps the element count
 func.func @case85(%a: tensor<2x3xi1>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.reshape: cannot reshape tensor<2x3xi1> (6 elements) to shape [5]
   %0 = tape.reshape %a : tensor<2x3xi1> -> tensor<5xi1>
@@ -781,7 +782,7 @@ func.func @case85(%a: tensor<2x3xi1>) {
 
 // -----
 
-// _any (layout ops): permute of i1 keeps the element type
+// any_tensor (layout ops): permute of i1 keeps the element type
 func.func @case86(%a: tensor<2x3xi1>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.permute: result type tensor<3x2xf32> does not match tensor<3x2xi1>, the type its operands and parameters give
   %0 = tape.permute %a perm = [1, 0] : tensor<2x3xi1> -> tensor<3x2xf32>
@@ -790,7 +791,7 @@ func.func @case86(%a: tensor<2x3xi1>) {
 
 // -----
 
-// _any (layout ops): concat of i1 and f32 (_same_element)
+// any_tensor (layout ops): concat of i1 and f32 (same_element)
 func.func @case87(%a: tensor<2xi1>, %b: tensor<2xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.concat: operands must share one element type (cast explicitly); got tensor<2xi1>, tensor<2xf32>
   %0 = tape.concat %a, %b axis = 0 : tensor<2xi1>, tensor<2xf32> -> tensor<4xf32>
@@ -799,7 +800,7 @@ func.func @case87(%a: tensor<2xi1>, %b: tensor<2xf32>) {
 
 // -----
 
-// PadOp: pads f32/f64 only (i1 is for the _any layout ops)
+// PadOp: pads f32/f64 only (i1 is for the any_tensor layout ops)
 func.func @case88(%a: tensor<2xi1>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.pad: operand must be a statically shaped tensor of f32 or f64, got tensor<2xi1>
   %0 = tape.pad %a low = [1] high = [1] value = 0.0 : tensor<2xi1> -> tensor<4xi1>
@@ -907,7 +908,7 @@ func.func @case99(%a: tensor<2x3xf32>, %b: tensor<3x?xf32>) {
 
 // -----
 
-// MatmulOp: _same_element
+// MatmulOp: same_element
 func.func @case100(%a: tensor<2x3xf32>, %b: tensor<3x4xf64>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.matmul: operands must share one element type (cast explicitly); got tensor<2x3xf32>, tensor<3x4xf64>
   %0 = tape.matmul %a, %b : tensor<2x3xf32>, tensor<3x4xf64> -> tensor<2x4xf32>
@@ -961,7 +962,7 @@ func.func @case105(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) {
 
 // -----
 
-// _nchw: input must be f32/f64
+// _rank4: input must be f32/f64
 func.func @case106(%x: tensor<1x1x4x4xi32>, %w: tensor<1x1x3x3xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.conv2d: input must be a statically shaped tensor of f32 or f64, got tensor<1x1x4x4xi32>
   %0 = tape.conv2d %x, %w stride = [1, 1] padding = [0, 0, 0, 0] dilation = [1, 1] groups = 1 : tensor<1x1x4x4xi32>, tensor<1x1x3x3xf32> -> tensor<1x1x2x2xf32>
@@ -970,7 +971,7 @@ func.func @case106(%x: tensor<1x1x4x4xi32>, %w: tensor<1x1x3x3xf32>) {
 
 // -----
 
-// _nchw: input rank 4
+// _rank4: input rank 4
 func.func @case107(%x: tensor<1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.conv2d: input must be rank 4 (N, C, H, W), got tensor<1x4x4xf32>
   %0 = tape.conv2d %x, %w stride = [1, 1] padding = [0, 0, 0, 0] dilation = [1, 1] groups = 1 : tensor<1x4x4xf32>, tensor<1x1x3x3xf32> -> tensor<1x1x2x2xf32>
@@ -979,7 +980,7 @@ func.func @case107(%x: tensor<1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
 
 // -----
 
-// _nchw: weight must be f32/f64
+// _rank4: weight must be f32/f64
 func.func @case108(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x?xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.conv2d: weight must be a statically shaped tensor of f32 or f64, got tensor<1x1x3x?xf32>
   %0 = tape.conv2d %x, %w stride = [1, 1] padding = [0, 0, 0, 0] dilation = [1, 1] groups = 1 : tensor<1x1x4x4xf32>, tensor<1x1x3x?xf32> -> tensor<1x1x2x2xf32>
@@ -988,7 +989,7 @@ func.func @case108(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x?xf32>) {
 
 // -----
 
-// _nchw: weight rank 4
+// _rank4: weight rank 4
 func.func @case109(%x: tensor<1x1x4x4xf32>, %w: tensor<1x3x3xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.conv2d: weight must be rank 4 (O, C/groups, KH, KW), got tensor<1x3x3xf32>
   %0 = tape.conv2d %x, %w stride = [1, 1] padding = [0, 0, 0, 0] dilation = [1, 1] groups = 1 : tensor<1x1x4x4xf32>, tensor<1x3x3xf32> -> tensor<1x1x2x2xf32>
@@ -997,7 +998,7 @@ func.func @case109(%x: tensor<1x1x4x4xf32>, %w: tensor<1x3x3xf32>) {
 
 // -----
 
-// Conv2dOp: _same_element
+// Conv2dOp: same_element
 func.func @case110(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf64>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.conv2d: operands must share one element type (cast explicitly); got tensor<1x1x4x4xf32>, tensor<1x1x3x3xf64>
   %0 = tape.conv2d %x, %w stride = [1, 1] padding = [0, 0, 0, 0] dilation = [1, 1] groups = 1 : tensor<1x1x4x4xf32>, tensor<1x1x3x3xf64> -> tensor<1x1x2x2xf32>
@@ -1042,7 +1043,7 @@ func.func @case114(%x: tensor<1x4x4x4xf32>, %w: tensor<2x4x3x3xf32>) {
 
 // -----
 
-// _padded_windows: _ints stride length
+// _padded_windows: check_ints stride length
 func.func @case115(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.conv2d: stride needs 2 values, got [1]
   %0 = tape.conv2d %x, %w stride = [1] padding = [0, 0, 0, 0] dilation = [1, 1] groups = 1 : tensor<1x1x4x4xf32>, tensor<1x1x3x3xf32> -> tensor<1x1x2x2xf32>
@@ -1051,7 +1052,7 @@ func.func @case115(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
 
 // -----
 
-// _padded_windows: _ints stride minimum
+// _padded_windows: check_ints stride minimum
 func.func @case116(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.conv2d: stride values must be >= 1, got [1, 0]
   %0 = tape.conv2d %x, %w stride = [1, 0] padding = [0, 0, 0, 0] dilation = [1, 1] groups = 1 : tensor<1x1x4x4xf32>, tensor<1x1x3x3xf32> -> tensor<1x1x2x2xf32>
@@ -1060,7 +1061,7 @@ func.func @case116(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
 
 // -----
 
-// _padded_windows: _ints padding length
+// _padded_windows: check_ints padding length
 func.func @case117(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.conv2d: padding needs 4 values, got [0, 0]
   %0 = tape.conv2d %x, %w stride = [1, 1] padding = [0, 0] dilation = [1, 1] groups = 1 : tensor<1x1x4x4xf32>, tensor<1x1x3x3xf32> -> tensor<1x1x2x2xf32>
@@ -1069,7 +1070,7 @@ func.func @case117(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
 
 // -----
 
-// _padded_windows: _ints padding minimum
+// _padded_windows: check_ints padding minimum
 func.func @case118(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.conv2d: padding values must be >= 0, got [0, -1, 0, 0]
   %0 = tape.conv2d %x, %w stride = [1, 1] padding = [0, -1, 0, 0] dilation = [1, 1] groups = 1 : tensor<1x1x4x4xf32>, tensor<1x1x3x3xf32> -> tensor<1x1x2x1xf32>
@@ -1078,7 +1079,7 @@ func.func @case118(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
 
 // -----
 
-// _padded_windows: _ints dilation length
+// _padded_windows: check_ints dilation length
 func.func @case119(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.conv2d: dilation needs 2 values, got [1, 1, 1]
   %0 = tape.conv2d %x, %w stride = [1, 1] padding = [0, 0, 0, 0] dilation = [1, 1, 1] groups = 1 : tensor<1x1x4x4xf32>, tensor<1x1x3x3xf32> -> tensor<1x1x2x2xf32>
@@ -1087,7 +1088,7 @@ func.func @case119(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
 
 // -----
 
-// _padded_windows: _ints dilation minimum
+// _padded_windows: check_ints dilation minimum
 func.func @case120(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.conv2d: dilation values must be >= 1, got [0, 1]
   %0 = tape.conv2d %x, %w stride = [1, 1] padding = [0, 0, 0, 0] dilation = [0, 1] groups = 1 : tensor<1x1x4x4xf32>, tensor<1x1x3x3xf32> -> tensor<1x1x2x2xf32>
@@ -1114,7 +1115,7 @@ func.func @case122(%x: tensor<1x1x4x4xf32>, %w: tensor<2x1x3x3xf32>) {
 
 // -----
 
-// _Pool2d/_nchw: input must be f32/f64
+// _Pool2d/_rank4: input must be f32/f64
 func.func @case123(%x: tensor<1x1x4x4xi1>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.maxpool2d: input must be a statically shaped tensor of f32 or f64, got tensor<1x1x4x4xi1>
   %0 = tape.maxpool2d %x kernel = [2, 2] stride = [2, 2] padding = [0, 0, 0, 0] : tensor<1x1x4x4xi1> -> tensor<1x1x2x2xf32>
@@ -1123,7 +1124,7 @@ func.func @case123(%x: tensor<1x1x4x4xi1>) {
 
 // -----
 
-// _Pool2d/_nchw: input rank 4
+// _Pool2d/_rank4: input rank 4
 func.func @case124(%x: tensor<4x4xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.maxpool2d: input must be rank 4 (N, C, H, W), got tensor<4x4xf32>
   %0 = tape.maxpool2d %x kernel = [2, 2] stride = [2, 2] padding = [0, 0, 0, 0] : tensor<4x4xf32> -> tensor<2x2xf32>
@@ -1132,7 +1133,7 @@ func.func @case124(%x: tensor<4x4xf32>) {
 
 // -----
 
-// _Pool2d: _ints kernel length
+// _Pool2d: check_ints kernel length
 func.func @case125(%x: tensor<1x1x4x4xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.maxpool2d: kernel needs 2 values, got [2]
   %0 = tape.maxpool2d %x kernel = [2] stride = [2, 2] padding = [0, 0, 0, 0] : tensor<1x1x4x4xf32> -> tensor<1x1x2x2xf32>
@@ -1141,7 +1142,7 @@ func.func @case125(%x: tensor<1x1x4x4xf32>) {
 
 // -----
 
-// _Pool2d: _ints kernel minimum
+// _Pool2d: check_ints kernel minimum
 func.func @case126(%x: tensor<1x1x4x4xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.avgpool2d: kernel values must be >= 1, got [2, 0]
   %0 = tape.avgpool2d %x kernel = [2, 0] stride = [2, 2] padding = [0, 0, 0, 0] : tensor<1x1x4x4xf32> -> tensor<1x1x2x3xf32>

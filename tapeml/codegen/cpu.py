@@ -117,7 +117,7 @@ def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
 
 
 def bind_scratch(engine: Any, kernels: list[str]) -> list[np.ndarray]:
-    """Allocate each linked kernel's packing scratch (tapeml/codegen/gemm.py's module doc) and
+    """Allocate each linked kernel's packing scratch (the module doc of tapeml/codegen/gemm/) and
     point the kernel at it; the buffers, which must live as long as `engine`. A numpy buffer,
     so a scratch too large for this machine is a MemoryError here."""
     buffers = []

@@ -1,6 +1,6 @@
 """What every tape op shares: its parameters (clauses), its short syntax, its builder and verifier.
 
-A tape op is defined by three things (see `tapeml/dialects/tape.py`):
+A tape op is defined by three things (see `tapeml/dialects/tape/`):
   - `CLAUSES`, the op's parameters as they are stored (properties) and printed;
   - `infer(*operand_types, **params)`, its shape rule: the result type, or a `ShapeError`;
   - `derived_params()`, parameters read off the result type rather than stored (e.g. a reshape's

@@ -60,7 +60,7 @@ from xdsl.utils.exceptions import VerifyException
 
 @dataclass(frozen=True)
 class GemmSpec:
-    """What a kernel.gemm computes (see tapeml/codegen/gemm.py), as its attributes hold it; its
+    """What a kernel.gemm computes (see tapeml/codegen/gemm/), as its attributes hold it; its
     `symbol` names the generated function that computes it."""
 
     dtype: str  # "f32" or "f64"

@@ -16,7 +16,7 @@ llvm counterpart. MLIR's own conversions are the semantics followed:
           get_global/global as llvm globals
   func    func.func as an external llvm.func returning void, func.return as llvm.return
   kernel  kernel.gemm as a call to the generated kernel its parameters name (declared here;
-          the CPU backend links in its definition from tapeml/codegen/gemm.py);
+          the CPU backend links in its definition from tapeml/codegen/gemm/);
           kernel.parallel_for as a call to the thread pool (tapeml/codegen/pool.py), with
           `callee.entry` reading the buffers back from the context it passes
 
@@ -207,7 +207,7 @@ class MemrefToLLVM(RewritePattern):
 @dataclass
 class KernelToLLVM(RewritePattern):
     """kernel.gemm -> a call to the generated kernel its parameters name (declared here, defined
-    by the CPU backend: tapeml/codegen/gemm.py). kernel.parall_for -> its buffers' addresses in
+    by the CPU backend: tapeml/codegen/gemm/). kernel.parallel_for -> its buffers' addresses in
     a stack array, and a call to the thread pool (tapeml/codegen/pool.py) with the address of
     the callee's entry, which reads them back."""
 
