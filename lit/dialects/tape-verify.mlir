@@ -1223,3 +1223,27 @@ func.func @fused_broadcast(%a: tensor<2xf32>, %b: tensor<3xf32>) {
   }
   func.return
 }
+
+// -----
+
+func.func @integer_ops_take_integers(%a: tensor<2xf32>) {
+  // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.floordiv: lhs must be a statically shaped tensor of i32 or i64, got tensor<2xf32>
+  %0 = tape.floordiv %a, %a : tensor<2xf32>
+  func.return
+}
+
+// -----
+
+func.func @bitwise_ops_take_integers_and_i1(%a: tensor<2xf64>) {
+  // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.not: operand must be a statically shaped tensor of i1, i32 or i64, got tensor<2xf64>
+  %0 = tape.not %a : tensor<2xf64>
+  func.return
+}
+
+// -----
+
+func.func @shifts_take_no_i1(%a: tensor<2xi1>) {
+  // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.shl: lhs must be a statically shaped tensor of i32 or i64, got tensor<2xi1>
+  %0 = tape.shl %a, %a : tensor<2xi1>
+  func.return
+}

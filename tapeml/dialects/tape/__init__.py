@@ -1,4 +1,5 @@
-"""The `tape` dialect: value-semantics ops on statically shaped f32/f64 tensors.
+"""The `tape` dialect: value-semantics ops on statically shaped tensors of i1, i32, i64, f32 and
+f64 (types.py; each op says which it takes).
 
 Each op is its definition, its parameters (`CLAUSES`) and its shape rule (`infer`); the shape rule
 is both the builder's result-type inference and the verifier (see `tapeml/dialects/base.py`).
