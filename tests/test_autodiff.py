@@ -109,6 +109,7 @@ CASES = {
     "softmax_logsumexp": (lambda a: ops.sum(ops.softmax(a) * ops.log_softmax(a, axis=0))
                           + ops.logsumexp(a), (r(3, 4),)),
     "mean_min_abs": (lambda a: ops.mean(ops.abs(a)) * ops.min(a), (r(6),)),
+    "abs_erf_ops": (lambda a: ops.sum(bind(tape.AbsOp, a) * bind(tape.ErfOp, a)), (r(6),)),
     "conv2d_fused": (lambda x, w: ops.sum(ops.tanh(_conv(x, w))), (r(1, 2, 6, 5), r(4, 1, 3, 2))),
     "maxpool2d_fused": (lambda x: ops.sum(ops.exp(bind(
         tape.MaxPool2dOp, x, kernel=(2, 3), stride=(2, 1), padding=(1, 0, 0, 1)))),

@@ -128,6 +128,7 @@ def _samples(rng: np.random.Generator) -> dict[type[TapeOp], tuple[tuple, dict]]
     img = uniform(rng, (1, 2, 5, 6), np.float64)
     samples = {op: ((x, y), {}) for op in tape.ELEMENTWISE_BINARY}
     samples |= {op: ((np.abs(x) + 0.5,), {}) for op in tape.ELEMENTWISE_UNARY}
+    samples |= {op: ((x - 0.25,), {}) for op in tape.NUMERIC_UNARY}
     i, j = rng.integers(-9, 9, (2, 2, 3)).astype(np.int32)
     samples |= {op: ((i, j), {}) for op in tape.INTEGER_BINARY}
     samples |= {op: ((i,), {}) for op in tape.INTEGER_UNARY}

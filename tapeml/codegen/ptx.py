@@ -40,7 +40,8 @@ ARCHES = ("sm_80", "sm_90")
 _PTX_VERSION = "+ptx80"  # PTX ISA 8.0: CUDA 12.0 and newer drivers load it
 
 LOWERS_ON_NVPTX = re.compile(r"llvm\.nvvm\.read\.ptx\.sreg\.\w+\.[xyz]|llvm\.nvvm\.barrier0|"
-                     r"llvm\.(sqrt|fabs|maximum|minimum|maxnum|minnum|fma)\.f(32|64)|"
+                     r"llvm\.(sqrt|fabs|floor|ceil|roundeven|maximum|minimum|maxnum|minnum|fma)"
+                     r"\.f(32|64)|"
                      r"llvm\.fptosi\.sat\.i(32|64)\.f(32|64)|"
                      rf"__nv_({'|'.join(LIBDEVICE.values())})f?")
 """Callees known to lower on NVPTX (the process-killing ones are not among them)."""

@@ -8,6 +8,7 @@ interpreter uses: a lowered program interprets to the same bits as the tape it c
 
 from __future__ import annotations
 
+import math as pymath
 from collections.abc import Callable
 
 import numpy as np
@@ -94,6 +95,7 @@ _FLOAT_OPS: dict[type[Operation], Callable[..., np.floating]] = {
     math.SinOp: np.sin,
     math.CosOp: np.cos,
     math.FmaOp: lambda a, b, c: a * b + c,
+    math.ErfOp: lambda a: pymath.erf(float(a)),  # rounded by _float: tape.erf's semantics
 }
 
 _INT_OPS: dict[type[Operation], Callable[..., int]] = {

@@ -33,7 +33,7 @@ from tapeml.transforms.to_loops import LoweringError
 _REGISTERS = {gpu.ThreadIdOp: "tid", gpu.BlockIdOp: "ctaid", gpu.BlockDimOp: "ntid",
               gpu.GridDimOp: "nctaid"}
 LIBDEVICE = {xmath.ExpOp: "exp", xmath.LogOp: "log", xmath.TanhOp: "tanh", xmath.PowFOp: "pow",
-             xmath.SinOp: "sin", xmath.CosOp: "cos"}
+             xmath.SinOp: "sin", xmath.CosOp: "cos", xmath.ErfOp: "erf"}
 """The math ops the GPU computes with libdevice's __nv_<name>[f]; the others lower as on the CPU
 (to_llvm.py's intrinsics, the ones NVPTX has: sqrt, maximum, minimum)."""
 SHARED_PREFIX = "__tapeml_shared_"

@@ -39,6 +39,8 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
+    f32,
+    f64,
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region
@@ -87,7 +89,11 @@ _BINARY = {
     arith.DivfOp: llvm.FDivOp, arith.ShLIOp: llvm.ShlOp, arith.ShRSIOp: llvm.AShrOp,
 }
 UNARY_INTRINSICS = {xmath.ExpOp: "exp", xmath.LogOp: "log", xmath.SqrtOp: "sqrt",
-                    xmath.TanhOp: "tanh", xmath.SinOp: "sin", xmath.CosOp: "cos"}
+                    xmath.TanhOp: "tanh", xmath.SinOp: "sin", xmath.CosOp: "cos",
+                    xmath.AbsFOp: "fabs", xmath.FloorOp: "floor", xmath.CeilOp: "ceil",
+                    xmath.RoundEvenOp: "roundeven"}
+LIBM_CALLS = {xmath.ErfOp: "erf"}
+"""Math ops with no LLVM intrinsic: a call of libm's <name> (f64) or <name>f (f32)."""
 BINARY_INTRINSICS = {arith.MaximumfOp: "maximum", arith.MinimumfOp: "minimum",
                      xmath.PowFOp: "pow"}
 _SIGNED_PICK = {arith.MaxSIOp: "sgt", arith.MinSIOp: "slt"}
@@ -95,6 +101,11 @@ _SIGNED_PICK = {arith.MaxSIOp: "sgt", arith.MinSIOp: "slt"}
 
 def _suffix(t: Attribute) -> str:
     return {32: "f32", 64: "f64"}[t.bitwidth]
+
+
+def libm_name(op: Operation) -> str:
+    t = op.results[0].type
+    return f"{LIBM_CALLS[type(op)]}{'f' if t.bitwidth == 32 else ''}"
 
 
 class ArithMathToLLVM(RewritePattern):
@@ -112,6 +123,9 @@ class ArithMathToLLVM(RewritePattern):
             t = op.result.type
             name = f"llvm.{UNARY_INTRINSICS[kind]}.{_suffix(t)}"
             rewriter.replace(op, llvm.CallIntrinsicOp(name, [op.operands[0]], [t]))
+        elif kind in LIBM_CALLS:
+            t = op.result.type
+            rewriter.replace(op, llvm.CallOp(libm_name(op), op.operands[0], return_type=t))
         elif kind in BINARY_INTRINSICS:
             t = op.result.type
             name = f"llvm.{BINARY_INTRINSICS[kind]}.{_suffix(t)}"
@@ -308,6 +322,8 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
     for name, fty in (("malloc", llvm.LLVMFunctionType([i64], PTR)),
                       ("free", llvm.LLVMFunctionType([PTR], None)),
                       ("tapeml_parallel_for", llvm.LLVMFunctionType([PTR, PTR, i64, i64], None)),
+                      *((f"{name}{s}", llvm.LLVMFunctionType([t], t)) for name in
+                        LIBM_CALLS.values() for s, t in (("", f64), ("f", f32))),
                       *((name, llvm.LLVMFunctionType([PTR] * 3, None)) for name in kernels)):
         if name in uses:
             declaration = llvm.FuncOp(name, fty, linkage=llvm.LinkageAttr("external"))

@@ -10,7 +10,8 @@ Broadcasting is explicit: elementwise ops take operands of one type, `tape.broad
 One module per op family, each defining its ops and their shape rules:
 
     types.py         element types, tensor types, the verifier helpers every shape rule uses
-    elementwise.py   arithmetic, cmp, select, cast; ELEMENTWISE_BINARY/_UNARY, ELEMENTWISE
+    elementwise.py   arithmetic, cmp, select, cast; ELEMENTWISE_BINARY/_UNARY, NUMERIC_UNARY,
+                     ELEMENTWISE
     constants.py     constant and its dense literals (printing, parsing, their diagnostics)
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max
@@ -51,6 +52,7 @@ from tapeml.dialects.tape.types import *  # noqa: F403
 OPS: tuple[type[TapeOp], ...] = (
     *elementwise.ELEMENTWISE_BINARY,
     *elementwise.ELEMENTWISE_UNARY,
+    *elementwise.NUMERIC_UNARY,
     *elementwise.INTEGER_BINARY,
     *elementwise.INTEGER_UNARY,
     elementwise.CmpOp,

@@ -1,6 +1,7 @@
 """The elementwise tape ops: the binary and unary arithmetic ops, `tape.cmp`, `tape.select` and
-`tape.cast`; and the tuples ELEMENTWISE_BINARY, ELEMENTWISE_UNARY and ELEMENTWISE (these and
-`tape.constant`: the ops a `tape.fused` body may hold)."""
+`tape.cast`; and the tuples ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, NUMERIC_UNARY (abs, sign,
+floor, ceil, round, erf) and ELEMENTWISE (these and `tape.constant`: the ops a `tape.fused`
+body may hold)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,13 @@ from tapeml.dialects.tape.types import (
 )
 
 __all__ = [
+    "AbsOp",
+    "CeilOp",
+    "ErfOp",
+    "FloorOp",
+    "NUMERIC_UNARY",
+    "RoundOp",
+    "SignOp",
     "INTEGER_UNARY",
     "INTEGER_BINARY",
     "NotOp",
@@ -189,6 +197,57 @@ class SqrtOp(_Unary):
 
 
 @irdl_op_definition
+class AbsOp(_Unary):
+    """|x|, as numpy's `absolute`: abs(-0.0) is +0.0, the sign of a NaN is cleared, and
+    abs(INT_MIN) wraps to INT_MIN."""
+
+    name = "tape.abs"
+    ELEMENTS: ClassVar = NUMBERS
+
+
+@irdl_op_definition
+class SignOp(_Unary):
+    """-1, 0 or 1 by the sign of x, as numpy's `sign`: sign(+-0.0) is +0.0 and sign(NaN) is
+    that NaN."""
+
+    name = "tape.sign"
+    ELEMENTS: ClassVar = NUMBERS
+
+
+@irdl_op_definition
+class FloorOp(_Unary):
+    """The largest integer <= x (numpy's `floor`; integers are their own floor)."""
+
+    name = "tape.floor"
+    ELEMENTS: ClassVar = NUMBERS
+
+
+@irdl_op_definition
+class CeilOp(_Unary):
+    """The smallest integer >= x (numpy's `ceil`; integers are their own ceiling)."""
+
+    name = "tape.ceil"
+    ELEMENTS: ClassVar = NUMBERS
+
+
+@irdl_op_definition
+class RoundOp(_Unary):
+    """x rounded to the nearest integer, halves to even (numpy's `round` with no decimals,
+    `rint`: round(0.5) is 0.0, round(-0.5) is -0.0, round(2.5) is 2.0); integers are kept."""
+
+    name = "tape.round"
+    ELEMENTS: ClassVar = NUMBERS
+
+
+@irdl_op_definition
+class ErfOp(_Unary):
+    """The error function 2/sqrt(pi) * integral from 0 to x of exp(-t^2) dt (Python's
+    math.erf, rounded to the element type; numpy has none)."""
+
+    name = "tape.erf"
+
+
+@irdl_op_definition
 class FloorDivOp(_Binary):
     """Integer division rounding toward -inf, as numpy's `floor_divide`: x // 0 is 0 and
     INT_MIN // -1 wraps to INT_MIN."""
@@ -335,10 +394,12 @@ class CastOp(TapeOp):
 
 ELEMENTWISE_BINARY = (AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp)
 ELEMENTWISE_UNARY = (NegOp, ExpOp, LogOp, TanhOp, SinOp, CosOp, SigmoidOp, ReluOp, SqrtOp)
+NUMERIC_UNARY = (AbsOp, SignOp, FloorOp, CeilOp, RoundOp, ErfOp)
+"""abs, sign, floor, ceil and round (of integers and floats) and erf (of floats)."""
 INTEGER_BINARY = (FloorDivOp, RemOp, AndOp, OrOp, XorOp, ShlOp, ShrOp)
 INTEGER_UNARY = (NotOp,)
 """The elementwise ops of integers (and i1) only."""
-ELEMENTWISE = (*ELEMENTWISE_BINARY, *ELEMENTWISE_UNARY, *INTEGER_BINARY, *INTEGER_UNARY, CmpOp,
-               SelectOp, CastOp, ConstantOp)
+ELEMENTWISE = (*ELEMENTWISE_BINARY, *ELEMENTWISE_UNARY, *NUMERIC_UNARY, *INTEGER_BINARY,
+               *INTEGER_UNARY, CmpOp, SelectOp, CastOp, ConstantOp)
 """The ops a `tape.fused` body may hold: each result element depends on the same element of
 each operand only."""

@@ -3,6 +3,7 @@ IEEE 754-2019's), cmp, select, constant and cast."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,18 @@ def minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(zeros, -(-a + -b), np.minimum(a, b))
 
 
+def _integers_kept(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    """fn on floats; an integer array as it is (numpy 2.1 on keeps integers' dtype, 2.0 gave
+    float64)."""
+    return lambda x: x.copy() if x.dtype.kind in "iu" else fn(x)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Python's math.erf of each element (computed in f64), rounded to x's type."""
+    flat = [math.erf(v) for v in x.astype(np.float64).reshape(-1).tolist()]
+    return np.array(flat, np.float64).astype(x.dtype).reshape(x.shape)
+
+
 for _op, _fn in {
     tape.AddOp: np.add,
     tape.SubOp: np.subtract,
@@ -50,6 +63,12 @@ for _op, _fn in {
     tape.SqrtOp: np.sqrt,
     tape.SigmoidOp: lambda x: 1 / (1 + np.exp(-x)),
     tape.ReluOp: lambda x: maximum(x, np.zeros_like(x)),
+    tape.AbsOp: np.absolute,  # abs(INT_MIN) wraps to INT_MIN
+    tape.SignOp: np.sign,  # sign(-0.0) is +0.0, sign(NaN) that NaN
+    tape.FloorOp: _integers_kept(np.floor),
+    tape.CeilOp: _integers_kept(np.ceil),
+    tape.RoundOp: _integers_kept(np.rint),  # halves to even, as np.round(x)
+    tape.ErfOp: erf,
     tape.FloorDivOp: np.floor_divide,  # x // 0 is 0, as numpy gives (the warning is ignored)
     tape.RemOp: np.remainder,
     tape.AndOp: np.bitwise_and,

@@ -38,7 +38,8 @@ OPS: dict[type[Operation], type[Operation]] = {
     tape.DivOp: arith.DivfOp, tape.MaximumOp: arith.MaximumfOp, tape.MinimumOp: arith.MinimumfOp,
     tape.PowOp: xmath.PowFOp, tape.NegOp: arith.NegfOp, tape.ExpOp: xmath.ExpOp,
     tape.LogOp: xmath.LogOp, tape.TanhOp: xmath.TanhOp, tape.SqrtOp: xmath.SqrtOp,
-    tape.SinOp: xmath.SinOp, tape.CosOp: xmath.CosOp,
+    tape.SinOp: xmath.SinOp, tape.CosOp: xmath.CosOp, tape.AbsOp: xmath.AbsFOp,
+    tape.FloorOp: xmath.FloorOp, tape.CeilOp: xmath.CeilOp, tape.RoundOp: xmath.RoundEvenOp,
 }
 """The elementwise tape ops that are one arith/math op on their (float) elements (which
 to_llvm.py and gpu_to_nvvm.py lower)."""
@@ -48,6 +49,8 @@ INTEGER_OPS: dict[type[Operation], type[Operation]] = {
     tape.MaximumOp: arith.MaxSIOp, tape.MinimumOp: arith.MinSIOp,
 }
 """The same on i32/i64 elements: signed, wrapping on overflow (numpy's)."""
+_INTEGER_IDENTITY = (tape.FloorOp, tape.CeilOp, tape.RoundOp)
+"""Integers are their own floor, ceiling and rounding."""
 
 APPROXIMATED: dict[type[Operation], Callable[[Math, SSAValue], SSAValue]] = {
     tape.ExpOp: Math.exp, tape.LogOp: Math.log, tape.TanhOp: Math.tanh,
@@ -79,6 +82,13 @@ def _one_op(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
     if _integer(op.results[0].type.get_element_type()):
         if type(op) is tape.NegOp:  # 0 - x, wrapping: -INT_MIN is INT_MIN
             return e.insert(arith.SubiOp(e.scalar(0, args[0].type), args[0]))
+        if type(op) is tape.AbsOp:  # x < 0 ? 0 - x : x, wrapping: abs(INT_MIN) is INT_MIN
+            x = args[0]
+            negative = e.insert(arith.CmpiOp(x, e.scalar(0, x.type), "slt"))
+            return e.insert(arith.SelectOp(negative, e.insert(arith.SubiOp(
+                e.scalar(0, x.type), x)), x))
+        if type(op) in _INTEGER_IDENTITY:
+            return args[0]
         return e.insert(INTEGER_OPS[type(op)](*args))
     return e.insert(OPS[type(op)](*args))
 
@@ -131,6 +141,31 @@ def _shift(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
         return e.insert(arith.SelectOp(fits, shifted, e.scalar(0, a.type)))
     amount = e.insert(arith.SelectOp(fits, s, e.scalar(a.type.bitwidth - 1, a.type)))
     return e.insert(arith.ShRSIOp(a, amount))
+
+
+@scalar(tape.SignOp)
+def _sign(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    """numpy's sign: x > 0 ? 1 : x < 0 ? -1 : x == 0 ? 0 : x (+0.0 for both zeros, a NaN
+    itself)."""
+    x = args[0]
+    t = x.type
+    if _integer(t):
+        rest = e.insert(arith.SelectOp(e.insert(arith.CmpiOp(x, e.scalar(0, t), "slt")),
+                                       e.scalar(-1, t), e.scalar(0, t)))
+        return e.insert(arith.SelectOp(e.insert(arith.CmpiOp(x, e.scalar(0, t), "sgt")),
+                                       e.scalar(1, t), rest))
+    zero = e.scalar(0.0, t)
+    rest = e.insert(arith.SelectOp(e.insert(arith.CmpfOp(x, zero, "oeq")), zero, x))
+    rest = e.insert(arith.SelectOp(e.insert(arith.CmpfOp(x, zero, "olt")), e.scalar(-1.0, t),
+                                   rest))
+    return e.insert(arith.SelectOp(e.insert(arith.CmpfOp(x, zero, "ogt")), e.scalar(1.0, t),
+                                   rest))
+
+
+@scalar(tape.ErfOp)
+def _erf(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    """math.erf: libm's erf/erff on the CPU, libdevice's on the GPU (LLVM has no intrinsic)."""
+    return e.insert(xmath.ErfOp(args[0]))
 
 
 @scalar(tape.SigmoidOp)

@@ -1,5 +1,6 @@
 """The pullbacks of the elementwise tape ops: the arithmetic ops (maximum and minimum share the
-cotangent in half on ties), select and cast. cmp and constant have none (NON_DIFFERENTIABLE)."""
+cotangent in half on ties), abs, erf, select and cast. cmp, constant, sign, floor, ceil and
+round have none (NON_DIFFERENTIABLE)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 
 from tapeml.dialects import tape
 from tapeml.tracing import ops
+from tapeml.tracing.trace import bind
 from tapeml.transforms.pullbacks.registry import pullback
 
 
@@ -101,6 +103,26 @@ def _relu(ct, a, *, result):
 @pullback(tape.SqrtOp)
 def _sqrt(ct, a, *, result):
     return (ops.divide(ct, ops.multiply(result, 2.0)),)
+
+
+def _floats(a) -> bool:
+    return np.dtype(a.dtype).kind == "f"
+
+
+@pullback(tape.AbsOp)
+def _abs(ct, a, *, result):
+    # ct * sign(a): 0 at 0 (JAX's choice); integers carry none
+    return (ops.multiply(ct, bind(tape.SignOp, a)) if _floats(a) else None,)
+
+
+_TWO_OVER_SQRT_PI = 2 / np.sqrt(np.pi)
+
+
+@pullback(tape.ErfOp)
+def _erf(ct, a, *, result):
+    # d/dx erf(x) = 2/sqrt(pi) exp(-x^2)
+    slope = ops.multiply(ops.exp(ops.negative(ops.multiply(a, a))), _TWO_OVER_SQRT_PI)
+    return (ops.multiply(ct, slope),)
 
 
 @pullback(tape.SelectOp)
