@@ -11,64 +11,14 @@ from tapeml.frontend.program import Program, Spec, eval_shape, trace
 from tapeml.interpreters import interpret
 from tapeml.profile import profile
 from tapeml.tracing import ops
-from tapeml.tracing.ops import (
-    abs,
-    add,
-    astype,
-    broadcast_to,
-    concatenate,
-    cos,
-    divide,
-    dot,
-    equal,
-    exp,
-    expand_dims,
-    fold,
-    greater,
-    greater_equal,
-    less,
-    less_equal,
-    log,
-    log_softmax,
-    logsumexp,
-    matmul,
-    max,
-    maximum,
-    mean,
-    min,
-    minimum,
-    multiply,
-    negative,
-    not_equal,
-    pad,
-    power,
-    relu,
-    reshape,
-    sigmoid,
-    sin,
-    softmax,
-    sqrt,
-    square,
-    stack,
-    subtract,
-    sum,
-    tanh,
-    transpose,
-    unfold,
-    where,
-)
+from tapeml.tracing.ops import *  # noqa: F403 (every op of tapeml.ops, by its __all__)
 from tapeml.tracing.pytree import tree_map
 
 # `import tapeml.nn` (and ops, optim) works as the README spells them
 sys.modules.update({"tapeml.nn": nn, "tapeml.ops": ops, "tapeml.optim": optim})
 
 __all__ = [
-    "InterpretError", "Program", "ShapeError", "Spec", "TracingError", "abs", "add", "astype",
-    "broadcast_to", "concatenate", "cos", "divide", "dot", "equal", "eval_shape", "exp",
-    "expand_dims", "fold", "greater", "greater_equal", "interpret", "less", "less_equal",
-    "log", "log_softmax", "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum",
-    "multiply", "negative", "nn", "not_equal", "ops", "optim", "pad", "power", "relu",
-    "reshape", "sigmoid", "softmax", "sin", "sqrt", "square", "stack", "subtract", "sum",
-    "tanh", "trace", "transpose", "tree_map", "unfold", "where", "grad", "value_and_grad",
-    "vjp", "triangle_gradients", "jit", "profile",
+    "InterpretError", "Program", "ShapeError", "Spec", "TracingError", "eval_shape", "grad",
+    "interpret", "jit", "nn", "ops", "optim", "profile", "trace", "tree_map",
+    "triangle_gradients", "value_and_grad", "vjp", *ops.__all__,
 ]

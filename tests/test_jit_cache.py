@@ -65,13 +65,18 @@ def test_static_arguments_are_keyed_by_type_and_value():
 
 
 def test_a_python_number_is_one_signature_whatever_its_value():
+    """One per kind, as JAX's weak types: every float shares one, every int another."""
     f, calls = _counting(lambda x, s: x * s)
     jitted = tapeml.jit(f)
     x = np.ones(2, np.float32)
     assert jitted(x, 2.0).tolist() == [2.0, 2.0]
-    assert jitted(x, 3).tolist() == [3.0, 3.0]
+    assert jitted(x, -0.5).tolist() == [-0.5, -0.5]
     assert len(calls) == 1
-    assert "a weak scalar" in jitted.explain()
+    assert jitted(x, 3).tolist() == [3.0, 3.0]
+    assert jitted(x, 2**40).tolist() == [2.0**40] * 2
+    assert len(calls) == 2
+    assert "a weak float scalar" in jitted.explain()
+    assert "a weak int scalar" in jitted.explain()
 
 
 def test_a_spec_is_not_something_to_run_on():

@@ -10,6 +10,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tapeml.dialects import tape
 from tapeml.frontend.program import Program, Spec, trace
 from tapeml.tracing import ops
 from tapeml.tracing.pytree import TreeDef, flatten
@@ -47,6 +48,22 @@ def _check_scalar(program: Program, has_aux: bool, name: str) -> None:
         out = out[0]
     if not isinstance(out, Spec) or out.shape != ():
         raise TypeError(f"{name}: the function must return a scalar (a rank-0 array), got {out}")
+    if out.dtype.kind != "f":
+        raise TypeError(f"{name}: the function must return a float scalar, got {out}; an "
+                        "integer or boolean result has no gradient")
+
+
+def _check_float_arguments(program: Program, leaves: list[int]) -> None:
+    """Gradients are taken with respect to float arguments only, as in JAX."""
+    block = program.function.body.block
+    for i in leaves:
+        arg = block.args[i]
+        dtype = tape.dtype_of(arg.type)
+        if dtype.kind != "f":
+            raise TypeError(
+                f"grad: argument `{arg.name_hint}` is {dtype}; gradients are taken with respect "
+                "to float arguments only (integers and booleans carry no gradient): leave it "
+                "out of argnums, or cast it to float if it is a float in disguise")
 
 
 def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0,
@@ -71,6 +88,7 @@ def _differentiated(fn: Callable, args: tuple, kwargs: dict, argnums: int | Sequ
     _check_scalar(program, has_aux, "grad")
     in_tree, out_tree = program.in_tree, program.out_tree
     ranges = _leaf_ranges(args)
+    _check_float_arguments(program, [i for n in nums for i in ranges[n]])
     differentiate(program.function, wrt=tuple(i for n in nums for i in ranges[n]), of=(0,))
     trees = [flatten(args[n])[1] for n in nums]
     grads_tree = trees[0] if isinstance(argnums, int) else _tuple_tree(trees)

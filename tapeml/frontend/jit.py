@@ -30,7 +30,7 @@ def _leaf_key(x: Any) -> tuple:
     if type(x) is np.ndarray:
         return x.shape, x.dtype
     if is_weak_scalar(x):
-        return (), "weak"
+        return (), "weak float" if isinstance(x, float) else "weak int"
     if isinstance(x, Spec):
         raise TypeError("jit: a compiled function runs on arrays, got a tapeml.Spec; for "
                         "shapes alone use tapeml.eval_shape, for the compiled stages .lower()")
@@ -54,7 +54,9 @@ def _static_key(x: Any) -> Any:
 
 def _spec_text(spec: tuple) -> str:
     shape, dtype = spec
-    return "a weak scalar" if dtype == "weak" else f"{np.dtype(dtype).name}{list(shape)}"
+    if isinstance(dtype, str):
+        return f"a {dtype} scalar"
+    return f"{np.dtype(dtype).name}{list(shape)}"
 
 
 def _describe(signature: tuple) -> str:

@@ -110,9 +110,9 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
     """Run `fn` once on tracers shaped like the example arguments and record its tape program.
 
     Arguments and results are pytrees (tuples, lists, dicts, None) of numpy arrays, numpy
-    scalars, Python numbers or `Spec`s. A Python number is a weak scalar (see `Tracer`): a
-    float64 argument that takes the dtype of the arrays it meets. Arrays `fn` reads from its
-    enclosing scope become `tape.constant` ops.
+    scalars, Python numbers or `Spec`s. A Python int or float is a weak scalar (see `Tracer`):
+    an int64 or float64 argument that takes the dtype of the arrays it meets. Arrays `fn` reads
+    from its enclosing scope become `tape.constant` ops.
     """
     started = time.perf_counter()
     leaves, in_tree = flatten((example_args, example_kwargs))
@@ -127,13 +127,14 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
         weak.append(is_weak_scalar(leaf) or (isinstance(leaf, Tracer) and leaf.weak))
         if isinstance(leaf, Spec | Tracer):
             spec = Spec.of(leaf)
-        elif weak[-1]:
-            spec = Spec((), np.float64)  # all of a Python float, whatever it meets
+        elif weak[-1]:  # all of a Python number, whatever it meets
+            spec = Spec((), np.float64 if isinstance(leaf, float) else np.int64)
         else:
             spec = Spec(np.shape(leaf), np.result_type(leaf))
-        if spec.dtype not in (np.float32, np.float64):
+        if spec.dtype not in tape.ELEMENT_TYPES:
             raise TracingError(f"trace: argument `{path}` has dtype {spec.dtype}; tape tensors "
-                               "hold float32 or float64 (convert it with .astype)")
+                               "hold bool, int32, int64, float32 or float64 (convert it with "
+                               ".astype)")
         specs.append(spec)
     block = Block(arg_types=[tape.tensor_type(s.shape, s.dtype) for s in specs])
     for arg, path in zip(block.args, paths, strict=True):
@@ -162,8 +163,8 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
 
 
 def _checked_result(x: Any, path: str) -> Any:
-    if isinstance(x, Tracer) and x.weak:  # a weak value is a Python float's: float32
-        return bind(tape.CastOp, x, dtype=np.dtype(np.float32))
+    if isinstance(x, Tracer) and x.weak:  # a weak value leaves as a Python number's dtype
+        return bind(tape.CastOp, x, dtype=np.dtype(np.float32)) if x.dtype.kind == "f" else x
     if isinstance(x, Tracer | np.ndarray | np.generic | float | int):
         return x
     raise TracingError(at_user_line(f"trace: result `{path}` is a {type(x).__name__}; results "

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.builder import Builder, InsertPoint
-from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr, TensorType, i1
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr, TensorType
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 
 from tapeml.dialects import tape
@@ -93,12 +93,7 @@ class Trace:
                     "function's array to an inner trace/grad/jit as an argument, not by "
                     "closure"))
             return x.value
-        array = as_array(x)
-        if array.dtype == np.bool_:  # tape constants are floats: the mask is (c != 0)
-            ones = self.insert(tape.ConstantOp.build(value=array.astype(np.float32))).value
-            zeros = self.insert(tape.ConstantOp.build(value=np.zeros(array.shape, np.float32)))
-            return self.insert(tape.CmpOp.build(ones, zeros.value, predicate="ne")).value
-        return self.insert(tape.ConstantOp.build(value=array)).value
+        return self.insert(tape.ConstantOp.build(value=as_array(x))).value
 
 
 _TRACES: list[Trace] = []
@@ -116,14 +111,38 @@ def new_trace(block: Block, before: Operation | None = None) -> Iterator[Trace]:
         _TRACES.pop()
 
 
+def canonical_dtype(dtype: np.dtype) -> np.dtype:
+    """The tape dtype holding numpy `dtype`'s values: itself for bool, int32, int64, float32 and
+    float64; int32 for the narrower integers, int64 for uint32, float32 for float16. A
+    TypeError for anything else (uint64 does not fit in int64; complex, strings, objects)."""
+    if dtype in tape.ELEMENT_TYPES:
+        return dtype
+    if dtype.kind in "iu" and dtype.itemsize < 4:
+        return np.dtype(np.int32)
+    if dtype == np.uint32:
+        return np.dtype(np.int64)
+    if dtype == np.float16:
+        return np.dtype(np.float32)
+    raise TypeError(at_user_line(f"tape tensors hold bool, int32, int64, float32 or float64, "
+                                 f"got {dtype}"))
+
+
 def as_array(x: Any) -> np.ndarray:
-    """`x` as a float32/float64 (or boolean) numpy array; python scalars become float32."""
+    """`x` as a numpy array of a tape dtype (see `canonical_dtype`). Python scalars and lists
+    keep their kind: bool, int64 or float32 (a Python float), as numpy makes them except for
+    the float; the operations of tapeml.ops give them weak types instead (see its promotion)."""
     if isinstance(x, Tracer):
         raise TracingError(at_user_line("a tracer cannot be turned into an array"))
     if isinstance(x, np.ndarray | np.generic):
         array = np.asarray(x)
-    elif isinstance(x, bool | int | float):
+    elif isinstance(x, float):
         array = np.asarray(x, dtype=np.float32)
+    elif isinstance(x, bool | int):
+        try:
+            array = np.asarray(x, dtype=np.bool_ if isinstance(x, bool) else np.int64)
+        except OverflowError:
+            raise OverflowError(at_user_line(f"the Python integer {x} does not fit in "
+                                             "int64")) from None
     elif x is None:
         raise TypeError(at_user_line("None is not an array (an argument passed as None is an "
                                      "empty pytree: it holds no array)"))
@@ -135,11 +154,8 @@ def as_array(x: Any) -> np.ndarray:
                 "a list or tuple holding tracers is not an array; make one with "
                 "tapeml.stack([...]) or tapeml.concatenate([...])" + _passed_as_list(tracers)))
         array = np.asarray(x)
-        if array.dtype.kind in "iub":
-            array = array.astype(np.float32)
-    if array.dtype not in (np.float32, np.float64, np.bool_):
-        raise ShapeError(at_user_line(f"tape tensors hold float32 or float64, got {array.dtype}"))
-    return array
+    dtype = canonical_dtype(array.dtype)
+    return array if array.dtype == dtype else array.astype(dtype)
 
 
 def _passed_as_list(tracers: list[Tracer]) -> str:
@@ -162,11 +178,7 @@ def _nested_leaves(x: Any) -> Iterator[Any]:
 
 
 def _type_of(x: Any) -> TensorType:
-    if isinstance(x, Tracer):
-        return x.value.type
-    if x.dtype == np.bool_:
-        return TensorType(i1, x.shape)
-    return tape.tensor_type(x.shape, x.dtype)
+    return x.value.type if isinstance(x, Tracer) else tape.tensor_type(x.shape, x.dtype)
 
 
 def bind(op_type: type[TapeOp], *operands: Any, **params: Any) -> Any:
@@ -189,24 +201,26 @@ def bind(op_type: type[TapeOp], *operands: Any, **params: Any) -> Any:
 
 
 def is_weak_scalar(x: Any) -> bool:
-    """A Python number (or a numpy integer, until tapeml has integer tensors): traced as a
-    *weak* scalar, which takes the dtype of the arrays it meets (JAX's weak types)."""
-    return (isinstance(x, int | float) and not isinstance(x, bool | np.floating)) or \
-        isinstance(x, np.integer)
+    """A Python int or float (not a bool, not a numpy scalar): traced as a *weak* scalar, which
+    takes the dtype of the arrays it meets (JAX's weak types; see tapeml.tracing.ops.promotion)."""
+    return isinstance(x, int | float) and not isinstance(x, bool | np.generic)
 
 
 def runtime_leaf(x: Any) -> Any:
-    """A weak scalar as the float64 its traced argument is; anything else as it is."""
-    return np.float64(x) if is_weak_scalar(x) else x
+    """A weak scalar as the int64 or float64 its traced argument is; anything else as it is."""
+    if not is_weak_scalar(x):
+        return x
+    return np.float64(x) if isinstance(x, float) else as_array(x)[()]
 
 
 class Tracer:
     """Stands for an array while a function is traced: it has a shape and a dtype, no values.
 
-    A *weak* tracer stands for a Python number passed as an argument: it is traced as a float64
-    scalar, so no precision is lost, and it takes the dtype of any non-weak array it meets (a
-    float32 program stays float32, a float64 one gets the full 0.1); ops on weak values only
-    stay weak, and a weak result comes out as float32, the dtype of a Python float."""
+    A *weak* tracer stands for a Python number passed as an argument: it is traced as an int64
+    or float64 scalar, so no digit is lost, and it takes the dtype of any non-weak array it
+    meets (a float32 program stays float32, a float64 one gets the full 0.1; see
+    tapeml.tracing.ops.promotion); ops on weak values only stay weak, and a weak result comes
+    out as int64 or float32, the dtypes of a Python int and a Python float."""
 
     __slots__ = ("trace", "value", "weak")
 

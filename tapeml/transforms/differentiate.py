@@ -11,6 +11,10 @@ not touch), and makes the function return its original results followed by the g
 Each forward op's pullback (`tapeml/transforms/pullbacks/`) is applied to tracers bound to the
 function's SSA values, so the backward ops are recorded exactly as a traced function's would be.
 The backward ops carry the location of the forward op they differentiate.
+
+Only float values carry cotangents: an integer or boolean value (token ids, a mask, a count)
+stops them, the gradient with respect to an integer argument is zeros of its type (JAX's
+`float0`), and an integer result cannot be differentiated.
 """
 
 from __future__ import annotations
@@ -70,14 +74,20 @@ def _pick_function(module: ModuleOp, name: str) -> func.FuncOp:
     raise DifferentiateError(f"tape-differentiate: {what} (functions: {known})")
 
 
+def _is_float(value: SSAValue) -> bool:
+    return tape.dtype_of(value.type).kind == "f"
+
+
 def _needs_gradient(f: func.FuncOp, wrt: list[SSAValue]) -> set[SSAValue]:
-    """The values that depend on a `wrt` argument through differentiable ops."""
-    active = set(wrt)
+    """The float values that depend on a float `wrt` argument through differentiable ops:
+    integer and boolean values carry no gradient, so they stop cotangents (a cast from an
+    integer starts a new, constant path)."""
+    active = {v for v in wrt if _is_float(v)}
     for op in f.body.block.ops:
         if type(op) in NON_DIFFERENTIABLE:
             continue
         if any(o in active for o in op.operands):
-            active.update(op.results)
+            active.update(r for r in op.results if _is_float(r))
     return active
 
 
@@ -113,6 +123,10 @@ def differentiate(f: func.FuncOp, wrt: tuple[int, ...] = (), of: tuple[int, ...]
         if not isinstance(t, TensorType):
             raise DifferentiateError(f"tape-differentiate: result {i} of @{f.sym_name.data} is "
                                      f"{t}, not a tensor: tape functions return tensors")
+        if not seed and tape.dtype_of(t).kind != "f":
+            raise DifferentiateError(
+                f"tape-differentiate: result {i} of @{f.sym_name.data} is {t}; an integer or "
+                "boolean result has no gradient")
         if not seed and t.get_shape() != ():
             raise DifferentiateError(
                 f"tape-differentiate: result {i} of @{f.sym_name.data} is {t}, not a scalar; "

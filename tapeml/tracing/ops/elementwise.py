@@ -1,0 +1,193 @@
+"""Elementwise ops: arithmetic, comparisons, `where`, the integer and bitwise ops, and the
+float functions. Operands promote and broadcast together (see promotion.py); an op meeting a
+type it does not take either converts it as numpy and JAX do (ints to floats for `divide`,
+`exp`, ...; bools to logical ops for `add`, `multiply`, `maximum`, `minimum`) or says so."""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+
+from tapeml.dialects import tape
+from tapeml.dialects.tape.types import BOOL, FLOAT, INT
+from tapeml.tracing.ops.promotion import (
+    Array,
+    astype,
+    broadcast_together,
+    common,
+    is_array,
+    lift,
+    weakened,
+)
+from tapeml.tracing.trace import at_user_line, bind
+
+__all__ = [
+    "abs", "add", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "cos", "divide",
+    "equal", "exp", "floor_divide", "greater", "greater_equal", "invert", "left_shift", "less",
+    "less_equal", "log", "logical_and", "logical_not", "logical_or", "logical_xor", "maximum",
+    "minimum", "multiply", "negative", "not_equal", "power", "relu", "remainder",
+    "right_shift", "sigmoid", "sin", "sqrt", "square", "subtract", "tanh", "where",
+]
+
+
+def _kind(dtype: np.dtype) -> str:
+    return BOOL if dtype == np.bool_ else INT if dtype.kind == "i" else FLOAT
+
+
+def _refuse(name: str, dtype: np.dtype, advice: str = "") -> TypeError:
+    return TypeError(at_user_line(f"{name}: not defined on {dtype} operands{advice}"))
+
+
+def _apply(name: str, op: type[tape.TapeOp], operands: list[Any], on_bool: Any,
+           advice: str) -> Array:
+    """Promote `operands` for `op` and record it (or `on_bool`, the op a bool result takes)."""
+    floating = FLOAT in op.ELEMENTS and INT not in op.ELEMENTS
+    operands, weak = common(name, *operands, floating=floating)
+    dtype = np.dtype(operands[0].dtype)
+    if dtype == np.bool_ and on_bool is not None:
+        op = on_bool
+    if _kind(dtype) not in op.ELEMENTS:
+        raise _refuse(name, dtype, advice)
+    return weakened(bind(op, *operands), weak)
+
+
+def _binary(op: type[tape.TapeOp], name: str, on_bool: Any = None, advice: str = ""):
+    def fn(x: Any, y: Any) -> Array:
+        return _apply(name, op, [x, y], on_bool, advice)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Elementwise `{op.name}`, numpy broadcasting and JAX's type promotion."
+    return fn
+
+
+def _unary(op: type[tape.TapeOp], name: str, on_bool: Any = None, advice: str = ""):
+    def fn(x: Any) -> Array:
+        return _apply(name, op, [x], on_bool, advice)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Elementwise `{op.name}`."
+    return fn
+
+
+_BOOL_SUB = " (numpy refuses booleans here too: use `^`, tapeml.logical_xor)"
+_BOOL_NEG = " (use `~` or tapeml.logical_not for booleans)"
+_FLOATS_ONLY = " (it is defined on integers only: write floor(x / y) for floats)"
+_INTS_ONLY = " (shifts take integers)"
+
+add = _binary(tape.AddOp, "add", on_bool=tape.OrOp)
+subtract = _binary(tape.SubOp, "subtract", advice=_BOOL_SUB)
+multiply = _binary(tape.MulOp, "multiply", on_bool=tape.AndOp)
+divide = _binary(tape.DivOp, "divide")
+maximum = _binary(tape.MaximumOp, "maximum", on_bool=tape.OrOp)
+minimum = _binary(tape.MinimumOp, "minimum", on_bool=tape.AndOp)
+floor_divide = _binary(tape.FloorDivOp, "floor_divide", advice=_FLOATS_ONLY)
+remainder = _binary(tape.RemOp, "remainder", advice=_FLOATS_ONLY)
+bitwise_and = _binary(tape.AndOp, "bitwise_and")
+bitwise_or = _binary(tape.OrOp, "bitwise_or")
+bitwise_xor = _binary(tape.XorOp, "bitwise_xor")
+left_shift = _binary(tape.ShlOp, "left_shift", advice=_INTS_ONLY)
+right_shift = _binary(tape.ShrOp, "right_shift", advice=_INTS_ONLY)
+negative = _unary(tape.NegOp, "negative", advice=_BOOL_NEG)
+invert = _unary(tape.NotOp, "invert")
+bitwise_not = invert
+exp = _unary(tape.ExpOp, "exp")
+log = _unary(tape.LogOp, "log")
+tanh = _unary(tape.TanhOp, "tanh")
+sin = _unary(tape.SinOp, "sin")
+cos = _unary(tape.CosOp, "cos")
+sigmoid = _unary(tape.SigmoidOp, "sigmoid")
+relu = _unary(tape.ReluOp, "relu")
+sqrt = _unary(tape.SqrtOp, "sqrt")
+_float_power = _binary(tape.PowOp, "power")
+
+
+def power(x: Any, y: Any) -> Array:
+    """x ** y. On integers the exponent must be a non-negative Python int (computed by
+    repeated squaring, wrapping as numpy does); on floats it is `tape.pow`."""
+    if isinstance(y, int) and not isinstance(y, bool) and y >= 0:
+        x = lift(x)
+        if np.dtype(x.dtype).kind in "ib":
+            return _integer_power(x, y)
+    return _float_power(x, y) if _floating(x, y) else _refuse_power(x, y)
+
+
+def _floating(x: Any, y: Any) -> bool:
+    return builtins.any(isinstance(v, float) or (is_array(v) and np.dtype(v.dtype).kind == "f")
+                        for v in (x, y))
+
+
+def _refuse_power(x: Any, y: Any) -> Array:
+    raise TypeError(at_user_line("power: an integer base takes a non-negative Python int "
+                                 "exponent; cast to float for anything else"))
+
+
+def _integer_power(x: Array, n: int) -> Array:
+    if np.dtype(x.dtype) == np.bool_:  # numpy's bool ** n: 1 for n == 0, else x, as int8
+        x = astype(x, np.int64)
+    result = None
+    base = x
+    while n:
+        if n & 1:
+            result = base if result is None else multiply(result, base)
+        n >>= 1
+        if n:
+            base = multiply(base, base)
+    return result if result is not None else add(multiply(x, 0), 1)
+
+
+def square(x: Any) -> Array:
+    x = lift(x)
+    return multiply(x, x)
+
+
+def abs(x: Any) -> Array:  # noqa: A001 - numpy's name
+    x = lift(x)
+    return x if np.dtype(x.dtype) == np.bool_ else maximum(x, negative(x))
+
+
+def _compare(predicate: str, name: str):
+    def fn(x: Any, y: Any) -> Array:
+        return bind(tape.CmpOp, *common(name, x, y)[0], predicate=predicate)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Elementwise comparison `{predicate}`, a boolean array."
+    return fn
+
+
+less, less_equal = _compare("lt", "less"), _compare("le", "less_equal")
+greater, greater_equal = _compare("gt", "greater"), _compare("ge", "greater_equal")
+equal, not_equal = _compare("eq", "equal"), _compare("ne", "not_equal")
+
+
+def _truth(x: Any) -> Array:
+    x = lift(x)
+    return x if np.dtype(x.dtype) == np.bool_ else not_equal(x, 0)
+
+
+def logical_not(x: Any) -> Array:
+    return bind(tape.NotOp, _truth(x))
+
+
+def logical_and(x: Any, y: Any) -> Array:
+    return bitwise_and(_truth(x), _truth(y))
+
+
+def logical_or(x: Any, y: Any) -> Array:
+    return bitwise_or(_truth(x), _truth(y))
+
+
+def logical_xor(x: Any, y: Any) -> Array:
+    return bitwise_xor(_truth(x), _truth(y))
+
+
+def where(cond: Any, x: Any, y: Any) -> Array:
+    """`x` where `cond` holds, else `y` (broadcast together; x and y promote)."""
+    cond = lift(cond)
+    if np.dtype(cond.dtype) != np.bool_:
+        raise TypeError(at_user_line(f"where: the condition must be boolean (a comparison), "
+                                     f"got {cond.dtype}"))
+    (x, y), weak = common("where", x, y)
+    cond, x, y = broadcast_together("where", cond, x, y)
+    return weakened(bind(tape.SelectOp, cond, x, y), weak)

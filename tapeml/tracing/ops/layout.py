@@ -1,0 +1,89 @@
+"""Layout ops: reshape, transpose, pad, concatenate, stack, expand_dims, unfold and fold
+(broadcast_to is promotion.py's). They keep their operand's dtype, and a weak operand's
+weakness."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tapeml.dialects import tape
+from tapeml.tracing.ops.promotion import Array, is_weak, lift, promote, weakened
+from tapeml.tracing.trace import bind
+
+__all__ = ["concatenate", "expand_dims", "fold", "pad", "pad2d", "reshape", "stack",
+           "transpose", "unfold"]
+
+
+def _keep(x: Array, op: type[tape.TapeOp], **params: Any) -> Array:
+    return weakened(bind(op, x, **params), is_weak(x))
+
+
+def reshape(x: Any, shape: Sequence[int] | int) -> Array:
+    """Row-major reshape; one dim may be -1."""
+    x = lift(x)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if tuple(x.shape) == shape:
+        return x
+    return _keep(x, tape.ReshapeOp, shape=shape)
+
+
+def transpose(x: Any, axes: Sequence[int] | None = None) -> Array:
+    x = lift(x)
+    axes = tuple(range(x.ndim))[::-1] if axes is None else tuple(axes)
+    if axes == tuple(range(x.ndim)):
+        return x
+    return _keep(x, tape.PermuteOp, perm=axes)
+
+
+def pad(x: Any, pad_width: Any, constant_values: float = 0.0) -> Array:
+    """numpy.pad in constant mode: `pad_width` is an int, a (before, after) pair, or one pair
+    per dim; negative amounts crop."""
+    x = lift(x)
+    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    return _keep(x, tape.PadOp, low=tuple(int(w) for w in widths[:, 0]),
+                 high=tuple(int(w) for w in widths[:, 1]), value=float(constant_values))
+
+
+def pad2d(x: Any, padding: Sequence[int], value: float) -> Array:
+    """`pad` over the two spatial dims of an NCHW array: `padding` is (top, left, bottom, right)."""
+    top, left, bottom, right = padding
+    return pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], value)
+
+
+def concatenate(xs: Sequence[Any], axis: int = 0) -> Array:
+    """numpy.concatenate; the arrays promote to one dtype."""
+    xs, weak = promote("concatenate", *xs)
+    return weakened(bind(tape.ConcatOp, *xs, axis=axis), weak)
+
+
+def stack(xs: Sequence[Any], axis: int = 0) -> Array:
+    xs = [lift(x) for x in xs]
+    axis = axis + xs[0].ndim + 1 if axis < 0 else axis
+    return concatenate([expand_dims(x, axis) for x in xs], axis=axis)
+
+
+def expand_dims(x: Any, axis: int) -> Array:
+    x = lift(x)
+    shape = list(x.shape)
+    axis = axis + len(shape) + 1 if axis < 0 else axis
+    shape.insert(axis, 1)
+    return reshape(x, shape)
+
+
+def unfold(x: Any, kernel: Sequence[int], stride: Sequence[int] | None = None,
+           dilation: Sequence[int] | None = None) -> Array:
+    """Sliding windows over the trailing len(kernel) dims: (*batch, *windows, *kernel)."""
+    k = len(kernel)
+    return _keep(lift(x), tape.UnfoldOp, kernel=tuple(kernel),
+                 stride=tuple(stride or (1,) * k), dilation=tuple(dilation or (1,) * k))
+
+
+def fold(x: Any, spatial: Sequence[int], kernel: Sequence[int],
+         stride: Sequence[int] | None = None, dilation: Sequence[int] | None = None) -> Array:
+    """The adjoint of `unfold`: sums windows back onto spatial dims of size `spatial`."""
+    k = len(kernel)
+    return _keep(lift(x), tape.FoldOp, kernel=tuple(kernel), stride=tuple(stride or (1,) * k),
+                 dilation=tuple(dilation or (1,) * k), spatial=tuple(spatial))

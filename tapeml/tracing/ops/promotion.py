@@ -1,0 +1,148 @@
+"""Type promotion as JAX does it: one lattice over tape's element types, Python numbers weak.
+
+    bool < int* < i32 < i64 < float* < f32 < f64
+
+An op's operands are brought to the highest type among them. `int*` and `float*` are *weak*:
+the type of a Python int or float (or a list of them), and of a value computed from weak values
+only (`Tracer.weak`). A weak type gives way to any non-weak operand it meets (`x_f32 * 0.1` is
+f32, `ids_i32 + 1` is i32, a Python int too big for it an OverflowError); an integer meeting a
+float becomes that float (i32 and f32 give f32, as in JAX, where numpy would widen to f64).
+
+While tracing, weak values are computed in i64 and f64, so a Python float passed to a jitted
+function keeps all its digits in an f64 program; a weak result leaves the program as i64 or f32
+(a Python int's and a Python float's dtype). Computed at once (no tracer in sight), weak values
+take those dtypes from the start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tapeml.dialects import tape
+from tapeml.errors import ShapeError
+from tapeml.tracing.trace import Tracer, as_array, at_user_line, bind, canonical_dtype
+
+__all__ = ["astype", "broadcast_to"]
+
+Array = Any  # a numpy array or a Tracer
+
+_BOOL, _I32, _I64, _F32, _F64 = (np.dtype(t) for t in
+                                 (np.bool_, np.int32, np.int64, np.float32, np.float64))
+_RANK = {_BOOL: 0, _I32: 2, _I64: 3, _F32: 5, _F64: 6}
+WEAK_INT, WEAK_FLOAT = 1, 4
+_OF_RANK = {0: _BOOL, WEAK_INT: _I64, 2: _I32, 3: _I64, WEAK_FLOAT: _F64, 5: _F32, 6: _F64}
+
+
+def is_array(x: Any) -> bool:
+    return isinstance(x, Tracer | np.ndarray | np.generic)
+
+
+def is_weak(x: Any) -> bool:
+    return isinstance(x, Tracer) and x.weak
+
+
+def lift(x: Any) -> Array:
+    """Tracers and arrays as they are; a Python number or list as an array of its weak type's
+    dtype (i64, f32) or bool."""
+    if isinstance(x, Tracer):
+        return x
+    if is_array(x):
+        return as_array(x)
+    return common("operand", x)[0][0]
+
+
+def _rank(name: str, x: Any) -> int:
+    if isinstance(x, Tracer):
+        if x.weak:
+            return WEAK_FLOAT if x.dtype.kind == "f" else WEAK_INT
+        return _RANK[np.dtype(x.dtype)]
+    if is_array(x):
+        return _RANK[canonical_dtype(np.dtype(x.dtype))]
+    if isinstance(x, bool):
+        return 0
+    if isinstance(x, int):
+        return WEAK_INT
+    if isinstance(x, float):
+        return WEAK_FLOAT
+    if isinstance(x, list | tuple):
+        kind = as_array(x).dtype.kind
+        return 0 if kind == "b" else WEAK_INT if kind in "iu" else WEAK_FLOAT
+    raise TypeError(at_user_line(f"{name}: cannot use a {type(x).__name__} as an operand "
+                                 "(arrays, tracers and numbers only)"))
+
+
+def result_type(name: str, *xs: Any, floating: bool = False) -> tuple[np.dtype, bool]:
+    """The dtype the operands of `name` meet at, and whether it is weak. With `floating`, an
+    integer or boolean type becomes a float one: float* for int*, else f64 (numpy's, for
+    `ids / 2`, `exp(ids)` and `mean(ids)`)."""
+    rank = max(_rank(name, x) for x in xs)
+    if floating and rank < WEAK_FLOAT:
+        rank = WEAK_FLOAT if rank == WEAK_INT else _RANK[_F64]
+    weak = rank in (WEAK_INT, WEAK_FLOAT)
+    tracing = any(isinstance(x, Tracer) for x in xs)
+    dtype = _F32 if rank == WEAK_FLOAT and not tracing else _OF_RANK[rank]
+    return dtype, weak
+
+
+def to_dtype(name: str, x: Any, dtype: np.dtype) -> Array:
+    """`x` (an array, a tracer, a Python number or list) as `dtype`."""
+    if is_array(x):
+        return x if np.dtype(x.dtype) == dtype else astype(x, dtype)
+    try:
+        return as_array(np.asarray(x, dtype=dtype))
+    except OverflowError:
+        raise OverflowError(at_user_line(f"{name}: the Python integer {x} does not fit in "
+                                         f"{dtype}, the dtype it meets")) from None
+
+
+def promote(name: str, *xs: Any, floating: bool = False) -> tuple[list[Array], bool]:
+    """The operands of `name` at their common dtype (see the module doc), and whether it is
+    weak."""
+    dtype, weak = result_type(name, *xs, floating=floating)
+    return [weakened(to_dtype(name, x, dtype), weak) for x in xs], weak
+
+
+def common(name: str, *xs: Any, floating: bool = False) -> tuple[list[Array], bool]:
+    """`promote`, then `broadcast_together`."""
+    lifted, weak = promote(name, *xs, floating=floating)
+    return broadcast_together(name, *lifted), weak
+
+
+def broadcast_together(name: str, *xs: Any) -> list[Array]:
+    """The arrays `xs` broadcast to one shape, numpy style."""
+    lifted = [lift(x) for x in xs]
+    try:
+        shape = np.broadcast_shapes(*(tuple(x.shape) for x in lifted))
+    except ValueError:
+        shapes = ", ".join(str(tuple(x.shape)) for x in lifted)
+        raise ShapeError(at_user_line(f"{name}: operands with shapes {shapes} cannot be "
+                                      "broadcast together")) from None
+    return [broadcast_to(x, shape) for x in lifted]
+
+
+def weakened(result: Array, weak: bool) -> Array:
+    """`result`, marked weak when its operands were (see `Tracer`)."""
+    if weak and isinstance(result, Tracer):
+        result.weak = True
+    return result
+
+
+def astype(x: Any, dtype: Any) -> Array:
+    """`x` converted to `dtype` (bool, int32, int64, float32 or float64) by numpy's `astype`
+    rules, except that float to integer truncates toward zero and saturates (NaN gives 0),
+    the same on every backend. The result is not weak."""
+    x = lift(x)
+    dtype = canonical_dtype(np.dtype(dtype))
+    if np.dtype(x.dtype) == dtype:
+        return Tracer(x.value, x.trace) if is_weak(x) else x
+    return bind(tape.CastOp, x, dtype=dtype)
+
+
+def broadcast_to(x: Any, shape: Sequence[int]) -> Array:
+    x = lift(x)
+    if tuple(x.shape) == tuple(shape):
+        return x
+    return weakened(bind(tape.BroadcastOp, x, shape=tuple(shape)), is_weak(x))

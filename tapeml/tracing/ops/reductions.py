@@ -1,0 +1,78 @@
+"""Reductions and the composites over them: sum, max, min, mean, logsumexp, softmax,
+log_softmax. Sums keep an integer dtype (as JAX's) and count booleans in int64 (as numpy's)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tapeml.dialects import tape
+from tapeml.tracing.ops.elementwise import add, divide, exp, invert, log, negative, subtract
+from tapeml.tracing.ops.layout import reshape
+from tapeml.tracing.ops.promotion import Array, astype, is_weak, lift, promote, weakened
+from tapeml.tracing.trace import bind
+
+__all__ = ["log_softmax", "logsumexp", "max", "mean", "min", "softmax", "sum"]
+
+Axis = int | Sequence[int] | None
+
+
+def _axes(x: Array, axis: Axis) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(x.ndim))
+    return (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+
+
+def _reduce(op: type[tape.TapeOp], x: Array, axis: Axis, keepdims: bool) -> Array:
+    return weakened(bind(op, x, axes=_axes(x, axis), keepdims=keepdims), is_weak(x))
+
+
+def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
+    x = lift(x)
+    if np.dtype(x.dtype) == np.bool_:
+        x = astype(x, np.int64)
+    return _reduce(tape.SumOp, x, axis, keepdims)
+
+
+def max(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
+    return _reduce(tape.MaxOp, lift(x), axis, keepdims)
+
+
+def min(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
+    """-max(-x) for floats (exact); ~max(~x) for integers, where -x would wrap at the minimum."""
+    x = lift(x)
+    flip = negative if np.dtype(x.dtype).kind == "f" else invert
+    return flip(max(flip(x), axis=axis, keepdims=keepdims))
+
+
+def mean(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:
+    """The float mean (integers are averaged in float64, as numpy does)."""
+    (x,), _ = promote("mean", x, floating=True)
+    count = int(np.prod([x.shape[a] for a in _axes(x, axis)], dtype=np.int64))
+    return divide(sum(x, axis=axis, keepdims=keepdims), float(count))
+
+
+def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:
+    (x,), _ = promote("logsumexp", x, floating=True)
+    top = max(x, axis=axis, keepdims=True)
+    out = add(log(sum(exp(subtract(x, top)), axis=axis, keepdims=True)), top)
+    return out if keepdims else reshape(out, _reduced_shape(x, axis))
+
+
+def _reduced_shape(x: Array, axis: Axis) -> tuple[int, ...]:
+    axes = {a % x.ndim for a in _axes(x, axis)}
+    return tuple(d for i, d in enumerate(x.shape) if i not in axes)
+
+
+def softmax(x: Any, axis: int = -1) -> Array:
+    (x,), _ = promote("softmax", x, floating=True)
+    e = exp(subtract(x, max(x, axis=axis, keepdims=True)))
+    return divide(e, sum(e, axis=axis, keepdims=True))
+
+
+def log_softmax(x: Any, axis: int = -1) -> Array:
+    (x,), _ = promote("log_softmax", x, floating=True)
+    shifted = subtract(x, max(x, axis=axis, keepdims=True))
+    return subtract(shifted, log(sum(exp(shifted), axis=axis, keepdims=True)))
