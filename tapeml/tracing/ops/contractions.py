@@ -1,4 +1,4 @@
-"""Contractions: numpy's matmul (batch dims broadcast) and dot, as tape.matmul."""
+"""Contractions: numpy's matmul (batch dims broadcast), dot and einsum, as tape.matmul."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import numpy as np
 from tapeml.dialects import tape
 from tapeml.errors import ShapeError
 from tapeml.tracing.ops.elementwise import multiply
-from tapeml.tracing.ops.layout import reshape
+from tapeml.tracing.ops.layout import reshape, transpose
 from tapeml.tracing.ops.promotion import Array, broadcast_to, lift, promote
+from tapeml.tracing.ops.reductions import sum
 from tapeml.tracing.trace import at_user_line, bind
 
-__all__ = ["dot", "matmul"]
+__all__ = ["dot", "einsum", "matmul"]
 
 
 def matmul(a: Any, b: Any) -> Array:
@@ -66,3 +67,86 @@ def dot(a: Any, b: Any) -> Array:
     return matmul(a, b)
 
 
+
+
+def einsum(subscripts: str, *operands: Any) -> Array:
+    """numpy.einsum for one or two operands, as transposes, sums and one batched matmul:
+    'bqd,bkd->bqk', 'ij,jk', 'bhqk,bhkd->bhqd', 'ii->' is not (no repeated index in an operand).
+    Without '->' the output is the indices seen once, in alphabetical order, as numpy's; `...`
+    stands for the same leading dims in every operand."""
+    if len(operands) not in (1, 2):
+        raise ValueError(at_user_line(f"einsum: one or two operands, got {len(operands)} (chain "
+                                      "them: einsum of einsum)"))
+    xs, _ = promote("einsum", *operands)
+    ins, out = _parse_subscripts(subscripts, xs)
+    sizes: dict[str, int] = {}
+    for names, x in zip(ins, xs, strict=True):
+        for name, size in zip(names, x.shape, strict=True):
+            if sizes.setdefault(name, size) != size:
+                raise ShapeError(at_user_line(f"einsum: index {name!r} is {sizes[name]} in one "
+                                              f"operand and {size} in another ({subscripts})"))
+    # indices no one else needs are summed out of their operand first
+    kept = [_sum_out(x, names, set(out).union(*(ins[:k] + ins[k + 1:])))
+            for k, (x, names) in enumerate(zip(xs, ins, strict=True))]
+    if len(kept) == 1:
+        (x, names), = kept
+        return transpose(x, [names.index(n) for n in out])
+    (a, a_names), (b, b_names) = kept
+    batch = [n for n in out if n in a_names and n in b_names]
+    contracted = [n for n in a_names if n in b_names and n not in out]
+    left = [n for n in a_names if n not in b_names]
+    right = [n for n in b_names if n not in a_names]
+    a = _grouped(a, a_names, [batch, left, contracted], sizes)
+    b = _grouped(b, b_names, [batch, contracted, right], sizes)
+    product = reshape(bind(tape.MatmulOp, a, b),
+                      [sizes[n] for n in (*batch, *left, *right)])
+    order = [*batch, *left, *right]
+    return transpose(product, [order.index(n) for n in out])
+
+
+def _parse_subscripts(subscripts: str, xs: list[Array]) -> tuple[list[str], str]:
+    text = subscripts.replace(" ", "")
+    lhs, arrow, out = text.partition("->")
+    ins = lhs.split(",")
+    if len(ins) != len(xs):
+        raise ValueError(at_user_line(f"einsum: {subscripts!r} names {len(ins)} operands, "
+                                      f"got {len(xs)}"))
+    spare = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in text)
+    ellipsis = ""
+    if "..." in text:  # the leading dims no letter names, one fresh letter each
+        extra = max(x.ndim - len(n.replace("...", "")) for n, x in zip(ins, xs, strict=True))
+        ellipsis = "".join(next(spare) for _ in range(extra))
+    expanded = []
+    for names, x in zip(ins, xs, strict=True):
+        if "..." in names:
+            names = names.replace("...", ellipsis[len(ellipsis) - (x.ndim - len(names) + 3):])
+        if not (names.isalpha() or not names) or len(names) != x.ndim or len(set(names)) != len(names):
+            raise ValueError(at_user_line(
+                f"einsum: {names!r} does not name the {x.ndim} dims of an operand of shape "
+                f"{tuple(x.shape)} once each (a repeated index, a diagonal, is not supported)"))
+        expanded.append(names)
+    if arrow:
+        out = out.replace("...", ellipsis)
+    else:
+        counts = "".join(expanded)
+        out = ellipsis + "".join(sorted(c for c in set(counts) - set(ellipsis)
+                                        if counts.count(c) == 1))
+    unknown = set(out) - set("".join(expanded))
+    if unknown or len(set(out)) != len(out):
+        raise ValueError(at_user_line(f"einsum: the output {out!r} of {subscripts!r} must name "
+                                      "input indices, each once"))
+    return expanded, out
+
+
+def _sum_out(x: Array, names: str, needed: set[str]) -> tuple[Array, str]:
+    axes = tuple(i for i, n in enumerate(names) if n not in needed)
+    if not axes:
+        return x, names
+    return sum(x, axis=axes), "".join(n for n in names if n in needed)
+
+
+def _grouped(x: Array, names: str, groups: list[list[str]], sizes: dict[str, int]) -> Array:
+    """x transposed to the order of `groups` and reshaped to one dim per group."""
+    order = [n for group in groups for n in group]
+    x = transpose(x, [names.index(n) for n in order])
+    return reshape(x, [int(np.prod([sizes[n] for n in g], dtype=np.int64)) for g in groups])

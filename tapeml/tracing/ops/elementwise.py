@@ -24,11 +24,12 @@ from tapeml.tracing.ops.promotion import (
 from tapeml.tracing.trace import at_user_line, bind
 
 __all__ = [
-    "abs", "add", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "cos", "divide",
-    "equal", "exp", "floor_divide", "greater", "greater_equal", "invert", "left_shift", "less",
-    "less_equal", "log", "logical_and", "logical_not", "logical_or", "logical_xor", "maximum",
-    "minimum", "multiply", "negative", "not_equal", "power", "relu", "remainder",
-    "right_shift", "sigmoid", "sin", "sqrt", "square", "subtract", "tanh", "where",
+    "abs", "add", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "ceil", "clip",
+    "cos", "divide", "equal", "erf", "exp", "floor", "floor_divide", "greater",
+    "greater_equal", "invert", "left_shift", "less", "less_equal", "log", "logical_and",
+    "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "multiply", "negative",
+    "not_equal", "power", "relu", "remainder", "right_shift", "round", "sigmoid", "sign",
+    "sin", "sqrt", "square", "subtract", "tanh", "where",
 ]
 
 
@@ -73,7 +74,7 @@ def _unary(op: type[tape.TapeOp], name: str, on_bool: Any = None, advice: str = 
 
 _BOOL_SUB = " (numpy refuses booleans here too: use `^`, tapeml.logical_xor)"
 _BOOL_NEG = " (use `~` or tapeml.logical_not for booleans)"
-_FLOATS_ONLY = " (it is defined on integers only: write floor(x / y) for floats)"
+_FLOATS_ONLY = " (it is defined on integers only: write tapeml.floor(x / y) for floats)"
 _INTS_ONLY = " (shifts take integers)"
 
 add = _binary(tape.AddOp, "add", on_bool=tape.OrOp)
@@ -142,9 +143,38 @@ def square(x: Any) -> Array:
     return multiply(x, x)
 
 
+_abs = _unary(tape.AbsOp, "abs")
+
+
 def abs(x: Any) -> Array:  # noqa: A001 - numpy's name
+    """|x| (numpy's absolute: abs(-0.0) is +0.0, abs(INT_MIN) wraps to INT_MIN)."""
     x = lift(x)
-    return x if np.dtype(x.dtype) == np.bool_ else maximum(x, negative(x))
+    return x if np.dtype(x.dtype) == np.bool_ else _abs(x)
+
+
+sign = _unary(tape.SignOp, "sign")
+floor = _unary(tape.FloorOp, "floor")
+ceil = _unary(tape.CeilOp, "ceil")
+erf = _unary(tape.ErfOp, "erf")
+_round = _unary(tape.RoundOp, "round")
+
+
+def round(x: Any, decimals: int = 0) -> Array:  # noqa: A001 - numpy's name
+    """Round half to even (numpy's round and rint); integers are kept as they are."""
+    if decimals != 0:
+        raise NotImplementedError(at_user_line("round: decimals other than 0 are not "
+                                               "supported; scale, round and unscale"))
+    return _round(x)
+
+
+def clip(x: Any, a_min: Any = None, a_max: Any = None) -> Array:
+    """numpy.clip: minimum(maximum(x, a_min), a_max); NaN stays NaN; either bound may be None."""
+    if a_min is None and a_max is None:
+        raise ValueError(at_user_line("clip: give a_min, a_max or both"))
+    x = lift(x)
+    if a_min is not None:
+        x = maximum(x, a_min)
+    return x if a_max is None else minimum(x, a_max)
 
 
 def _compare(predicate: str, name: str):

@@ -9,12 +9,22 @@ from typing import Any
 import numpy as np
 
 from tapeml.dialects import tape
-from tapeml.tracing.ops.elementwise import add, divide, exp, invert, log, negative, subtract
+from tapeml.tracing.ops.elementwise import (
+    add,
+    divide,
+    exp,
+    invert,
+    log,
+    multiply,
+    negative,
+    sqrt,
+    subtract,
+)
 from tapeml.tracing.ops.layout import reshape
 from tapeml.tracing.ops.promotion import Array, astype, is_weak, lift, promote, weakened
 from tapeml.tracing.trace import bind
 
-__all__ = ["log_softmax", "logsumexp", "max", "mean", "min", "softmax", "sum"]
+__all__ = ["log_softmax", "logsumexp", "max", "mean", "min", "softmax", "std", "sum", "var"]
 
 Axis = int | Sequence[int] | None
 
@@ -52,6 +62,20 @@ def mean(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:
     (x,), _ = promote("mean", x, floating=True)
     count = int(np.prod([x.shape[a] for a in _axes(x, axis)], dtype=np.int64))
     return divide(sum(x, axis=axis, keepdims=keepdims), float(count))
+
+
+def var(x: Any, axis: Axis = None, ddof: int = 0, keepdims: bool = False) -> Array:
+    """numpy.var: the mean squared deviation from the mean, divided by N - ddof."""
+    (x,), _ = promote("var", x, floating=True)
+    deviation = subtract(x, mean(x, axis=axis, keepdims=True))
+    count = int(np.prod([x.shape[a] for a in _axes(x, axis)], dtype=np.int64))
+    return divide(sum(multiply(deviation, deviation), axis=axis, keepdims=keepdims),
+                  float(count - ddof))
+
+
+def std(x: Any, axis: Axis = None, ddof: int = 0, keepdims: bool = False) -> Array:
+    """numpy.std: sqrt(var)."""
+    return sqrt(var(x, axis=axis, ddof=ddof, keepdims=keepdims))
 
 
 def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:

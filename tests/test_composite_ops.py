@@ -1,0 +1,157 @@
+"""The ops written over the primitives (issue 17): clip, squeeze, full/zeros/ones(_like), var,
+std, einsum, and the numeric unary ops' API. numpy is the reference, eager and jitted; gradients
+by central differences in f64."""
+
+from __future__ import annotations
+
+import string
+
+import numpy as np
+import pytest
+from bits import assert_same_bits
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tapeml
+
+
+def _both(fn, *args):
+    """fn on arrays (eager) and compiled, each checked by the caller."""
+    return fn(*args), tapeml.jit(fn)(*args)
+
+
+def _numeric_grad(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = eps
+        g[i] = (f(x + d) - f(x - d)) / (2 * eps)
+    return g
+
+
+EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1e300, -3.7])
+
+
+def test_clip_matches_numpy_on_edge_values():
+    for lo, hi in ((-1.0, 1.0), (0.0, None), (None, 2.0)):
+        want = np.clip(EDGES, lo, hi)
+        for got in _both(lambda x, lo=lo, hi=hi: tapeml.clip(x, lo, hi), EDGES):
+            assert_same_bits(got, want)
+    ids = np.array([-5, 0, 7, 2**31 - 1], np.int32)
+    for got in _both(lambda i: tapeml.clip(i, 0, 5), ids):
+        assert_same_bits(got, np.clip(ids, 0, 5).astype(np.int32))
+    with pytest.raises(ValueError, match="clip: give a_min, a_max or both"):
+        tapeml.clip(EDGES)
+
+
+def test_rounding_ops_follow_numpy():
+    for fn, ref in ((tapeml.floor, np.floor), (tapeml.ceil, np.ceil), (tapeml.round, np.round),
+                    (tapeml.abs, np.abs), (tapeml.sign, np.sign)):
+        for got in _both(fn, EDGES):
+            assert_same_bits(got, ref(EDGES))
+    ids = np.array([-3, 0, 4], np.int64)
+    for got in _both(tapeml.round, ids):  # integers are kept, as JAX and the array API do
+        assert_same_bits(got, ids)
+    with pytest.raises(NotImplementedError, match="decimals"):
+        tapeml.round(EDGES, 2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=st.lists(st.sampled_from([1, 2, 3]), min_size=0, max_size=4), data=st.data())
+def test_squeeze_matches_numpy(shape, data):
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    ones = [a for a, d in enumerate(shape) if d == 1]
+    axis = data.draw(st.none() | st.sampled_from(ones) if ones else st.none())
+    for got in _both(lambda x: tapeml.squeeze(x, axis), x):
+        assert_same_bits(got, np.squeeze(x, axis))
+    if any(d != 1 for d in shape):
+        bad = next(a for a, d in enumerate(shape) if d != 1)
+        with pytest.raises(ValueError, match="does not have size 1"):
+            tapeml.squeeze(x, bad)
+
+
+def test_constants_like_an_array():
+    x = np.ones((2, 3), np.float64)
+    zeros, ones, full, ints = tapeml.jit(lambda x: (
+        tapeml.zeros_like(x), tapeml.ones_like(x), tapeml.full_like(x, 0.1),
+        tapeml.ones_like(x, np.int32)))(x)
+    assert_same_bits(zeros, np.zeros((2, 3)))
+    assert_same_bits(ones, np.ones((2, 3)))
+    assert_same_bits(full, np.full((2, 3), 0.1))
+    assert_same_bits(ints, np.ones((2, 3), np.int32))
+    text = str(tapeml.trace(lambda x: tapeml.full_like(x, 0.1), x))
+    assert "tape.constant dense<1.000000e-01> : tensor<f64>" in text  # one scalar, broadcast
+    assert_same_bits(tapeml.full((2,), 3), np.full((2,), 3, np.int64))
+    assert_same_bits(tapeml.zeros(3), np.zeros(3, np.float32))
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3), ddof=st.sampled_from([0, 1]),
+       data=st.data())
+def test_var_and_std_match_numpy(shape, ddof, data):
+    x = np.random.default_rng(len(shape)).normal(size=shape)
+    axis = data.draw(st.none() | st.integers(-len(shape), len(shape) - 1))
+    if ddof >= (x.size if axis is None else shape[axis]):
+        return
+    for fn, ref in ((tapeml.var, np.var), (tapeml.std, np.std)):
+        for got in _both(lambda x, fn=fn: fn(x, axis=axis, ddof=ddof), x):
+            np.testing.assert_allclose(got, ref(x, axis=axis, ddof=ddof), rtol=1e-12)
+    if (x.size if axis is None else shape[axis]) == 1:
+        return  # a zero variance: std has no derivative there (NaN, as in JAX)
+    g = tapeml.grad(lambda x: tapeml.sum(tapeml.std(x, axis=axis, ddof=ddof)))(x)
+    np.testing.assert_allclose(g, _numeric_grad(
+        lambda x: np.sum(np.std(x, axis=axis, ddof=ddof)), x), rtol=1e-5, atol=1e-7)
+
+
+@st.composite
+def _einsum_case(draw):
+    """Two operands over a handful of letters: batch, contracted, kept and summed indices."""
+    letters = draw(st.permutations(list(string.ascii_lowercase[:6])))
+    a = "".join(letters[:draw(st.integers(0, 4))])
+    b = "".join(draw(st.permutations(list(letters[2:7])))[:draw(st.integers(0, 4))])
+    counts = {c: (a + b).count(c) for c in set(a + b)}
+    explicit = draw(st.booleans())
+    out = "".join(draw(st.permutations([c for c in counts if draw(st.booleans())]))) \
+        if explicit else None
+    sizes = {c: draw(st.integers(1, 3)) for c in counts}
+    return a, b, out, sizes
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=_einsum_case())
+def test_einsum_matches_numpy(case):
+    a_names, b_names, out, sizes = case
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=[sizes[c] for c in a_names])
+    b = rng.normal(size=[sizes[c] for c in b_names])
+    subscripts = f"{a_names},{b_names}" + ("" if out is None else f"->{out}")
+    want = np.einsum(subscripts, a, b)
+    for got in _both(lambda a, b: tapeml.einsum(subscripts, a, b), a, b):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_einsum_attention_spellings_and_gradients():
+    rng = np.random.default_rng(1)
+    q, k = rng.normal(size=(2, 3, 4, 5)), rng.normal(size=(2, 3, 6, 5))
+    for subscripts in ("bhqd,bhkd->bhqk", "...qd,...kd->...qk", "bhqd,bhkd->bkhq"):
+        np.testing.assert_allclose(tapeml.einsum(subscripts, q, k),
+                                   np.einsum(subscripts, q, k), rtol=1e-12)
+    w = rng.normal(size=(2, 3, 4, 6))
+    g = tapeml.grad(lambda q: tapeml.sum(tapeml.einsum("bhqd,bhkd->bhqk", q, k) * w))(q)
+    np.testing.assert_allclose(g, np.einsum("bhqk,bhkd->bhqd", w, k), rtol=1e-12)
+    x = rng.normal(size=(3, 4))
+    np.testing.assert_allclose(tapeml.einsum("ij->j", x), x.sum(0))
+    np.testing.assert_allclose(tapeml.einsum("ij->ji", x), x.T)
+
+
+def test_einsum_errors_name_the_problem():
+    x = np.ones((3, 3))
+    with pytest.raises(ValueError, match="a repeated index, a diagonal, is not supported"):
+        tapeml.einsum("ii->i", x)
+    with pytest.raises(tapeml.ShapeError, match="index 'j' is 3 in one operand and 4"):
+        tapeml.einsum("ij,jk", x, np.ones((4, 2)))
+    with pytest.raises(ValueError, match="names 2 operands, got 1"):
+        tapeml.einsum("ij,jk", x)
+    with pytest.raises(ValueError, match="must name input indices"):
+        tapeml.einsum("ij->iz", x)
