@@ -110,6 +110,8 @@ CASES = {
                           + ops.logsumexp(a), (r(3, 4),)),
     "mean_min_abs": (lambda a: ops.mean(ops.abs(a)) * ops.min(a), (r(6),)),
     "abs_erf_ops": (lambda a: ops.sum(bind(tape.AbsOp, a) * bind(tape.ErfOp, a)), (r(6),)),
+    "cumsum_op": (lambda a: ops.sum(ops.tanh(bind(tape.CumsumOp, a, axis=1, reverse=False))
+                                    * bind(tape.CumsumOp, a, axis=0, reverse=True)), (r(3, 4),)),
     "conv2d_fused": (lambda x, w: ops.sum(ops.tanh(_conv(x, w))), (r(1, 2, 6, 5), r(4, 1, 3, 2))),
     "maxpool2d_fused": (lambda x: ops.sum(ops.exp(bind(
         tape.MaxPool2dOp, x, kernel=(2, 3), stride=(2, 1), padding=(1, 0, 0, 1)))),

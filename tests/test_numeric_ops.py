@@ -292,3 +292,137 @@ def test_the_piecewise_constant_ops_pass_a_zero_gradient_and_the_rest_still_flow
     np.testing.assert_allclose(dx, numeric, rtol=1e-6)
     dx, _ = _gradient_and_numeric([f"%y = tape.{name} %x : {t}"], x, w, t)
     assert np.array_equal(dx, np.zeros_like(x))
+
+
+# ----------------------------------------------------------------------------------------------
+# argmax, argmin, cumsum, iota
+
+
+def test_argmax_argmin_cumsum_iota_edge_cases_are_numpys():
+    nan = np.nan
+    x = np.array([1.0, nan, 3.0, nan, -1.0])
+    assert evaluate(tape.ArgMaxOp, x, axis=0, keepdims=False) == 1  # the first NaN, both ways
+    assert evaluate(tape.ArgMinOp, x, axis=0, keepdims=False) == 1
+    ties = np.array([[0.0, -0.0, 5.0, 5.0], [-2.0, 7.0, -2.0, 7.0]], np.float32)
+    assert np.array_equal(evaluate(tape.ArgMaxOp, ties, axis=1, keepdims=False), [2, 1])
+    assert np.array_equal(evaluate(tape.ArgMinOp, ties, axis=-1, keepdims=True), [[0], [0]])
+    assert evaluate(tape.ArgMaxOp, ties, axis=1, keepdims=False).dtype == np.int64
+    i = np.iinfo(np.int32)
+    wrapped = evaluate(tape.CumsumOp, np.array([i.max, 1, 1], np.int32), axis=0, reverse=False)
+    assert wrapped.dtype == np.int32 and np.array_equal(wrapped, [i.max, i.min, i.min + 1])
+    assert np.array_equal(evaluate(tape.CumsumOp, np.array([1, 2, 3]), axis=0, reverse=True),
+                          [6, 5, 3])
+    first = evaluate(tape.CumsumOp, np.array([-0.0, 0.0], np.float32), axis=0, reverse=False)
+    assert np.signbit(first[0]) and not np.signbit(first[1])
+    iota = evaluate(tape.IotaOp, shape=(2, 3), dtype=np.float32, axis=1)
+    assert iota.dtype == np.float32 and np.array_equal(iota, [[0, 1, 2], [0, 1, 2]])
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64, np.int32, np.int64]))
+def test_argmax_argmin_and_cumsum_are_numpys(data, dtype):
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5))
+    pool = list(_edge_floats(dtype)[:8]) if dtype in FLOATS else list(_edge_ints(dtype)[:6])
+    x = data.draw(hnp.arrays(dtype, shape, elements=st.sampled_from(pool)))  # ties, NaNs
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    keepdims = data.draw(st.booleans())
+    for op, fn in ((tape.ArgMaxOp, np.argmax), (tape.ArgMinOp, np.argmin)):
+        got = evaluate(op, x, axis=axis % len(shape), keepdims=keepdims)
+        _same_bits(got, np.asarray(fn(x, axis=axis, keepdims=keepdims)).astype(np.int64))
+    for reverse in (False, True):
+        with np.errstate(all="ignore"):
+            flipped = np.flip(x, axis) if reverse else x
+            expected = np.cumsum(flipped, axis=axis, dtype=dtype)
+            expected = np.flip(expected, axis) if reverse else expected
+        _same_bits(evaluate(tape.CumsumOp, x, axis=axis % len(shape), reverse=reverse),
+                   np.ascontiguousarray(expected))
+
+
+def _scan_program(dtype, shape=(4, 37)):
+    t = _t(shape, dtype)
+    n, m = shape
+    lines = [f"%0 = tape.argmax %x axis = 1 : {t} -> tensor<{n}xi64>",
+             f"%1 = tape.argmin %x axis = 0 keepdims : {t} -> tensor<1x{m}xi64>",
+             f"%2 = tape.cumsum %x axis = 1 : {t}",
+             f"%3 = tape.cumsum %x axis = 0 reverse : {t}",
+             f"%4 = tape.iota axis = 1 : {t}",
+             f"%5 = tape.iota axis = 0 : tensor<{n}x{m}xi32>"]
+    results = [("0", f"tensor<{n}xi64>"), ("1", f"tensor<1x{m}xi64>"), ("2", t), ("3", t),
+               ("4", t), ("5", f"tensor<{n}x{m}xi32>")]
+    return _program([("x", t)], lines, results)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64],
+                         ids=lambda d: TYPES[d])
+def test_argmax_argmin_cumsum_iota_give_the_interpreters_bits_at_every_stage(dtype):
+    """Long float rows, so the order of cumsum's additions shows in the bits."""
+    rng = np.random.default_rng(3)
+    shape = (4, 37)
+    if dtype in FLOATS:
+        x = (rng.normal(0, 1, shape) * 10.0 ** rng.integers(-6, 6, shape)).astype(dtype)
+        x[0, :8] = [np.nan, 1.0, np.nan, np.inf, -0.0, 0.0, -np.inf, 2.0]
+        x[1, :4] = [-0.0, 0.0, -0.0, 0.0]
+        x[2, 5] = x[2, 9] = x[2].max()  # a tie
+    else:
+        x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, shape, dtype)
+        x[0, :4] = [np.iinfo(dtype).max, 1, np.iinfo(dtype).max, 0]  # a tie, and a wrap
+    got = _every_stage_agrees(_scan_program(dtype, shape), x)
+    _same_bits(got[0], np.argmax(x, axis=1))
+    _same_bits(got[1], np.argmin(x, axis=0, keepdims=True))
+    with np.errstate(all="ignore"):
+        _same_bits(got[2], np.cumsum(x, axis=1, dtype=dtype))
+        _same_bits(got[3], np.flip(np.cumsum(np.flip(x, 0), axis=0, dtype=dtype), 0))
+    _same_bits(got[4], np.broadcast_to(np.arange(shape[1], dtype=dtype), shape).copy())
+
+
+@needs_ptxas
+@pytest.mark.parametrize("dtype", [np.float32, np.int64], ids=lambda d: TYPES[d])
+def test_argmax_argmin_cumsum_iota_assemble_for_the_gpu(dtype, tmp_path):
+    _ptx_assembles(_scan_program(dtype), tmp_path)
+
+
+def test_a_causal_mask_of_two_iotas_fuses_around_them():
+    """abs(where(col <= row, x, -inf)): iota stays an op of its own (a tape.fused body holds
+    element-to-element ops only), the cmp and select fuse, and every stage agrees."""
+    t, ti, tb = _t((5, 6), np.float32), _t((5, 6), np.int64), "tensor<5x6xi1>"
+    lines = [f"%row = tape.iota axis = 0 : {ti}", f"%col = tape.iota axis = 1 : {ti}",
+             f"%keep = tape.cmp le, %col, %row : {ti} -> {tb}",
+             f"%y = tape.select %keep, %x, %low : {tb}, {t}, {t} -> {t}",
+             f"%z = tape.abs %y : {t}"]
+    program = _program([("x", t), ("low", t)], lines, [("z", t)])
+    x = np.random.default_rng(5).normal(0, 1, (5, 6)).astype(np.float32)
+    low = np.full((5, 6), -np.inf, np.float32)
+    (expected,) = tapeml.interpret(program.module, program.name, x, low)
+    _same_bits(expected, np.abs(np.where(np.tri(5, 6, dtype=bool), x, low)))
+    fuse(program.module)
+    ops = [op.name for op in program.function.body.ops]
+    assert ops == ["tape.iota", "tape.iota", "tape.fused", "func.return"], ops
+    _every_stage_agrees(program, x, low)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumsum_pullback_matches_finite_differences(reverse):
+    rng = np.random.default_rng(2)
+    x, w = rng.normal(0, 1, (3, 5)), rng.normal(0, 1, (3, 5))
+    t = _t(x.shape, np.float64)
+    flag = " reverse" if reverse else ""
+    dx, numeric = _gradient_and_numeric([f"%y = tape.cumsum %x axis = 1{flag} : {t}"], x, w, t)
+    np.testing.assert_allclose(dx, numeric, rtol=1e-6, atol=1e-9)
+    expected = np.cumsum(w, axis=1) if reverse else np.flip(np.cumsum(np.flip(w, 1), 1), 1)
+    np.testing.assert_allclose(dx, expected, rtol=1e-12)
+
+
+def test_argmax_and_iota_pass_no_gradient_and_the_rest_still_flows():
+    """y = x * iota + cast(argmax(x)): d/dx is iota (argmax is piecewise constant)."""
+    t, ti = _t((3, 4), np.float64), "tensor<3xi64>"
+    lines = [f"%i = tape.iota axis = 1 : {t}", f"%q = tape.mul %x, %i : {t}",
+             f"%a = tape.argmax %x axis = 1 : {t} -> {ti}",
+             f"%f = tape.cast %a : {ti} -> tensor<3xf64>",
+             "%b = tape.broadcast %f : tensor<3xf64> -> tensor<4x3xf64>",
+             f"%pm = tape.permute %b perm = [1, 0] : tensor<4x3xf64> -> {t}",
+             f"%y = tape.add %q, %pm : {t}"]
+    x = np.random.default_rng(4).normal(0, 1, (3, 4))
+    w = np.ones((3, 4))
+    dx, numeric = _gradient_and_numeric(lines, x, w, t)
+    assert np.array_equal(dx, np.broadcast_to(np.arange(4.0), (3, 4)))
+    np.testing.assert_allclose(dx, numeric, rtol=1e-6, atol=1e-9)

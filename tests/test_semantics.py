@@ -129,6 +129,10 @@ def _samples(rng: np.random.Generator) -> dict[type[TapeOp], tuple[tuple, dict]]
     samples = {op: ((x, y), {}) for op in tape.ELEMENTWISE_BINARY}
     samples |= {op: ((np.abs(x) + 0.5,), {}) for op in tape.ELEMENTWISE_UNARY}
     samples |= {op: ((x - 0.25,), {}) for op in tape.NUMERIC_UNARY}
+    samples |= {op: ((x,), {"axis": -1, "keepdims": True}) for op in (tape.ArgMaxOp,
+                                                                       tape.ArgMinOp)}
+    samples[tape.CumsumOp] = ((x,), {"axis": 0, "reverse": True})
+    samples[tape.IotaOp] = ((), {"shape": (2, 3), "dtype": np.float32, "axis": 1})
     i, j = rng.integers(-9, 9, (2, 2, 3)).astype(np.int32)
     samples |= {op: ((i, j), {}) for op in tape.INTEGER_BINARY}
     samples |= {op: ((i,), {}) for op in tape.INTEGER_UNARY}

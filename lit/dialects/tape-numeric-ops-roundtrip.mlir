@@ -31,3 +31,24 @@ func.func @unary(%x: tensor<2x3xf32>, %d: tensor<5xf64>, %i: tensor<4xi32>) {
   %9 = tape.erf %d : tensor<5xf64>
   func.return
 }
+
+// -----
+
+// CHECK-LABEL: func.func @along_an_axis
+// CHECK-NEXT:    %0 = tape.argmax %x axis = 1 : tensor<2x3xf32> -> tensor<2xi64>
+// CHECK-NEXT:    %1 = tape.argmin %x axis = 0 keepdims : tensor<2x3xf32> -> tensor<1x3xi64>
+// CHECK-NEXT:    %2 = tape.argmax %b axis = 0 : tensor<4xi1> -> tensor<i64>
+// CHECK-NEXT:    %3 = tape.cumsum %x axis = 1 : tensor<2x3xf32>
+// CHECK-NEXT:    %4 = tape.cumsum %i axis = 0 reverse : tensor<4xi32>
+// CHECK-NEXT:    %5 = tape.iota axis = 1 : tensor<2x3xi64>
+// CHECK-NEXT:    %6 = tape.iota axis = 0 {tapeml.note = "kept"} : tensor<5xf64>
+func.func @along_an_axis(%x: tensor<2x3xf32>, %i: tensor<4xi32>, %b: tensor<4xi1>) {
+  %0 = tape.argmax %x axis = 1 : tensor<2x3xf32> -> tensor<2xi64>
+  %1 = tape.argmin %x axis = 0 keepdims : tensor<2x3xf32> -> tensor<1x3xi64>
+  %2 = tape.argmax %b axis = 0 : tensor<4xi1> -> tensor<i64>
+  %3 = tape.cumsum %x axis = 1 : tensor<2x3xf32>
+  %4 = tape.cumsum %i axis = 0 reverse : tensor<4xi32>
+  %5 = tape.iota axis = 1 : tensor<2x3xi64>
+  %6 = tape.iota axis = 0 {tapeml.note = "kept"} : tensor<5xf64>
+  func.return
+}

@@ -31,7 +31,7 @@ def _per_result_element(op: TapeOp) -> int:
 
 
 @flops(tape.ConstantOp, tape.CastOp, tape.BroadcastOp, tape.ReshapeOp, tape.PermuteOp,
-       tape.PadOp, tape.SliceOp, tape.UnfoldOp, tape.ConcatOp)
+       tape.PadOp, tape.SliceOp, tape.UnfoldOp, tape.ConcatOp, tape.IotaOp)
 def _layout(op: TapeOp) -> int:
     return 0
 
@@ -44,7 +44,7 @@ def _not_counted(op: TapeOp) -> int:
     return 0
 
 
-@flops(tape.SumOp, tape.MaxOp, tape.FoldOp)
+@flops(tape.SumOp, tape.MaxOp, tape.FoldOp, tape.ArgMaxOp, tape.ArgMinOp, tape.CumsumOp)
 def _per_input_element(op: TapeOp) -> int:
     return _numel(op.operands[0])
 

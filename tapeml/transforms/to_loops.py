@@ -45,6 +45,7 @@ from tapeml.transforms.loops import (  # noqa: F401
     convolutions,
     elementwise,
     reductions,
+    scans,
     windows,
 )
 from tapeml.transforms.loops.buffers import PlanReport, free_after_last_use

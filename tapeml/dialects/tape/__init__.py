@@ -15,6 +15,7 @@ One module per op family, each defining its ops and their shape rules:
     constants.py     constant and its dense literals (printing, parsing, their diagnostics)
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max
+    scans.py         argmax, argmin, cumsum, iota (along one axis)
     contractions.py  matmul
     convolutions.py  conv2d, maxpool2d, avgpool2d and their backward ops
     fused.py         fused, yield
@@ -38,6 +39,7 @@ from tapeml.dialects.tape import (
     fused,
     layout,
     reductions,
+    scans,
     types,
 )
 from tapeml.dialects.tape.constants import *  # noqa: F403 (each family's __all__)
@@ -47,6 +49,7 @@ from tapeml.dialects.tape.elementwise import *  # noqa: F403
 from tapeml.dialects.tape.fused import *  # noqa: F403
 from tapeml.dialects.tape.layout import *  # noqa: F403
 from tapeml.dialects.tape.reductions import *  # noqa: F403
+from tapeml.dialects.tape.scans import *  # noqa: F403
 from tapeml.dialects.tape.types import *  # noqa: F403
 
 OPS: tuple[type[TapeOp], ...] = (
@@ -69,6 +72,7 @@ OPS: tuple[type[TapeOp], ...] = (
     layout.ConcatOp,
     reductions.SumOp,
     reductions.MaxOp,
+    *scans.SCANS,
     contractions.MatmulOp,
     convolutions.Conv2dOp,
     convolutions.MaxPool2dOp,
@@ -84,4 +88,4 @@ Tape = Dialect("tape", [*OPS, fused.YieldOp], [])
 
 __all__ = ["OPS", "Tape", "TapeOp", *constants.__all__, *contractions.__all__,
            *convolutions.__all__, *elementwise.__all__, *fused.__all__, *layout.__all__,
-           *reductions.__all__, *types.__all__]
+           *reductions.__all__, *scans.__all__, *types.__all__]

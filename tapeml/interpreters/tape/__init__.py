@@ -11,6 +11,7 @@ semantics with `@semantics(Op)`:
     elementwise.py   arithmetic (IEEE maximum, minimum), cmp, select, constant, cast
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max (max_over)
+    scans.py         argmax, argmin, cumsum, iota
     contractions.py  matmul
     convolutions.py  conv2d, maxpool2d, avgpool2d and their backward ops
     fused.py         fused
@@ -54,6 +55,7 @@ from tapeml.interpreters.tape.convolutions import (
     maxpool2d_backward,
 )
 from tapeml.interpreters.tape.fused import fused  # (the name is the function's, not the module's)
+from tapeml.interpreters.tape.scans import argmax, argmin, cumsum, iota
 # isort: on
 
 
@@ -78,6 +80,8 @@ __all__ = [
     "SEMANTICS",
     "Semantics",
     "TapeFunctions",
+    "argmax",
+    "argmin",
     "avgpool2d",
     "avgpool2d_backward",
     "broadcast",
@@ -88,9 +92,11 @@ __all__ = [
     "conv2d",
     "conv2d_backward_input",
     "conv2d_backward_weight",
+    "cumsum",
     "evaluate",
     "fold",
     "fused",
+    "iota",
     "matmul",
     "max_",
     "max_over",

@@ -20,6 +20,7 @@ with `@pullback(Op)`:
     elementwise.py   arithmetic (ties of maximum, minimum), select, cast
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max (even_split)
+    scans.py         cumsum (argmax, argmin, iota: NON_DIFFERENTIABLE)
     contractions.py  matmul
     convolutions.py  conv2d, maxpool2d, avgpool2d and their backward ops
     fused.py         fused (each body op's own rule, in reverse)
@@ -39,6 +40,7 @@ from tapeml.transforms.pullbacks import reductions  # noqa: F401
 from tapeml.transforms.pullbacks import contractions  # noqa: F401
 from tapeml.transforms.pullbacks import convolutions  # noqa: F401
 from tapeml.transforms.pullbacks import fused  # noqa: F401
+from tapeml.transforms.pullbacks import scans  # noqa: F401
 # isort: on
 
 __all__ = ["NON_DIFFERENTIABLE", "PULLBACKS", "Rule", "pullback"]
