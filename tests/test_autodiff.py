@@ -73,6 +73,7 @@ def _fused_group():
 
 
 FUSED_GROUP = _fused_group()
+INDICES = np.array([[1, -1, 3], [9, -4, 1]], np.int32)
 
 CASES = {
     "fused_group": (lambda a, b, c: ops.sum(FUSED_GROUP(a, b, c)), (r(3, 4), r(4), r(3, 1))),
@@ -137,6 +138,11 @@ CASES = {
                             (r(1, 3, 5, 5), r(6, 1, 3, 3))),
     "softmax_cross_entropy": (lambda z: nn.softmax_cross_entropy(z, np.eye(3)[[0, 2]]),
                               (r(2, 3),)),
+    # repeated, negative and out-of-range indices (more: tests/test_gather_scatter_grad.py)
+    "take": (lambda a: ops.sum(ops.tanh(bind(tape.TakeOp, a, INDICES, axis=1))), (r(3, 4),)),
+    **{f"scatter_{kind}": (lambda a, u, kind=kind: ops.sum(ops.sin(bind(
+        tape.ScatterOp, a, INDICES, u, kind=kind, axis=1)) * a), (r(3, 4), r(3, 2, 3)))
+       for kind in ("set", "add", "max", "min")},
 }
 
 

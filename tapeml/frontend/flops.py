@@ -49,6 +49,17 @@ def _per_input_element(op: TapeOp) -> int:
     return _numel(op.operands[0])
 
 
+@flops(tape.TakeOp)
+def _take(op: tape.TakeOp) -> int:
+    return 0
+
+
+@flops(tape.ScatterOp)
+def _scatter(op: tape.ScatterOp) -> int:
+    """One per update combined (add, max, min); a set computes nothing."""
+    return 0 if op.params["kind"] == "set" else _numel(op.updates)
+
+
 @flops(tape.MatmulOp)
 def _matmul(op: tape.MatmulOp) -> int:
     return 2 * _numel(op.result) * op.lhs.type.get_shape()[-1]

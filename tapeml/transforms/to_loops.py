@@ -19,10 +19,11 @@ within rounding and the rest bit for bit.
 
 Every tape op is lowered: the elementwise ops and `tape.fused` groups, constant, cast, the layout
 ops, sum, max, matmul, and the window ops (unfold, fold, conv2d, the pools and their backward
-ops, which read the padded input through a bounds check). Each op's loops are found by its
-class in `LOWERINGS`, written by its family's module under tapeml/transforms/loops/ (emitter:
-the loop builder; elementwise, layout, reductions, contractions, convolutions, windows; buffers:
-the liveness plan). This module is the pass: the function's signature, buffers and order.
+ops, which read the padded input through a bounds check), take and scatter (their indices
+clamped before they address a buffer). Each op's loops are found by its class in `LOWERINGS`,
+written by its family's module under tapeml/transforms/loops/ (emitter: the loop builder;
+elementwise, layout, indexing, reductions, contractions, convolutions, windows; buffers: the
+liveness plan). This module is the pass: the function's signature, buffers and order.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from tapeml.transforms.loops import (  # noqa: F401
     contractions,
     convolutions,
     elementwise,
+    indexing,
     reductions,
     scans,
     windows,

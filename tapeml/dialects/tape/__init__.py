@@ -15,6 +15,7 @@ One module per op family, each defining its ops and their shape rules:
     constants.py     constant and its dense literals (printing, parsing, their diagnostics)
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max
+    indexing.py      take, scatter (gather and scatter along one axis)
     scans.py         argmax, argmin, cumsum, iota (along one axis)
     contractions.py  matmul
     convolutions.py  conv2d, maxpool2d, avgpool2d and their backward ops
@@ -37,6 +38,7 @@ from tapeml.dialects.tape import (
     convolutions,
     elementwise,
     fused,
+    indexing,
     layout,
     reductions,
     scans,
@@ -47,6 +49,7 @@ from tapeml.dialects.tape.contractions import *  # noqa: F403
 from tapeml.dialects.tape.convolutions import *  # noqa: F403
 from tapeml.dialects.tape.elementwise import *  # noqa: F403
 from tapeml.dialects.tape.fused import *  # noqa: F403
+from tapeml.dialects.tape.indexing import *  # noqa: F403
 from tapeml.dialects.tape.layout import *  # noqa: F403
 from tapeml.dialects.tape.reductions import *  # noqa: F403
 from tapeml.dialects.tape.scans import *  # noqa: F403
@@ -70,6 +73,8 @@ OPS: tuple[type[TapeOp], ...] = (
     layout.UnfoldOp,
     layout.FoldOp,
     layout.ConcatOp,
+    indexing.TakeOp,
+    indexing.ScatterOp,
     reductions.SumOp,
     reductions.MaxOp,
     *scans.SCANS,
@@ -87,5 +92,6 @@ OPS: tuple[type[TapeOp], ...] = (
 Tape = Dialect("tape", [*OPS, fused.YieldOp], [])
 
 __all__ = ["OPS", "Tape", "TapeOp", *constants.__all__, *contractions.__all__,
-           *convolutions.__all__, *elementwise.__all__, *fused.__all__, *layout.__all__,
+           *convolutions.__all__, *elementwise.__all__, *fused.__all__, *indexing.__all__,
+           *layout.__all__,
            *reductions.__all__, *scans.__all__, *types.__all__]

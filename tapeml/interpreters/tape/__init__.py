@@ -11,6 +11,7 @@ semantics with `@semantics(Op)`:
     elementwise.py   arithmetic (IEEE maximum, minimum), cmp, select, constant, cast
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max (max_over)
+    indexing.py      take, scatter
     scans.py         argmax, argmin, cumsum, iota
     contractions.py  matmul
     convolutions.py  conv2d, maxpool2d, avgpool2d and their backward ops
@@ -55,6 +56,7 @@ from tapeml.interpreters.tape.convolutions import (
     maxpool2d_backward,
 )
 from tapeml.interpreters.tape.fused import fused  # (the name is the function's, not the module's)
+from tapeml.interpreters.tape.indexing import scatter, take
 from tapeml.interpreters.tape.scans import argmax, argmin, cumsum, iota
 # isort: on
 
@@ -107,9 +109,11 @@ __all__ = [
     "pad",
     "permute",
     "reshape",
+    "scatter",
     "select",
     "semantics",
     "slice_",
     "sum_",
+    "take",
     "unfold",
 ]

@@ -20,6 +20,7 @@ with `@pullback(Op)`:
     elementwise.py   arithmetic (ties of maximum, minimum), select, cast
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max (even_split)
+    indexing.py      take, scatter (set: the winning update's; max/min: even splits)
     scans.py         cumsum (argmax, argmin, iota: NON_DIFFERENTIABLE)
     contractions.py  matmul
     convolutions.py  conv2d, maxpool2d, avgpool2d and their backward ops
@@ -40,6 +41,7 @@ from tapeml.transforms.pullbacks import reductions  # noqa: F401
 from tapeml.transforms.pullbacks import contractions  # noqa: F401
 from tapeml.transforms.pullbacks import convolutions  # noqa: F401
 from tapeml.transforms.pullbacks import fused  # noqa: F401
+from tapeml.transforms.pullbacks import indexing  # noqa: F401
 from tapeml.transforms.pullbacks import scans  # noqa: F401
 # isort: on
 
