@@ -8,7 +8,7 @@ numbers weak (promotion.py).
     promotion.py     the type lattice, weak scalars, astype, broadcast_to
     elementwise.py   arithmetic, comparisons, where, integer and bitwise ops, float functions
     layout.py        reshape, transpose, pad, concatenate, stack, expand_dims, unfold, fold
-    indexing.py      x[...]
+    indexing.py      x[...], take, take_along_axis, at[...].set/add/max/min
     reductions.py    sum, max, min, mean, logsumexp, softmax, log_softmax
     contractions.py  matmul, dot
 
@@ -48,6 +48,7 @@ def _install_operators() -> None:
     for name, fn in comparisons.items():
         setattr(Tracer, f"__{name}__", fn)
     Tracer.__getitem__ = getitem  # noqa: F405
+    Tracer.at = property(at)  # noqa: F405
     Tracer.__iter__ = lambda self: (getitem(self, i) for i in range(len(self)))  # noqa: F405
     Tracer.__neg__ = negative  # noqa: F405
     Tracer.__invert__ = invert  # noqa: F405

@@ -120,7 +120,8 @@ def _parse_subscripts(subscripts: str, xs: list[Array]) -> tuple[list[str], str]
     for names, x in zip(ins, xs, strict=True):
         if "..." in names:
             names = names.replace("...", ellipsis[len(ellipsis) - (x.ndim - len(names) + 3):])
-        if not (names.isalpha() or not names) or len(names) != x.ndim or len(set(names)) != len(names):
+        if not (names.isalpha() or not names) or len(names) != x.ndim or \
+                len(set(names)) != len(names):
             raise ValueError(at_user_line(
                 f"einsum: {names!r} does not name the {x.ndim} dims of an operand of shape "
                 f"{tuple(x.shape)} once each (a repeated index, a diagonal, is not supported)"))
