@@ -155,3 +155,53 @@ def test_einsum_errors_name_the_problem():
         tapeml.einsum("ij,jk", x)
     with pytest.raises(ValueError, match="must name input indices"):
         tapeml.einsum("ij->iz", x)
+
+
+ARG_EDGES = np.array([[3.0, np.nan, 1.0, np.nan], [2.0, 5.0, 5.0, -np.inf],
+                      [-0.0, 0.0, -1.0, -1.0]])
+
+
+def test_argmax_argmin_match_numpy_with_ties_and_nans():
+    for fn, ref in ((tapeml.argmax, np.argmax), (tapeml.argmin, np.argmin)):
+        for axis in (None, 0, 1, -1):
+            for keepdims in (False, True):
+                want = ref(ARG_EDGES, axis=axis, keepdims=keepdims)
+                for got in _both(lambda x, fn=fn, axis=axis, k=keepdims: fn(x, axis, k),
+                                 ARG_EDGES):
+                    assert_same_bits(got, want)
+    ids = np.array([[2**31 - 1, -2**31, 2**31 - 1]], np.int32)
+    assert_same_bits(tapeml.jit(lambda i: tapeml.argmax(i, 1))(ids), np.argmax(ids, 1))
+
+
+def test_cumsum_matches_numpy_in_order():
+    x = np.random.default_rng(4).normal(size=(3, 37)) * np.logspace(-8, 8, 37)
+    for axis in (None, 0, 1):
+        for got in _both(lambda x, axis=axis: tapeml.cumsum(x, axis), x):
+            assert_same_bits(got, np.cumsum(x, axis))
+    assert_same_bits(tapeml.cumsum(x, 1, reverse=True), np.cumsum(x[:, ::-1], 1)[:, ::-1])
+    flags = np.array([True, False, True])
+    assert_same_bits(tapeml.jit(tapeml.cumsum)(flags), np.cumsum(flags))
+    g = tapeml.grad(lambda x: tapeml.sum(tapeml.cumsum(x, 1) * x))(x)
+    np.testing.assert_allclose(g, np.cumsum((x)[:, ::-1], 1)[:, ::-1] + np.cumsum(x, 1),
+                               rtol=1e-12, atol=1e-300)
+
+
+def test_arange_one_hot_and_triangles_match_numpy():
+    for args in ((5,), (2, 9, 3), (-3, 3), (1.0, 2.0, 0.25), (5, 0, -2)):
+        want = np.arange(*args)
+        want = want.astype(np.float32) if want.dtype.kind == "f" else want
+        for got in (tapeml.arange(*args), tapeml.jit(lambda z, a=args: tapeml.arange(*a) + z)(
+                np.zeros((), want.dtype))):
+            assert_same_bits(got, want)
+    labels = np.array([[0, 3], [-1, 2]])
+    want = (labels[..., None] == np.arange(3)).astype(np.float32)
+    for got in _both(lambda l: tapeml.one_hot(l, 3), labels):
+        assert_same_bits(got, want)
+    assert_same_bits(tapeml.one_hot(labels, 3, axis=0, dtype=np.int32),
+                     np.moveaxis(want, -1, 0).astype(np.int32))
+    x = np.random.default_rng(5).normal(size=(2, 3, 4))
+    for k in (-1, 0, 2):
+        for fn, ref in ((tapeml.tril, np.tril), (tapeml.triu, np.triu)):
+            for got in _both(lambda x, fn=fn, k=k: fn(x, k), x):
+                assert_same_bits(got, ref(x, k))
+    assert "tape.iota" in str(tapeml.trace(lambda x: tapeml.tril(x), x))

@@ -184,6 +184,8 @@ def _type_of(x: Any) -> TensorType:
 def bind(op_type: type[TapeOp], *operands: Any, **params: Any) -> Any:
     """Apply a primitive: record it under a trace, or compute it on arrays."""
     trace = next((x.trace for x in operands if isinstance(x, Tracer)), None)
+    if trace is None and not operands and _TRACES and _TRACES[-1].active:
+        trace = _TRACES[-1]  # an op of no operands (tape.iota) joins the trace it is called in
     if trace is None:
         arrays = [as_array(x) for x in operands]
         try:

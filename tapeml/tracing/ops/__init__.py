@@ -7,18 +7,30 @@ numbers weak (promotion.py).
 
     promotion.py     the type lattice, weak scalars, astype, broadcast_to
     elementwise.py   arithmetic, comparisons, where, integer and bitwise ops, float functions
-    layout.py        reshape, transpose, pad, concatenate, stack, expand_dims, unfold, fold
+    layout.py        reshape, transpose, squeeze, pad, concatenate, stack, expand_dims, unfold,
+                     fold
+    creation.py      full, zeros, ones (and _like), arange, iota, one_hot, tril, triu
     indexing.py      x[...], take, take_along_axis, at[...].set/add/max/min
-    reductions.py    sum, max, min, mean, logsumexp, softmax, log_softmax
-    contractions.py  matmul, dot
+    reductions.py    sum, max, min, argmax, argmin, cumsum, mean, var, std, logsumexp, softmax,
+                     log_softmax
+    contractions.py  matmul, dot, einsum
 
 This module gathers their names (each family's `__all__`) and gives tracers numpy's operators.
 """
 
 from __future__ import annotations
 
-from tapeml.tracing.ops import contractions, elementwise, indexing, layout, promotion, reductions
+from tapeml.tracing.ops import (
+    contractions,
+    creation,
+    elementwise,
+    indexing,
+    layout,
+    promotion,
+    reductions,
+)
 from tapeml.tracing.ops.contractions import *  # noqa: F403 (each family's __all__)
+from tapeml.tracing.ops.creation import *  # noqa: F403
 from tapeml.tracing.ops.elementwise import *  # noqa: F403
 from tapeml.tracing.ops.indexing import *  # noqa: F403
 from tapeml.tracing.ops.layout import *  # noqa: F403
@@ -26,8 +38,8 @@ from tapeml.tracing.ops.promotion import *  # noqa: F403
 from tapeml.tracing.ops.reductions import *  # noqa: F403
 from tapeml.tracing.trace import Tracer
 
-__all__ = [*contractions.__all__, *elementwise.__all__, *indexing.__all__, *layout.__all__,
-           *promotion.__all__, *reductions.__all__]
+__all__ = [*contractions.__all__, *creation.__all__, *elementwise.__all__, *indexing.__all__,
+           *layout.__all__, *promotion.__all__, *reductions.__all__]
 
 
 def _install_operators() -> None:

@@ -12,16 +12,15 @@ import numpy as np
 from tapeml.dialects import tape
 from tapeml.tracing.ops.promotion import (
     Array,
-    broadcast_to,
     is_weak,
     lift,
     promote,
     weakened,
 )
-from tapeml.tracing.trace import Tracer, at_user_line, bind
+from tapeml.tracing.trace import at_user_line, bind
 
-__all__ = ["concatenate", "expand_dims", "fold", "full", "full_like", "ones", "ones_like", "pad",
-           "pad2d", "reshape", "squeeze", "stack", "transpose", "unfold", "zeros", "zeros_like"]
+__all__ = ["concatenate", "expand_dims", "fold", "pad", "pad2d", "reshape", "squeeze", "stack",
+           "transpose", "unfold"]
 
 
 def _keep(x: Array, op: type[tape.TapeOp], **params: Any) -> Array:
@@ -53,40 +52,6 @@ def squeeze(x: Any, axis: int | Sequence[int] | None = None) -> Array:
 
 def _bad_axis(axis: int, x: Array) -> int:
     raise ValueError(at_user_line(f"axis {axis} is out of bounds for an array of rank {x.ndim}"))
-
-
-def full(shape: Sequence[int] | int, fill_value: Any, dtype: Any = None) -> np.ndarray:
-    """numpy.full: an array (a constant when a traced function uses it). Without `dtype`, a
-    Python float gives float32 and an int int64, as tapeml takes them (promotion.py)."""
-    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
-    return np.broadcast_to(lift(fill_value) if dtype is None else
-                           np.asarray(fill_value, dtype=dtype), shape)
-
-
-def zeros(shape: Sequence[int] | int, dtype: Any = np.float32) -> np.ndarray:
-    return full(shape, 0, dtype)
-
-
-def ones(shape: Sequence[int] | int, dtype: Any = np.float32) -> np.ndarray:
-    return full(shape, 1, dtype)
-
-
-def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Array:
-    """An array shaped like `x` holding `fill_value` (of x's dtype unless `dtype` says). Inside
-    a trace it is one scalar constant broadcast, not a constant of x's whole size."""
-    x = lift(x)
-    value = np.asarray(fill_value, dtype=x.dtype if dtype is None else dtype)
-    if isinstance(x, Tracer):
-        value = Tracer(x.trace.operand(value), x.trace)
-    return broadcast_to(value, x.shape)
-
-
-def zeros_like(x: Any, dtype: Any = None) -> Array:
-    return full_like(x, 0, dtype)
-
-
-def ones_like(x: Any, dtype: Any = None) -> Array:
-    return full_like(x, 1, dtype)
 
 
 def transpose(x: Any, axes: Sequence[int] | None = None) -> Array:

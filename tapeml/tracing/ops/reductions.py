@@ -24,7 +24,8 @@ from tapeml.tracing.ops.layout import reshape
 from tapeml.tracing.ops.promotion import Array, astype, is_weak, lift, promote, weakened
 from tapeml.tracing.trace import bind
 
-__all__ = ["log_softmax", "logsumexp", "max", "mean", "min", "softmax", "std", "sum", "var"]
+__all__ = ["argmax", "argmin", "cumsum", "log_softmax", "logsumexp", "max", "mean", "min",
+           "softmax", "std", "sum", "var"]
 
 Axis = int | Sequence[int] | None
 
@@ -55,6 +56,37 @@ def min(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A0
     x = lift(x)
     flip = negative if np.dtype(x.dtype).kind == "f" else invert
     return flip(max(flip(x), axis=axis, keepdims=keepdims))
+
+
+def _arg(op: type[tape.TapeOp], x: Any, axis: int | None, keepdims: bool) -> Array:
+    x = lift(x)
+    if axis is None:
+        out = bind(op, reshape(x, (-1,)), axis=0, keepdims=False)
+        return reshape(out, (1,) * x.ndim) if keepdims else out
+    return bind(op, x, axis=int(axis), keepdims=keepdims)
+
+
+def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Array:
+    """numpy.argmax (int64): the first index of the largest element, of the first NaN if any;
+    over the flattened array when `axis` is None."""
+    return _arg(tape.ArgMaxOp, x, axis, keepdims)
+
+
+def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Array:
+    """numpy.argmin (int64): the first index of the smallest element, of the first NaN if any."""
+    return _arg(tape.ArgMinOp, x, axis, keepdims)
+
+
+def cumsum(x: Any, axis: int | None = None, reverse: bool = False) -> Array:
+    """numpy.cumsum, added in order (so floats equal numpy's bit for bit); integers keep their
+    dtype and wrap, booleans count in int64; over the flattened array when `axis` is None.
+    `reverse` sums from the end (jax.lax.cumsum's)."""
+    x = lift(x)
+    if np.dtype(x.dtype) == np.bool_:
+        x = astype(x, np.int64)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    return weakened(bind(tape.CumsumOp, x, axis=int(axis), reverse=reverse), is_weak(x))
 
 
 def mean(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:

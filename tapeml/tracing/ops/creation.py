@@ -1,0 +1,116 @@
+"""Arrays made from a shape: full, zeros, ones and their _like forms, arange and iota, one_hot,
+tril and triu. Inside a trace, positions come from tape.iota and fills are one scalar constant
+broadcast, so a causal mask or a one-hot encoding is a few elementwise ops, not a constant of
+its whole size."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tapeml.dialects import tape
+from tapeml.tracing.ops.elementwise import add, equal, less_equal, multiply, where
+from tapeml.tracing.ops.layout import expand_dims
+from tapeml.tracing.ops.promotion import Array, astype, broadcast_to, lift
+from tapeml.tracing.trace import Tracer, at_user_line, bind
+
+__all__ = ["arange", "full", "full_like", "iota", "one_hot", "ones", "ones_like", "tril",
+           "triu", "zeros", "zeros_like"]
+
+Shape = Sequence[int] | int
+
+
+def _shape(shape: Shape) -> tuple[int, ...]:
+    return (int(shape),) if isinstance(shape, int | np.integer) else tuple(int(d) for d in shape)
+
+
+def full(shape: Shape, fill_value: Any, dtype: Any = None) -> np.ndarray:
+    """numpy.full: an array (a constant when a traced function uses it). Without `dtype`, a
+    Python float gives float32 and an int int64, as tapeml takes them (promotion.py)."""
+    shape = _shape(shape)
+    return np.broadcast_to(lift(fill_value) if dtype is None else
+                           np.asarray(fill_value, dtype=dtype), shape)
+
+
+def zeros(shape: Shape, dtype: Any = np.float32) -> np.ndarray:
+    return full(shape, 0, dtype)
+
+
+def ones(shape: Shape, dtype: Any = np.float32) -> np.ndarray:
+    return full(shape, 1, dtype)
+
+
+def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Array:
+    """An array shaped like `x` holding `fill_value` (of x's dtype unless `dtype` says). Inside
+    a trace it is one scalar constant broadcast, not a constant of x's whole size."""
+    x = lift(x)
+    value = np.asarray(fill_value, dtype=x.dtype if dtype is None else dtype)
+    if isinstance(x, Tracer):
+        value = Tracer(x.trace.operand(value), x.trace)
+    return broadcast_to(value, x.shape)
+
+
+def zeros_like(x: Any, dtype: Any = None) -> Array:
+    return full_like(x, 0, dtype)
+
+
+def ones_like(x: Any, dtype: Any = None) -> Array:
+    return full_like(x, 1, dtype)
+
+
+def iota(shape: Shape, axis: int = 0, dtype: Any = np.int64) -> Array:
+    """Each element's index along `axis` (jax.lax.broadcasted_iota): tape.iota in a trace."""
+    return bind(tape.IotaOp, shape=_shape(shape), axis=axis, dtype=np.dtype(dtype))
+
+
+def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Array:
+    """numpy.arange: ints give int64, a float bound float32 (tapeml's Python float), unless
+    `dtype` says; the values are start + i * step, computed in float64 for floats."""
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ValueError(at_user_line("arange: step must not be zero"))
+    count = max(0, int(np.ceil((stop - start) / step)))
+    floats = any(isinstance(v, float | np.floating) for v in (start, stop, step))
+    dtype = np.dtype(dtype or (np.float32 if floats else np.int64))
+    if dtype.kind == "f" or floats:
+        positions = iota(count, dtype=np.float64)
+        return astype(add(multiply(positions, float(step)), float(start)), dtype)
+    return astype(add(multiply(iota(count, dtype=np.int64), int(step)), int(start)), dtype)
+
+
+def one_hot(labels: Any, num_classes: int, dtype: Any = np.float32, axis: int = -1) -> Array:
+    """jax.nn.one_hot: 1 where the class is the label, else 0, along a new `axis`; a label out
+    of [0, num_classes) (negative ones too) gives a row of zeros."""
+    labels = lift(labels)
+    if np.dtype(labels.dtype).kind not in "iu":
+        raise TypeError(at_user_line(f"one_hot: labels must be integers, got {labels.dtype}"))
+    axis = axis % (labels.ndim + 1)
+    shape = list(labels.shape)
+    shape.insert(axis, num_classes)
+    classes = iota(shape, axis=axis, dtype=labels.dtype)
+    return astype(equal(expand_dims(labels, axis), classes), dtype)
+
+
+def _triangle(x: Any, k: int, lower: bool, name: str) -> Array:
+    x = lift(x)
+    if x.ndim < 2:
+        raise ValueError(at_user_line(f"{name}: x must have at least 2 dims, got shape "
+                                      f"{tuple(x.shape)}"))
+    rows, cols = x.shape[-2:]
+    i, j = iota((rows, cols), 0), iota((rows, cols), 1)
+    shifted = add(i, k) if k else i
+    keep = less_equal(j, shifted) if lower else less_equal(shifted, j)
+    return where(keep, x, 0)
+
+
+def tril(x: Any, k: int = 0) -> Array:
+    """numpy.tril: x with the elements above the k-th diagonal of its last two dims zeroed."""
+    return _triangle(x, k, True, "tril")
+
+
+def triu(x: Any, k: int = 0) -> Array:
+    """numpy.triu: x with the elements below the k-th diagonal of its last two dims zeroed."""
+    return _triangle(x, k, False, "triu")
