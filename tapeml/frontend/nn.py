@@ -13,7 +13,15 @@ import numpy as np
 
 from tapeml.errors import ShapeError
 from tapeml.tracing import ops
-from tapeml.tracing.ops import log_softmax, relu, sigmoid, softmax, tanh  # noqa: F401 - re-exported
+from tapeml.tracing.ops import (  # noqa: F401 - re-exported
+    log_softmax,
+    one_hot,
+    relu,
+    sigmoid,
+    softmax,
+    tanh,
+)
+from tapeml.tracing.ops.promotion import lift
 from tapeml.tracing.trace import at_user_line
 
 Params = dict[str, Any]
@@ -153,7 +161,114 @@ def mse(prediction: Any, target: Any) -> Any:
     return ops.mean(ops.square(ops.subtract(prediction, target)))
 
 
-def softmax_cross_entropy(logits: Any, one_hot_labels: Any) -> Any:
-    """Mean over the batch of -sum(labels * log_softmax(logits)) over the last axis."""
-    per_example = ops.sum(ops.multiply(one_hot_labels, ops.log_softmax(logits)), axis=-1)
+def softmax_cross_entropy(logits: Any, labels: Any) -> Any:
+    """The mean over every position (all dims but the last) of -log softmax(logits)[label].
+
+    `labels` are integer class indices shaped like logits without its last dim (an index out
+    of range is clamped, as a gather's), or one-hot (or soft) float labels shaped like logits:
+    then the loss is -sum(labels * log_softmax(logits)) per position."""
+    log_p = ops.log_softmax(logits)
+    labels = lift(labels)
+    if np.dtype(labels.dtype).kind == "i":
+        if tuple(labels.shape) != tuple(logits.shape[:-1]):
+            raise ShapeError(at_user_line(
+                f"nn.softmax_cross_entropy: integer labels must be shaped like the logits "
+                f"without their last dim, {tuple(logits.shape[:-1])}; got {tuple(labels.shape)}"))
+        picked = ops.take_along_axis(log_p, ops.expand_dims(labels, -1), -1)
+        return ops.negative(ops.mean(picked))
+    per_example = ops.sum(ops.multiply(labels, log_p), axis=-1)
     return ops.negative(ops.mean(per_example))
+
+
+def accuracy(logits: Any, labels: Any) -> Any:
+    """The fraction (float32) of positions whose largest logit is the label's: integer labels,
+    or one-hot ones (their argmax)."""
+    labels = lift(labels)
+    if np.dtype(labels.dtype).kind == "f":
+        labels = ops.argmax(labels, axis=-1)
+    hits = ops.equal(ops.argmax(logits, axis=-1), labels)
+    return ops.mean(ops.astype(hits, np.float32))
+
+
+# ----------------------------------------------------------------------------------------------
+# Transformer layers
+
+
+def embedding_init(rng: np.random.Generator, count: int, width: int, std: float = 0.02,
+                   dtype: Any = np.float32) -> Params:
+    """{"E": (count, width)}, normal with standard deviation `std` (GPT-2's 0.02)."""
+    return {"E": (rng.standard_normal((count, width)) * std).astype(dtype)}
+
+
+def embedding(params: Params, ids: Any) -> Any:
+    """The rows of params["E"] at the integer `ids` (any shape): E[ids], a tape.take whose
+    gradient is a scatter-add; ids out of range are clamped, as a gather's."""
+    return ops.take(params["E"], ids, axis=0)
+
+
+def layer_norm_init(width: int, dtype: Any = np.float32) -> Params:
+    """{"scale": ones, "bias": zeros} of (width,)."""
+    return {"scale": np.ones(width, dtype), "bias": np.zeros(width, dtype)}
+
+
+def layer_norm(params: Params, x: Any, eps: float = 1e-5) -> Any:
+    """(x - mean) / sqrt(var + eps) * scale + bias over the last axis (torch's LayerNorm)."""
+    centered = ops.subtract(x, ops.mean(x, axis=-1, keepdims=True))
+    var = ops.mean(ops.square(centered), axis=-1, keepdims=True)
+    normed = ops.multiply(centered, ops.divide(1.0, ops.sqrt(ops.add(var, eps))))
+    return ops.add(ops.multiply(normed, params["scale"]), params["bias"])
+
+
+def rms_norm_init(width: int, dtype: Any = np.float32) -> Params:
+    """{"scale": ones of (width,)}."""
+    return {"scale": np.ones(width, dtype)}
+
+
+def rms_norm(params: Params, x: Any, eps: float = 1e-6) -> Any:
+    """x / sqrt(mean(x^2) + eps) * scale over the last axis."""
+    ms = ops.mean(ops.square(x), axis=-1, keepdims=True)
+    return ops.multiply(ops.multiply(x, ops.divide(1.0, ops.sqrt(ops.add(ms, eps)))),
+                        params["scale"])
+
+
+def gelu(x: Any, approximate: bool = False) -> Any:
+    """x * Phi(x): exact, 0.5 x (1 + erf(x / sqrt 2)) (torch's default), or with `approximate`
+    the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (JAX's default)."""
+    if approximate:
+        inner = ops.multiply(ops.add(x, ops.multiply(0.044715, ops.multiply(x, ops.square(x)))),
+                             float(np.sqrt(2 / np.pi)))
+        return ops.multiply(ops.multiply(x, 0.5), ops.add(ops.tanh(inner), 1.0))
+    return ops.multiply(ops.multiply(x, 0.5),
+                        ops.add(ops.erf(ops.multiply(x, float(1 / np.sqrt(2)))), 1.0))
+
+
+def dot_product_attention(q: Any, k: Any, v: Any, causal: bool = False, mask: Any = None,
+                          scale: float | None = None) -> Any:
+    """softmax(q k^T * scale, masked) v over the last two dims: q (..., Tq, D), k (..., Tk, D),
+    v (..., Tk, Dv), any leading (batch, head) dims that broadcast; scale defaults to
+    1/sqrt(D). `causal` keeps key j for query i when j <= i (torch's is_causal, built in the
+    program from two iotas); `mask` is boolean, broadcastable to (..., Tq, Tk), True where a
+    query may attend. A masked score is the dtype's lowest finite value (as JAX's), so a row
+    with every key masked averages v uniformly instead of giving NaN."""
+    q, k, v = lift(q), lift(k), lift(v)
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] or \
+            k.shape[-2] != v.shape[-2]:
+        raise ShapeError(at_user_line(
+            f"nn.dot_product_attention: q (..., Tq, D), k (..., Tk, D) and v (..., Tk, Dv) "
+            f"must agree, got {tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"))
+    scale = float(1 / np.sqrt(q.shape[-1])) if scale is None else float(scale)
+    scores = ops.matmul(ops.multiply(q, scale), ops.transpose(
+        k, (*range(k.ndim - 2), k.ndim - 1, k.ndim - 2)))
+    keep = None
+    if causal:
+        shape = tuple(scores.shape[-2:])
+        keep = ops.less_equal(ops.iota(shape, 1), ops.iota(shape, 0))
+    if mask is not None:
+        mask = lift(mask)
+        if np.dtype(mask.dtype) != np.bool_:
+            raise TypeError(at_user_line(f"nn.dot_product_attention: mask must be boolean "
+                                         f"(True where a query may attend), got {mask.dtype}"))
+        keep = mask if keep is None else ops.logical_and(keep, mask)
+    if keep is not None:
+        scores = ops.where(keep, scores, float(np.finfo(scores.dtype).min))
+    return ops.matmul(ops.softmax(scores, axis=-1), v)
