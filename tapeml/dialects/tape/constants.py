@@ -116,6 +116,8 @@ def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     t = attr.type
     assert isinstance(t, TensorType)
     flat = np.frombuffer(attr.data.data, dtype=dtype_of(t))
+    if flat.dtype == np.bool_:  # a parsed i1 true is all ones (0xFF); numpy compares the bytes
+        flat = flat.view(np.uint8) != 0
     shape = t.get_shape()
     if flat.size == 1 and math.prod(shape) != 1:
         return np.full(shape, flat[0], dtype=flat.dtype)
