@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: test demo lint pytest lit bench clean fuzz
 
@@ -29,7 +30,12 @@ demo: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
-bench: $(STAMP)
+# the peers (jax, torch) only for `make bench`: `make test` never needs them
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python bench/run.py
 
 # Long runs of the fuzzers make test runs a slice of: the tapeml-opt mutation fuzzer

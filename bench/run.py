@@ -3,10 +3,17 @@
     .venv/bin/python bench/run.py [--quick] [--only W1,W2,...]
 
 The workloads are ../shared/reference/workloads.md's (W1 elementwise chain, W2 matmul, W3 MLP
-training step, W4 CNN training step, W5 first-call latency, W6 per-call latency); each checks
-tapeml's result against numpy's first. Run it pinned to one core for the single-thread figures:
-`OPENBLAS_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/run.py`. `--threads` compares one
-thread with all of them (W2 n=1024 and W4, in alternating blocks of calls in one process).
+training step, W4 CNN training step, W5 first-call latency, W6 per-call latency, W7 GPT
+training step); each checks tapeml's result against numpy's first. Run it pinned to one core
+for the single-thread figures: `OPENBLAS_NUM_THREADS=1 taskset -c 0 .venv/bin/python
+bench/run.py`. `--threads` compares one thread with all of them (W2 n=1024 and W4, in
+alternating blocks of calls in one process).
+
+W7 (bench/gpt_step.py) runs one thread by itself: each (variant, layers) in a fresh worker
+process told so (OPENBLAS_NUM_THREADS, TAPEML_NUM_THREADS, XLA_FLAGS, torch.set_num_threads),
+beside jax.jit and torch when installed (`make bench` installs them: the `bench` extra). It takes
+minutes: tapeml compiles each step once, in its worker, and that first call is W7's first-call
+figure; each peer's first call is taken in a fresh process of its own.
 """
 
 from __future__ import annotations
@@ -169,6 +176,48 @@ def w4(repeat: int) -> None:
     print(f"{'W5 first call of W4, fresh process':<34}{first_call('cnn'):>12.3f} s")
 
 
+def _worker(*args: str) -> object:
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, str(Path(__file__).parent / "gpt_step.py"), *args],
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"bench/gpt_step.py {' '.join(args)} failed:\n{out.stderr}")
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def peers_row(name: str, unit: str, ours: float, peers: dict[str, float]) -> None:
+    """tapeml's figure, then each peer's with its ratio (>1: tapeml faster)."""
+    text = "".join(f"{theirs:>11.3f} ({theirs / ours:.2f}x)" for theirs in peers.values())
+    print(f"{name:<34}{ours:>12.3f} {unit:<3}{text}")
+
+
+def w7(rounds: int, layer_counts: list[int], stages: bool) -> None:
+    """The GPT step (bench/gpt_step.py), both variants: steady medians, every system in one
+    worker; first calls, each system in a fresh process."""
+    import gpt_step
+
+    peers = gpt_step.systems("ids")[1:]
+    print(f"{'W7 GPT step, 1 thread':<34}{'tapeml':>16}" +
+          "".join(f"{p + ' (ratio)':>21}" for p in peers))
+    for variant in ("ids", "onehot"):
+        for layers in layer_counts:
+            got = _worker("steady", variant, str(layers), str(rounds))
+            label = f"W7 {layers} layers, {variant}"
+            steady = got["steady_ms"]
+            peers_row(f"{label}: step", "ms", steady["tapeml"], {p: steady[p] for p in peers})
+            firsts = {p: _worker("first", p, variant, str(layers)) for p in peers}
+            peers_row(f"{label}: first call", "s", got["tapeml_first_s"], firsts)
+            worst = max(got["loss_rel_diff"].values())
+            print(f"{'':<34}loss {got['loss']['tapeml']:.6f} everywhere (relative spread "
+                  f"{worst:.1e}); gradients agree with numpy's")
+            if stages:
+                for name, count, seconds, detail in got["stages"]:
+                    count = "" if count is None else f"{count:>7,} ops"
+                    print(f"{'':<38}{name:<24}{count:>11} {seconds:>8.2f} s   {detail}"[:140])
+
+
 def w6(repeat: int) -> None:
     f = tapeml.jit(lambda x: x * 2.0 + 1.0)
     x = np.ones(16, np.float32)
@@ -216,7 +265,10 @@ def threads(repeat: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
-    parser.add_argument("--only", default="W1,W2,W3,W4,W6", help="comma-separated workload ids")
+    parser.add_argument("--only", default="W1,W2,W3,W4,W6,W7",
+                        help="comma-separated workload ids")
+    parser.add_argument("--stages", action="store_true",
+                        help="W7: also print the stages of tapeml's first call")
     parser.add_argument("--threads", action="store_true",
                         help="only W2 n=1024 and W4 on one thread against all, interleaved")
     args = parser.parse_args()
@@ -237,6 +289,8 @@ def main() -> None:
         w4(3 if args.quick else 5)
     if "W6" in only:
         w6(repeat)
+    if "W7" in only:
+        w7(3 if args.quick else 8, [2] if args.quick else [2, 4], args.stages)
 
 
 if __name__ == "__main__":
