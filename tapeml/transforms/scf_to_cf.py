@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import scf
+from xdsl.dialects import get_all_dialects, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block
 from xdsl.passes import PassPipeline
@@ -57,7 +57,10 @@ class ConvertScfToCfPass(ConvertScfToCf):
 def loops_to_cf(module: ModuleOp, ctx: Context | None = None, tidy: bool = True) -> None:
     """The loop form to branches: convert-scf-to-cf, then (`tidy`) canonicalize and cse, for
     a reader; LLVM does the same work again (the CPU backend leaves it to LLVM)."""
-    ctx = ctx or Context()
+    if ctx is None:  # canonicalize's folder looks the ops' dialects up (arith.select's)
+        ctx = Context()
+        for name, factory in get_all_dialects().items():
+            ctx.register_dialect(name, factory)
     ConvertScfToCfPass().apply(ctx, module)
     if tidy:
         PassPipeline.parse_spec(get_all_passes(), "canonicalize,cse").apply(ctx, module)
