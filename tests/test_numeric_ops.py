@@ -382,8 +382,8 @@ def test_argmax_argmin_cumsum_iota_assemble_for_the_gpu(dtype, tmp_path):
 
 
 def test_a_causal_mask_of_two_iotas_fuses_around_them():
-    """abs(where(col <= row, x, -inf)): iota stays an op of its own (a tape.fused body holds
-    element-to-element ops only), the cmp and select fuse, and every stage agrees."""
+    """abs(where(col <= row, x, -inf)): the iotas, the cmp and the select fuse into one group
+    (the iotas as its tape.index positions: no mask buffer), and every stage agrees."""
     t, ti, tb = _t((5, 6), np.float32), _t((5, 6), np.int64), "tensor<5x6xi1>"
     lines = [f"%row = tape.iota axis = 0 : {ti}", f"%col = tape.iota axis = 1 : {ti}",
              f"%keep = tape.cmp le, %col, %row : {ti} -> {tb}",
@@ -396,7 +396,7 @@ def test_a_causal_mask_of_two_iotas_fuses_around_them():
     _same_bits(expected, np.abs(np.where(np.tri(5, 6, dtype=bool), x, low)))
     fuse(program.module)
     ops = [op.name for op in program.function.body.ops]
-    assert ops == ["tape.iota", "tape.iota", "tape.fused", "func.return"], ops
+    assert ops == ["tape.fused", "func.return"], ops
     _every_stage_agrees(program, x, low)
 
 

@@ -19,7 +19,7 @@ One module per op family, each defining its ops and their shape rules:
     scans.py         argmax, argmin, cumsum, iota (along one axis)
     contractions.py  matmul
     convolutions.py  conv2d, maxpool2d, avgpool2d and their backward ops
-    fused.py         fused, yield
+    fused.py         fused, and its body's yield and index
     canonicalize.py  the layout ops' canonicalization patterns (imported lazily by those ops)
 
 This module assembles them: every name a family exports (its `__all__`: `tape.AddOp`,
@@ -89,7 +89,7 @@ OPS: tuple[type[TapeOp], ...] = (
     fused.FusedOp,
 )
 
-Tape = Dialect("tape", [*OPS, fused.YieldOp], [])
+Tape = Dialect("tape", [*OPS, fused.YieldOp, fused.IndexOp], [])  # body-only ops: fused's
 
 __all__ = ["OPS", "Tape", "TapeOp", *constants.__all__, *contractions.__all__,
            *convolutions.__all__, *elementwise.__all__, *fused.__all__, *indexing.__all__,

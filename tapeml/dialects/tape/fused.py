@@ -1,5 +1,7 @@
 """Fused elementwise groups: `tape.fused`, a group of elementwise ops as one op over broadcast
-operands, and `tape.yield`, the terminator of its body."""
+operands; `tape.yield`, the terminator of its body; and `tape.index`, the body's position in
+the result (what a `tape.iota` inside a group becomes). The ops of a body may mix element
+types (a compare feeding a select, casts, integer index arithmetic): each value has its own."""
 
 from __future__ import annotations
 
@@ -22,13 +24,14 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsTerminator, Pure
 
-from tapeml.dialects.base import TapeOp
+from tapeml.dialects.base import Int, TapeOp
 from tapeml.dialects.tape.elementwise import ELEMENTWISE
-from tapeml.dialects.tape.types import any_tensor, check
+from tapeml.dialects.tape.types import NUMBERS, any_tensor, check, dtype_of, element_type, tensor_of
 from tapeml.errors import ShapeError
 
 __all__ = [
     "FusedOp",
+    "IndexOp",
     "YieldOp",
 ]
 
@@ -47,6 +50,39 @@ class YieldOp(IRDLOperation):
 
 
 @irdl_op_definition
+class IndexOp(TapeOp):
+    """Inside a `tape.fused` body: the index, along the result's dim `axis`, of the element the
+    body computes, in its (numeric) element type. `tape.iota axis = k` feeding a group is
+    `tape.index axis = k'` in it (k' = k + the dims the group's shape has in front): no buffer.
+
+        %i = tape.index axis = 0 : tensor<i64>
+    """
+
+    name = "tape.index"
+    result = result_def(TensorType)
+    axis = Int.prop()
+    traits = lazy_traits_def(lambda: (HasParent(FusedOp), Pure()))
+    CLAUSES: ClassVar = (Int("axis"),)
+    DERIVED: ClassVar = ("dtype",)
+
+    @classmethod
+    def infer(cls, *, axis: int, dtype: Any) -> Attribute:
+        t = TensorType(element_type(dtype), [])
+        tensor_of(cls.name, t, NUMBERS, "result")
+        check(axis >= 0, cls.name, f"axis {axis} must be a dim of the group's result")
+        return t
+
+    def derived_params(self) -> dict[str, Any]:
+        return {"dtype": dtype_of(self.result.type)}
+
+    def print(self, printer: Printer) -> None:
+        Int("axis").print(printer, self.properties.get("axis"))
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.result.type)
+
+
+@irdl_op_definition
 class FusedOp(TapeOp):
     """A group of elementwise ops as one op, for one loop: the operands broadcast (numpy rules)
     to the result shape, and the body computes one element from one element of each, on rank-0
@@ -55,6 +91,19 @@ class FusedOp(TapeOp):
         %r = tape.fused %a, %b : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32> {
         ^bb0(%x: tensor<f32>, %y: tensor<f32>):
           %0 = tape.mul %x, %y : tensor<f32>
+          tape.yield %0 : tensor<f32>
+        }
+
+    The ops may mix element types, each value its own; `tape.index` gives the element's
+    position, so a causal mask costs no buffer:
+
+        %m = tape.fused %s : tensor<8x8xf32> -> tensor<8x8xf32> {
+        ^bb0(%x: tensor<f32>):
+          %i = tape.index axis = 0 : tensor<i64>
+          %j = tape.index axis = 1 : tensor<i64>
+          %ninf = tape.constant dense<"0x000080FF"> : tensor<f32>
+          %keep = tape.cmp ge, %i, %j : tensor<i64> -> tensor<i1>
+          %0 = tape.select %keep, %x, %ninf : tensor<i1>, tensor<f32>, tensor<f32> -> tensor<f32>
           tape.yield %0 : tensor<f32>
         }
     """
@@ -83,7 +132,10 @@ class FusedOp(TapeOp):
         last = body.last_op
         check(isinstance(last, YieldOp), cls.name, "the body must end in tape.yield")
         for op in body.ops:
-            check(isinstance(op, (*ELEMENTWISE, YieldOp)) and all(
+            check(not isinstance(op, IndexOp) or op.params["axis"] < len(shape), cls.name,
+                  f"tape.index axis = {op.params['axis'] if isinstance(op, IndexOp) else 0} "
+                  f"must be a dim of the result's shape {list(shape)}")
+            check(isinstance(op, (*ELEMENTWISE, IndexOp, YieldOp)) and all(
                 r.type.get_shape() == () for r in op.results), cls.name,
                 f"the body holds rank-0 elementwise ops only, not {op.name}")
         out = last.value.type

@@ -1,4 +1,5 @@
-"""The numpy semantics of `tape.fused`: its body's ops, each on whole arrays."""
+"""The numpy semantics of `tape.fused`: its body's ops, each on whole arrays (`tape.index`: the
+positions along its axis, as `tape.iota` gives them)."""
 
 from __future__ import annotations
 
@@ -18,5 +19,8 @@ def fused(*inputs: np.ndarray, body: Any) -> np.ndarray:
     for op in body.ops:
         if isinstance(op, tape.YieldOp):
             return np.ascontiguousarray(np.broadcast_to(env[op.value], shape))
+        if isinstance(op, tape.IndexOp):
+            env[op.result] = evaluate(tape.IotaOp, shape=shape, **op.params)
+            continue
         env[op.results[0]] = evaluate(type(op), *(env[o] for o in op.operands), **op.params)
     raise AssertionError("a verified tape.fused body ends in tape.yield")

@@ -1,6 +1,8 @@
 """Elementwise ops and tape.fused groups as one loop over the result, each element computed as
 numpy computes it (tapeml/interpreters/tape/): `SCALARS[type(op)]`, most of them one row of
-`OPS` (the arith/math op that computes an element); constants as a fill or a memref.global."""
+`OPS` (the arith/math op that computes an element); constants as a fill or a memref.global.
+A group's body mixes element types freely (each scalar op reads its operands' types), and its
+`tape.index` is the loop's induction variable along its axis, converted as tape.iota's is."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
     i1,
+    i64,
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
@@ -272,7 +275,7 @@ def lower_elementwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     def body(e: Emitter, ivs: list[SSAValue]) -> None:
         elements = [e.load(buf, e.linear(ivs, s)) for buf, s in zip(ins, steps, strict=True)]
         if isinstance(op, tape.FusedOp):
-            value = _fused_body(e, op.body.block, elements)
+            value = _fused_body(e, op.body.block, elements, ivs)
         else:
             value = scalar_op(e, op, elements)
         e.store(value, out, e.linear(ivs, strides(shape)))
@@ -280,13 +283,23 @@ def lower_elementwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     e.loops(shape, body, parallel=True)
 
 
-def _fused_body(e: Emitter, block: Block, elements: list[SSAValue]) -> SSAValue:
+def _fused_body(e: Emitter, block: Block, elements: list[SSAValue],
+                ivs: list[SSAValue]) -> SSAValue:
     env: dict[SSAValue, SSAValue] = dict(zip(block.args, elements, strict=True))
     for inner in block.ops:
         if isinstance(inner, tape.YieldOp):
             return env[inner.value]
+        if isinstance(inner, tape.IndexOp):
+            env[inner.result] = position(e, ivs[inner.params["axis"]],
+                                         inner.result.type.get_element_type())
+            continue
         env[inner.results[0]] = scalar_op(e, inner, [env[o] for o in inner.operands])
     raise AssertionError("a tape.fused body ends in tape.yield")
+
+
+def position(e: Emitter, iv: SSAValue, t: Attribute) -> SSAValue:
+    """An induction variable as an element of type `t` (tape.iota's and tape.index's value)."""
+    return convert(e, e.insert(arith.IndexCastOp(iv, i64)), i64, t)
 
 
 @lowering(tape.ConstantOp)

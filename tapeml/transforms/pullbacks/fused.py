@@ -25,6 +25,9 @@ def _fused(ct, *inputs, result, body):
         if isinstance(op, tape.ConstantOp):
             env[op.result] = ops.broadcast_to(op.params["value"], shape)
             continue
+        if isinstance(op, tape.IndexOp):  # positions: no cotangent flows into them
+            env[op.result] = ops.iota(shape, op.params["axis"], op.params["dtype"])
+            continue
         env[op.results[0]] = bind(type(op), *(env[o] for o in op.operands), **op.params)
         recorded.append(op)
     cts = {body.last_op.value: ct}
