@@ -152,9 +152,9 @@ def test_a_closed_over_boolean_mask_is_captured():
 
 def test_numpy_functions_without_a_tapeml_op_are_not_recommended_as_tapeml_ops():
     with pytest.raises(tapeml.TracingError) as error:
-        tapeml.trace(lambda x: np.argmax(x), rand(3))
-    assert "tapeml has no argmax" in str(error.value)
-    assert "use tapeml.argmax" not in str(error.value)
+        tapeml.trace(lambda x: np.median(x), rand(3))
+    assert "tapeml has no median" in str(error.value)
+    assert "use tapeml.median" not in str(error.value)
     with pytest.raises(tapeml.TracingError, match=r"use tapeml\.sum"):
         tapeml.trace(lambda x: np.sum(x), rand(3))
 
@@ -326,13 +326,14 @@ def test_operators_on_tracers_record_the_ops_functions():
 
 
 @pytest.mark.parametrize(
-    ("index", "what"),
-    [(True, "bool"), (np.array([0, 2]), "ndarray"), ([0, 1], "list")],
+    ("index", "message"),
+    [(True, "a boolean scalar is not an index"), (np.array([0.5]), "must hold integers"),
+     ("a", "cannot index with a str")],
 )
-def test_unsupported_indices_are_clear_errors(index, what):
-    with pytest.raises(IndexError, match=f"not {what}(.|\n)*test_trace.py"):
+def test_unsupported_indices_are_clear_errors(index, message):
+    with pytest.raises(IndexError, match=f"{message}(.|\n)*test_trace.py"):
         tapeml.trace(lambda a: a[index], rand(3, 4))
-    with pytest.raises(IndexError, match="not Tracer"):
+    with pytest.raises(IndexError, match="a boolean mask tracer"):
         tapeml.trace(lambda a: a[a > 0], rand(3, 4))
 
 

@@ -112,7 +112,9 @@ def common(name: str, *xs: Any, floating: bool = False) -> tuple[list[Array], bo
 
 
 def broadcast_together(name: str, *xs: Any) -> list[Array]:
-    """The arrays `xs` broadcast to one shape, numpy style."""
+    """The arrays `xs` broadcast to one shape, numpy style. Inside a trace, an array that
+    meets a tracer becomes a constant of its own shape and a tape.broadcast (`x * 2.0` is a
+    rank-0 constant, not one of x's size, so a big program's constants stay small)."""
     lifted = [lift(x) for x in xs]
     try:
         shape = np.broadcast_shapes(*(tuple(x.shape) for x in lifted))
@@ -120,6 +122,10 @@ def broadcast_together(name: str, *xs: Any) -> list[Array]:
         shapes = ", ".join(str(tuple(x.shape)) for x in lifted)
         raise ShapeError(at_user_line(f"{name}: operands with shapes {shapes} cannot be "
                                       "broadcast together")) from None
+    trace = next((x.trace for x in lifted if isinstance(x, Tracer)), None)
+    if trace is not None:  # an array meeting a tracer enters the trace at its own size
+        lifted = [x if isinstance(x, Tracer) or tuple(x.shape) == shape else
+                  Tracer(trace.operand(x), trace) for x in lifted]
     return [broadcast_to(x, shape) for x in lifted]
 
 

@@ -18,6 +18,7 @@ from tapeml.dialects import tape
 from tapeml.transforms.fuse.matching import (
     FusionPattern,
     Windows,
+    constant_value,
     match_windows,
     pool_windows,
     producer,
@@ -170,14 +171,24 @@ def _reshaped(source: SSAValue, shape: tuple[int, ...] | None) -> tuple[SSAValue
 
 
 def _splat(value: SSAValue, expected: float) -> bool:
-    constant = producer(value, tape.ConstantOp)
-    return constant is not None and bool(np.all(constant.params["value"] == expected))
+    constant = constant_value(value)
+    return constant is not None and bool(np.all(constant == expected))
+
+
+def _mask_of(value: SSAValue) -> tuple[Any, Any] | None:
+    """(mask op, cmp op) for a 0/1 mask of a comparison: cast(cmp) or select(cmp, 1, 0)."""
+    if (cast := producer(value, tape.CastOp)) is not None:
+        return cast, producer(cast.input, tape.CmpOp)
+    select = producer(value, tape.SelectOp)
+    if select is None or not (_splat(select.on_true, 1.0) and _splat(select.on_false, 0.0)):
+        return None
+    return select, producer(select.cond, tape.CmpOp)
 
 
 class MaxPoolBackward(FusionPattern):
     """The gradient of the maxpool idiom (ties split evenly):
         pad(fold(mul(mask, div(spread(ct), spread(sum(mask))))), -padding),
-        mask = select(cmp eq(windows, spread(max(windows))), 1, 0)
+        mask = cast(cmp eq(windows, spread(max(windows)))) (or select(cmp eq, 1, 0))
     => maxpool2d_backward(x, ct)."""
 
     name = "maxpool2d-backward"
@@ -186,11 +197,9 @@ class MaxPoolBackward(FusionPattern):
         if not isinstance(op, tape.PadOp | tape.FoldOp) or (folded := match_folded(op)) is None:
             return
         mul = producer(folded.value, tape.MulOp)
-        mask = mul and producer(mul.lhs, tape.SelectOp)
+        mask, eq = (mul and _mask_of(mul.lhs)) or (None, None)
         div = mul and producer(mul.rhs, tape.DivOp)
-        eq = mask and producer(mask.cond, tape.CmpOp)
-        if not (div and eq and eq.params["predicate"] == "eq"
-                and _splat(mask.on_true, 1.0) and _splat(mask.on_false, 0.0)):
+        if not (div and eq and eq.params["predicate"] == "eq"):
             return
         top, ct = _unreduced(eq.rhs), _unreduced(div.lhs)
         pooled = producer(top[0], tape.MaxOp) if top and top[1] is None else None

@@ -13,6 +13,7 @@ from tapeml.dialects import tape
 from tapeml.transforms.fuse.matching import (
     FusionPattern,
     Windows,
+    constant_value,
     match_windows,
     pool_windows,
     producer,
@@ -120,12 +121,12 @@ class AvgPoolForward(FusionPattern):
         if not isinstance(op, tape.DivOp):
             return
         total = producer(op.lhs, tape.SumOp)
-        divisor = producer(op.rhs, tape.ConstantOp)
+        divisor = constant_value(op.rhs)
         windows = total and pool_windows(total, 0.0)
         if windows is None or divisor is None:
             return
         kh, kw = windows.params["kernel"]
-        if not np.all(divisor.params["value"] == kh * kw):
+        if not np.all(divisor == kh * kw):
             return
         if not single_use(total.results[0], *(o.results[0] for o in windows.ops())):
             return

@@ -24,6 +24,14 @@ def producer(value: SSAValue, op_type: type[Operation]) -> Any:
     return owner if isinstance(owner, op_type) else None
 
 
+def constant_value(value: SSAValue) -> np.ndarray | None:
+    """The value of the tape.constant that defines `value`, directly or through a
+    tape.broadcast (a traced `x / 4.0` is a rank-0 constant broadcast), or None."""
+    spread = producer(value, tape.BroadcastOp)
+    constant = producer(spread.input if spread else value, tape.ConstantOp)
+    return None if constant is None else constant.params["value"]
+
+
 def single_use(*values: SSAValue) -> bool:
     return all(v.has_one_use() for v in values)
 

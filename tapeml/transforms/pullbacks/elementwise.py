@@ -115,7 +115,7 @@ def _abs(ct, a, *, result):
     return (ops.multiply(ct, bind(tape.SignOp, a)) if _floats(a) else None,)
 
 
-_TWO_OVER_SQRT_PI = 2 / np.sqrt(np.pi)
+_TWO_OVER_SQRT_PI = float(2 / np.sqrt(np.pi))  # a Python float: weak, so f32 stays f32
 
 
 @pullback(tape.ErfOp)
