@@ -16,7 +16,9 @@
 // CHECK-NEXT:    %[[DT:.*]] = tape.broadcast %[[R]] : tensor<1xf32> -> tensor<3xf32>
 //                tanh: ct * (1 - t * t)
 // CHECK-NEXT:    %[[TT:.*]] = tape.mul %t, %t : tensor<3xf32>
-// CHECK-NEXT:    %[[C1:.*]] = tape.constant dense<1.000000e+00> : tensor<3xf32>
+//                the 1 is a rank-0 constant, broadcast (not a constant of the operand's size)
+// CHECK-NEXT:    %[[ONE1:.*]] = tape.constant dense<1.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[C1:.*]] = tape.broadcast %[[ONE1]] : tensor<f32> -> tensor<3xf32>
 // CHECK-NEXT:    %[[OMT:.*]] = tape.sub %[[C1]], %[[TT]] : tensor<3xf32>
 // CHECK-NEXT:    %[[DM:.*]] = tape.mul %[[DT]], %[[OMT]] : tensor<3xf32>
 //                mul: (ct * w, ct * x)
