@@ -203,8 +203,8 @@ def train(cfg: Config, train_ids: np.ndarray, held_ids: np.ndarray, epochs: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--steps-per-epoch", type=int, default=150)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--steps-per-epoch", type=int, default=120)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--width", type=int, default=128)
