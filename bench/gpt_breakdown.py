@@ -41,6 +41,7 @@ from tapeml.tracing.pytree import flatten  # noqa: E402
 from tapeml.tracing.trace import runtime_leaf  # noqa: E402
 
 B, T, W, H = gpt_step.BATCH, gpt_step.CONTEXT, gpt_step.WIDTH, gpt_step.HEADS
+MLP_WIDTH = gpt_step.MLP * W
 
 
 def median_ms(fn: Callable[[], object], rounds: int = 7, calls: int = 3) -> float:
@@ -75,6 +76,23 @@ def describe(stages: dict[str, str]) -> str:
     gemm_text = " ".join(f"{s}" + (f"*{c}" if c > 1 else "") for s, c in gemms.items())
     return (f"{groups} fused groups + {ops}; {sum(gemms.values())} GEMMs [(b)xmxnxk: "
             f"{gemm_text}]; {parallel} parallel loop nests, {sequential} sequential")
+
+
+def gemm_shapes(layers: int) -> list[tuple[int, int, int, int]]:
+    """(batch, m, k, n) of every matmul in the step (contiguous operands here; the step reads
+    some transposed in place): per layer the four linears forward, dX and dW each, and the
+    attention's QK^T and PV forward, dP, dV, dQ, dK; the head's three."""
+    rows, heads, d = B * T, B * H, W // H
+    linears = [(W, 3 * W), (W, W), (W, MLP_WIDTH), (MLP_WIDTH, W)]
+    per_layer = []
+    for fan_in, fan_out in linears:
+        per_layer += [(1, rows, fan_in, fan_out), (1, rows, fan_out, fan_in),
+                      (1, fan_in, rows, fan_out)]
+    per_layer += [(heads, T, d, T), (heads, T, T, d), (heads, T, d, T), (heads, T, T, d),
+                  (heads, T, T, d), (heads, T, T, d)]
+    vocab = gpt_step.VOCAB
+    head = [(1, rows, W, vocab), (1, rows, vocab, W), (1, W, rows, vocab)]
+    return per_layer * layers + head
 
 
 def pieces(params: dict, ids: np.ndarray, targets: np.ndarray) -> dict:
@@ -147,6 +165,11 @@ def pieces(params: dict, ids: np.ndarray, targets: np.ndarray) -> dict:
         pr = npg._softmax(np.where(keep, s, np.finfo(np.float32).min))
         return pr * (r - (r * pr).sum(-1, keepdims=True))
 
+    shapes = gemm_shapes(layers)
+    operands = [(rng.standard_normal((b, m, k)).astype(np.float32),
+                 rng.standard_normal((b, k, n)).astype(np.float32)) for b, m, k, n in shapes]
+    flops = sum(2 * b * m * k * n for b, m, k, n in shapes)
+
     r4 = rng.standard_normal((B, H, T, W // H)).astype(np.float32)
     rs = rng.standard_normal((B, H, T, T)).astype(np.float32)
     step = gpt_step.tapeml_loss("ids")
@@ -154,6 +177,9 @@ def pieces(params: dict, ids: np.ndarray, targets: np.ndarray) -> dict:
         "whole step (fwd+bwd)": (vg(step), (params, ids, targets),
                                  lambda p, x, y: npg.value_and_grad(p, x, y, H), 1),
         "forward only (loss)": (step, (params, ids, targets), None, 1),
+        f"the step's {len(shapes)} GEMMs alone ({flops / 1e9:.2f} GFLOP)": (
+            lambda ops: [t.matmul(a, b) for a, b in ops], (operands,),
+            lambda ops: [a @ b for a, b in ops], 1),
         "attention: qkv+proj linears, heads, core": (
             vg(lambda p, x, r: t.sum(gpt.attention(p, x, H) * r), (0, 1)), (attn_p, x, r),
             np_attention, layers),
