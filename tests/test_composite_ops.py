@@ -195,7 +195,7 @@ def test_arange_one_hot_and_triangles_match_numpy():
             assert_same_bits(got, want)
     labels = np.array([[0, 3], [-1, 2]])
     want = (labels[..., None] == np.arange(3)).astype(np.float32)
-    for got in _both(lambda l: tapeml.one_hot(l, 3), labels):
+    for got in _both(lambda ids: tapeml.one_hot(ids, 3), labels):
         assert_same_bits(got, want)
     assert_same_bits(tapeml.one_hot(labels, 3, axis=0, dtype=np.int32),
                      np.moveaxis(want, -1, 0).astype(np.int32))
