@@ -111,6 +111,10 @@ CASES = {
                           + ops.logsumexp(a), (r(3, 4),)),
     "mean_min_abs": (lambda a: ops.mean(ops.abs(a)) * ops.min(a), (r(6),)),
     "abs_erf_ops": (lambda a: ops.sum(bind(tape.AbsOp, a) * bind(tape.ErfOp, a)), (r(6),)),
+    # quotients away from integers (fmod jumps there): 2.52, -4.18, -2.72, -1.75, -4.30, 2.28
+    "fmod_op": (lambda a, b: ops.sum(ops.tanh(bind(tape.FmodOp, a, b)) * a),
+                (np.array([5.3, -7.1, 2.45, -0.7, 9.9, 3.3]),
+                 np.array([2.1, 1.7, -0.9, 0.4, -2.3, 1.45]))),
     "cumsum_op": (lambda a: ops.sum(ops.tanh(bind(tape.CumsumOp, a, axis=1, reverse=False))
                                     * bind(tape.CumsumOp, a, axis=0, reverse=True)), (r(3, 4),)),
     "conv2d_fused": (lambda x, w: ops.sum(ops.tanh(_conv(x, w))), (r(1, 2, 6, 5), r(4, 1, 3, 2))),

@@ -380,6 +380,7 @@ def test_every_op_is_a_case():
         used |= {type(op) for op in traced(case.fn, case.inputs).function.body.ops}
     integer_ops = {*tape.INTEGER_BINARY, *tape.INTEGER_UNARY}  # tests/test_integer_tensors.py
     integer_ops |= {*tape.NUMERIC_UNARY}  # their edge values: tests/test_numeric_ops.py
+    integer_ops |= {*tape.NUMERIC_BINARY}  # fmod's edge values: tests/test_fmod.py
     integer_ops |= {tape.TakeOp, tape.ScatterOp}  # integer indices: test_gather_scatter.py
     integer_ops |= {*tape.SCANS}  # argmax, argmin, cumsum, iota: tests/test_numeric_ops.py
     assert set(tape.OPS) - integer_ops <= used, set(tape.OPS) - integer_ops - used

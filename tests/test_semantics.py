@@ -129,6 +129,7 @@ def _samples(rng: np.random.Generator) -> dict[type[TapeOp], tuple[tuple, dict]]
     samples = {op: ((x, y), {}) for op in tape.ELEMENTWISE_BINARY}
     samples |= {op: ((np.abs(x) + 0.5,), {}) for op in tape.ELEMENTWISE_UNARY}
     samples |= {op: ((x - 0.25,), {}) for op in tape.NUMERIC_UNARY}
+    samples |= {op: ((x, y), {}) for op in tape.NUMERIC_BINARY}
     samples |= {op: ((x,), {"axis": -1, "keepdims": True}) for op in (tape.ArgMaxOp,
                                                                        tape.ArgMinOp)}
     samples[tape.CumsumOp] = ((x,), {"axis": 0, "reverse": True})

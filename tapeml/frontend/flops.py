@@ -25,7 +25,7 @@ def op_flops(op: TapeOp) -> int:
 
 
 @flops(*tape.ELEMENTWISE_BINARY, *tape.ELEMENTWISE_UNARY, *tape.INTEGER_BINARY,
-       *tape.INTEGER_UNARY, *tape.NUMERIC_UNARY, tape.CmpOp, tape.SelectOp)
+       *tape.INTEGER_UNARY, *tape.NUMERIC_UNARY, *tape.NUMERIC_BINARY, tape.CmpOp, tape.SelectOp)
 def _per_result_element(op: TapeOp) -> int:
     return _numel(op.results[0])
 

@@ -1,5 +1,6 @@
 """xDSL interpreter implementations for the arith and math ops that xDSL 0.75 lacks and our
-lowerings emit, so every lowered stage still runs on the interpreter.
+lowerings emit (and llvm.frem, tape.fmod's loops), so every lowered stage still runs on the
+interpreter.
 
 Scalars are xDSL's runtime values (`FloatAttr` / `IntegerAttr`). Float math is done on numpy
 scalars of the op's own width, so an f32 op rounds exactly as the numpy f32 kernels the tape
@@ -12,7 +13,7 @@ import math as pymath
 from collections.abc import Callable
 
 import numpy as np
-from xdsl.dialects import arith, math
+from xdsl.dialects import arith, llvm, math
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType
 from xdsl.interpreter import Interpreter, InterpreterFunctions, impl, register_impls
 from xdsl.interpreters.builtin import scalar_attr
@@ -96,6 +97,7 @@ _FLOAT_OPS: dict[type[Operation], Callable[..., np.floating]] = {
     math.CosOp: np.cos,
     math.FmaOp: lambda a, b, c: a * b + c,
     math.ErfOp: lambda a: pymath.erf(float(a)),  # rounded by _float: tape.erf's semantics
+    llvm.FRemOp: np.fmod,  # tape.fmod's loops (xDSL 0.75 has no arith.remf): exact
 }
 
 _INT_OPS: dict[type[Operation], Callable[..., int]] = {

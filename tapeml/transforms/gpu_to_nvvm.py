@@ -5,7 +5,7 @@ conversions as the CPU's (convert-scf-to-cf, convert-loops-to-llvm), plus:
     gpu.thread_id / block_id / block_dim / grid_dim    the PTX special registers tid, ctaid,
                                                        ntid, nctaid (llvm.nvvm.read.ptx.sreg.*)
     gpu.barrier                                        llvm.nvvm.barrier0 (bar.sync 0)
-    math.exp, log, tanh, powf                          libdevice's __nv_expf, __nv_logf, ...
+    math.exp, log, tanh, powf, llvm.frem               libdevice's __nv_expf, __nv_logf, ...
                                                        (LLVM's NVPTX backend has no lowering for
                                                        the intrinsics and aborts the process)
     kernel.shared                                      a call to @__tapeml_shared_<N>x<T>_<i>,
@@ -33,9 +33,11 @@ from tapeml.transforms.to_loops import LoweringError
 _REGISTERS = {gpu.ThreadIdOp: "tid", gpu.BlockIdOp: "ctaid", gpu.BlockDimOp: "ntid",
               gpu.GridDimOp: "nctaid"}
 LIBDEVICE = {xmath.ExpOp: "exp", xmath.LogOp: "log", xmath.TanhOp: "tanh", xmath.PowFOp: "pow",
-             xmath.SinOp: "sin", xmath.CosOp: "cos", xmath.ErfOp: "erf"}
+             xmath.SinOp: "sin", xmath.CosOp: "cos", xmath.ErfOp: "erf", llvm.FRemOp: "fmod"}
 """The math ops the GPU computes with libdevice's __nv_<name>[f]; the others lower as on the CPU
-(to_llvm.py's intrinsics, the ones NVPTX has: sqrt, maximum, minimum)."""
+(to_llvm.py's intrinsics, the ones NVPTX has: sqrt, maximum, minimum). llvm.frem (tape.fmod's
+loops) is among them: NVPTX expands frem as x - trunc(x/y)*y, inexact, where __nv_fmod[f] is
+C's exact fmod."""
 SHARED_PREFIX = "__tapeml_shared_"
 
 

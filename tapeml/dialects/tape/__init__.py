@@ -11,7 +11,7 @@ One module per op family, each defining its ops and their shape rules:
 
     types.py         element types, tensor types, the verifier helpers every shape rule uses
     elementwise.py   arithmetic, cmp, select, cast; ELEMENTWISE_BINARY/_UNARY, NUMERIC_UNARY,
-                     ELEMENTWISE
+                     NUMERIC_BINARY, ELEMENTWISE
     constants.py     constant and its dense literals (printing, parsing, their diagnostics)
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max
@@ -59,6 +59,7 @@ OPS: tuple[type[TapeOp], ...] = (
     *elementwise.ELEMENTWISE_BINARY,
     *elementwise.ELEMENTWISE_UNARY,
     *elementwise.NUMERIC_UNARY,
+    *elementwise.NUMERIC_BINARY,
     *elementwise.INTEGER_BINARY,
     *elementwise.INTEGER_UNARY,
     elementwise.CmpOp,

@@ -1,7 +1,7 @@
 """The elementwise tape ops: the binary and unary arithmetic ops, `tape.cmp`, `tape.select` and
 `tape.cast`; and the tuples ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, NUMERIC_UNARY (abs, sign,
-floor, ceil, round, erf) and ELEMENTWISE (these and `tape.constant`: the ops a `tape.fused`
-body may hold)."""
+floor, ceil, round, erf), NUMERIC_BINARY (fmod) and ELEMENTWISE (these and `tape.constant`: the
+ops a `tape.fused` body may hold)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ __all__ = [
     "AbsOp",
     "CeilOp",
     "ErfOp",
+    "FmodOp",
+    "NUMERIC_BINARY",
     "FloorOp",
     "NUMERIC_UNARY",
     "RoundOp",
@@ -248,6 +250,16 @@ class ErfOp(_Unary):
 
 
 @irdl_op_definition
+class FmodOp(_Binary):
+    """C's fmod, as numpy's `fmod` (floats only): a - n*b for n = trunc(a / b), computed exactly,
+    with the sign of a and magnitude below |b|; fmod(x, +-0) and fmod(+-inf, y) are NaN,
+    fmod(x, +-inf) is x for finite x, fmod(+-0, y) is +-0, NaN propagates."""
+
+    name = "tape.fmod"
+    ELEMENTS: ClassVar = FLOATS
+
+
+@irdl_op_definition
 class FloorDivOp(_Binary):
     """Integer division rounding toward -inf, as numpy's `floor_divide`: x // 0 is 0 and
     INT_MIN // -1 wraps to INT_MIN."""
@@ -396,10 +408,12 @@ ELEMENTWISE_BINARY = (AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp)
 ELEMENTWISE_UNARY = (NegOp, ExpOp, LogOp, TanhOp, SinOp, CosOp, SigmoidOp, ReluOp, SqrtOp)
 NUMERIC_UNARY = (AbsOp, SignOp, FloorOp, CeilOp, RoundOp, ErfOp)
 """abs, sign, floor, ceil and round (of integers and floats) and erf (of floats)."""
+NUMERIC_BINARY = (FmodOp,)
+"""fmod (of floats)."""
 INTEGER_BINARY = (FloorDivOp, RemOp, AndOp, OrOp, XorOp, ShlOp, ShrOp)
 INTEGER_UNARY = (NotOp,)
 """The elementwise ops of integers (and i1) only."""
-ELEMENTWISE = (*ELEMENTWISE_BINARY, *ELEMENTWISE_UNARY, *NUMERIC_UNARY, *INTEGER_BINARY,
-               *INTEGER_UNARY, CmpOp, SelectOp, CastOp, ConstantOp)
+ELEMENTWISE = (*ELEMENTWISE_BINARY, *ELEMENTWISE_UNARY, *NUMERIC_UNARY, *NUMERIC_BINARY,
+               *INTEGER_BINARY, *INTEGER_UNARY, CmpOp, SelectOp, CastOp, ConstantOp)
 """The ops a `tape.fused` body may hold: each result element depends on the same element of
 each operand only."""

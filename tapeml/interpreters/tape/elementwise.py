@@ -69,6 +69,7 @@ for _op, _fn in {
     tape.CeilOp: _integers_kept(np.ceil),
     tape.RoundOp: _integers_kept(np.rint),  # halves to even, as np.round(x)
     tape.ErfOp: erf,
+    tape.FmodOp: np.fmod,  # C's fmod: exact, the dividend's sign; x fmod 0 is NaN
     tape.FloorDivOp: np.floor_divide,  # x // 0 is 0, as numpy gives (the warning is ignored)
     tape.RemOp: np.remainder,
     tape.AndOp: np.bitwise_and,

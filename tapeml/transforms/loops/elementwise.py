@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from xdsl.dialects import arith, memref
+from xdsl.dialects import arith, llvm, memref
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
@@ -169,6 +169,14 @@ def _sign(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
 def _erf(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
     """math.erf: libm's erf/erff on the CPU, libdevice's on the GPU (LLVM has no intrinsic)."""
     return e.insert(xmath.ErfOp(args[0]))
+
+
+@scalar(tape.FmodOp)
+def _fmod(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    """C's fmod as LLVM's frem (xDSL 0.75 has no arith.remf nor math's equivalent; LangRef: frem
+    is fmod): to_llvm.py keeps it, and x86's backend makes it a call of libm's fmod/fmodf
+    (which the JIT resolves in the process); gpu_to_nvvm.py calls libdevice's __nv_fmod[f]."""
+    return e.insert(llvm.FRemOp(*args))
 
 
 @scalar(tape.SigmoidOp)

@@ -1,5 +1,5 @@
 """The pullbacks of the elementwise tape ops: the arithmetic ops (maximum and minimum share the
-cotangent in half on ties), abs, erf, select and cast. cmp, constant, sign, floor, ceil and
+cotangent in half on ties), abs, erf, fmod, select and cast. cmp, constant, sign, floor, ceil and
 round have none (NON_DIFFERENTIABLE)."""
 
 from __future__ import annotations
@@ -123,6 +123,18 @@ def _erf(ct, a, *, result):
     # d/dx erf(x) = 2/sqrt(pi) exp(-x^2)
     slope = ops.multiply(ops.exp(ops.negative(ops.multiply(a, a))), _TWO_OVER_SQRT_PI)
     return (ops.multiply(ct, slope),)
+
+
+@pullback(tape.FmodOp)
+def _fmod(ct, a, b, *, result):
+    # fmod(a, b) = a - n*b, n = trunc(a / b) of the exact quotient: d/da = 1, d/db = -n (where
+    # n is constant). n is read off the exact result, round((a - fmod(a, b)) / b), not the
+    # rounded trunc(a / b): a / b may round up to an integer (1.988514052614398 /
+    # 0.39770281052287965 is 5.0 where fmod's n is 4); a - fmod(a, b) = n*b is one rounding
+    # from exact and /b another, so round() gives n exactly for |n| < 2^(p-2). b = +-inf gives
+    # n = 0 for finite a; b = 0 or a = +-inf give NaN (fmod is NaN there).
+    n = bind(tape.RoundOp, ops.divide(ops.subtract(a, result), b))
+    return ct, ops.negative(ops.multiply(ct, n))
 
 
 @pullback(tape.SelectOp)
