@@ -205,3 +205,25 @@ def test_arange_one_hot_and_triangles_match_numpy():
             for got in _both(lambda x, fn=fn, k=k: fn(x, k), x):
                 assert_same_bits(got, ref(x, k))
     assert "tape.iota" in str(tapeml.trace(lambda x: tapeml.tril(x), x))
+
+
+FLOAT_EDGES = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 7.0, -7.0, 0.1, 1e-310, -1e-310, 3e38,
+                        1e300, np.inf, -np.inf, np.nan, 5.0, -0.75])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_floor_divide_remainder_and_fmod_match_numpy_bit_for_bit(dtype):
+    """numpy's npy_divmod, op for op: every pair of edge values (zero divisors, infinities,
+    NaN, signed zeros, subnormals, huge ratios)."""
+    with np.errstate(all="ignore"):
+        values = FLOAT_EDGES.astype(dtype)
+        a, b = (v.reshape(-1) for v in np.meshgrid(values, values))
+        want = (np.floor_divide(a, b), np.remainder(a, b), np.fmod(a, b))
+
+    def f(a, b):  # the operators on tracers; the functions eagerly on arrays
+        return a // b, a % b, tapeml.fmod(a, b)
+
+    eager = tapeml.floor_divide(a, b), tapeml.remainder(a, b), tapeml.fmod(a, b)
+    for mode, got in (("eager", eager), ("cpu", tapeml.jit(f)(a, b))):
+        for name, g, w in zip(("//", "%", "fmod"), got, want, strict=True):
+            assert_same_bits(g, w, context=f"{mode} {name}")

@@ -25,7 +25,7 @@ from tapeml.tracing.trace import at_user_line, bind
 
 __all__ = [
     "abs", "add", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "ceil", "clip",
-    "cos", "divide", "equal", "erf", "exp", "floor", "floor_divide", "greater",
+    "cos", "divide", "equal", "erf", "exp", "floor", "floor_divide", "fmod", "greater",
     "greater_equal", "invert", "left_shift", "less", "less_equal", "log", "logical_and",
     "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "multiply", "negative",
     "not_equal", "power", "relu", "remainder", "right_shift", "round", "sigmoid", "sign",
@@ -74,7 +74,6 @@ def _unary(op: type[tape.TapeOp], name: str, on_bool: Any = None, advice: str = 
 
 _BOOL_SUB = " (numpy refuses booleans here too: use `^`, tapeml.logical_xor)"
 _BOOL_NEG = " (use `~` or tapeml.logical_not for booleans)"
-_FLOATS_ONLY = " (it is defined on integers only: write tapeml.floor(x / y) for floats)"
 _INTS_ONLY = " (shifts take integers)"
 
 add = _binary(tape.AddOp, "add", on_bool=tape.OrOp)
@@ -83,8 +82,9 @@ multiply = _binary(tape.MulOp, "multiply", on_bool=tape.AndOp)
 divide = _binary(tape.DivOp, "divide")
 maximum = _binary(tape.MaximumOp, "maximum", on_bool=tape.OrOp)
 minimum = _binary(tape.MinimumOp, "minimum", on_bool=tape.AndOp)
-floor_divide = _binary(tape.FloorDivOp, "floor_divide", advice=_FLOATS_ONLY)
-remainder = _binary(tape.RemOp, "remainder", advice=_FLOATS_ONLY)
+_int_floor_divide = _binary(tape.FloorDivOp, "floor_divide")
+_int_remainder = _binary(tape.RemOp, "remainder")
+fmod = _binary(tape.FmodOp, "fmod")
 bitwise_and = _binary(tape.AndOp, "bitwise_and")
 bitwise_or = _binary(tape.OrOp, "bitwise_or")
 bitwise_xor = _binary(tape.XorOp, "bitwise_xor")
@@ -136,6 +136,46 @@ def _integer_power(x: Array, n: int) -> Array:
         if n:
             base = multiply(base, base)
     return result if result is not None else add(multiply(x, 0), 1)
+
+
+def floor_divide(x: Any, y: Any) -> Array:
+    """x // y as numpy's: integers by tape.floordiv (x // 0 = 0), floats by numpy's divmod."""
+    (x, y), weak = common("floor_divide", x, y)
+    if np.dtype(x.dtype).kind != "f":
+        return _int_floor_divide(x, y)
+    return weakened(_float_divmod(x, y)[0], weak)
+
+
+def remainder(x: Any, y: Any) -> Array:
+    """x % y as numpy's (the sign of y): integers by tape.rem (x % 0 = 0), floats by numpy's
+    divmod."""
+    (x, y), weak = common("remainder", x, y)
+    if np.dtype(x.dtype).kind != "f":
+        return _int_remainder(x, y)
+    return weakened(_float_divmod(x, y)[1], weak)
+
+
+def _zero_signed_like(v: Array) -> Array:
+    """copysign(0, v) for non-NaN v: v * 0 keeps the sign of a finite v; an infinity's by a
+    comparison."""
+    return where(equal(abs(v), np.inf), where(less(v, 0), -0.0, 0.0), multiply(v, 0))
+
+
+def _float_divmod(a: Array, b: Array) -> tuple[Array, Array]:
+    """numpy's npy_divmod, op for op (so every stage gives numpy's bits): mod = fmod(a, b),
+    div = (a - mod) / b, moved down one where mod's sign is not b's, snapped to the nearest
+    integer; b == 0 gives a / b and fmod's NaN."""
+    mod = fmod(a, b)
+    div = divide(subtract(a, mod), b)
+    nonzero = not_equal(mod, 0)
+    adjust = logical_and(nonzero, not_equal(less(b, 0), less(mod, 0)))
+    mod = where(adjust, add(mod, b), where(nonzero, mod, _zero_signed_like(b)))
+    div = where(adjust, subtract(div, 1), div)
+    snapped = floor(div)
+    snapped = where(greater(subtract(div, snapped), 0.5), add(snapped, 1), snapped)
+    quotient = where(not_equal(div, 0), snapped, _zero_signed_like(divide(a, b)))
+    by_zero = equal(b, 0)
+    return where(by_zero, divide(a, b), quotient), where(by_zero, fmod(a, b), mod)
 
 
 def square(x: Any) -> Array:
