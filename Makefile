@@ -39,7 +39,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/run.py
 
 # Long runs of the fuzzers make test runs a slice of: the tapeml-opt mutation fuzzer
-# (tests/fuzz_cli.py; pytest runs 250 cases) and generated programs on edge values through every
+# (tests/fuzz_cli.py; pytest runs 150 cases) and generated programs on edge values through every
 # stage (tests/test_edge_values_programs.py; pytest runs 6).
 FUZZ_CASES ?= 5000
 FUZZ_SEED ?= 1

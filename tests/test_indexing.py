@@ -53,7 +53,7 @@ def _broadcastable(index) -> bool:
         return False
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3), data=st.data())
 def test_getitem_matches_numpy(shape, data):
     x = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape) - 3.5
@@ -87,7 +87,7 @@ def _clamped(index, shape):
     return tuple(out)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3), data=st.data())
 def test_index_arrays_out_of_range_are_clamped_as_jax_does(shape, data):
     x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
