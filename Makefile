@@ -18,8 +18,9 @@ test: lint pytest lit
 lint: $(STAMP)
 	$(BIN)/ruff check tapeml tests examples bench
 
+# a file's tests on one worker: the compiled programs a test module shares are compiled once
 pytest: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --dist loadfile
 
 lit: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/lit -sv lit

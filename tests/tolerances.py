@@ -56,13 +56,21 @@ _TRANSCENDENTAL = {
     "libm": _per_dtype(Tolerance(ulp=4, against="interp"), Tolerance(ulp=4, against="interp")),
 }
 
+_SIGMOID = {
+    **_TRANSCENDENTAL,
+    # 1 / (1 + exp(-x)) with numpy's f64 exp 1 ulp off (as on AVX512_SPR CPUs) is 4 ulp off at
+    # -36.8, where 1 + e rounds; the definition's error, not the stage's
+    "numpy": _per_dtype(Tolerance(ulp=2), Tolerance(ulp=4)),
+    "loops": _per_dtype(Tolerance(ulp=2), Tolerance(ulp=4)),
+}
+
 TABLE: dict[str, dict[str, Any]] = {
     "exp": _TRANSCENDENTAL,
     "log": _TRANSCENDENTAL,
     "tanh": _TRANSCENDENTAL,
     "sin": _TRANSCENDENTAL,
     "cos": _TRANSCENDENTAL,
-    "sigmoid": _TRANSCENDENTAL,
+    "sigmoid": _SIGMOID,
     "fused": _TRANSCENDENTAL,  # its group ends in tanh
     "pow": {},
     "fold": {kind: _per_dtype(Tolerance(bitwise=False), Tolerance(bitwise=False))

@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.parser import Parser
 
+import tapeml.tracing.ops  # noqa: F401 (gives tracers numpy's operators)
 from tapeml.dialects import tape
 from tapeml.dialects.dominance import verify_dominance
 from tapeml.dialects.names import (

@@ -81,8 +81,9 @@ _FLOAT_OPS: dict[type[Operation], Callable[..., np.floating]] = {
     math.TanhOp: np.tanh,
     math.AbsFOp: np.abs,
     # on numpy scalars np.power takes a fast path (sqrt for 0.5: pow(-inf, 0.5) NaN, not inf);
-    # one-element arrays take the general algorithm, as the tape op's semantics does
-    math.PowFOp: lambda a, b: np.power(np.array([a]), np.array([b]))[0],
+    # one-element f64 arrays take libm's pow (an f32 result is rounded by _float), as the tape
+    # op's semantics does
+    math.PowFOp: lambda a, b: np.power(np.array([a], np.float64), np.array([b], np.float64))[0],
     math.Exp2Op: np.exp2,
     math.ExpM1Op: np.expm1,
     math.Log2Op: np.log2,

@@ -37,6 +37,16 @@ def _integers_kept(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarr
     return lambda x: x.copy() if x.dtype.kind in "iu" else fn(x)
 
 
+def power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """C's pow, correctly rounded for f32: numpy takes a fast path (x*x, sqrt, ...) for some
+    exponents given as a broadcast scalar, so contiguous operands pin its general algorithm;
+    and its f32 loop is not correctly rounded on every CPU (AVX512_SPR rounds 3**0.5 up), so
+    f32 is computed in f64 (libm's pow) and rounded once, as libm's powf gives."""
+    if x.dtype == np.float32:
+        return power(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
+    return np.power(np.require(x, requirements="C"), np.require(y, requirements="C"))
+
+
 def erf(x: np.ndarray) -> np.ndarray:
     """Python's math.erf of each element (computed in f64), rounded to x's type."""
     flat = [math.erf(v) for v in x.astype(np.float64).reshape(-1).tolist()]
@@ -50,10 +60,7 @@ for _op, _fn in {
     tape.DivOp: np.divide,
     tape.MaximumOp: maximum,
     tape.MinimumOp: minimum,
-    # numpy takes a fast path (x*x, sqrt, ...) for some exponents given as a broadcast scalar;
-    # contiguous operands pin pow to its general algorithm, whatever the layout
-    tape.PowOp: lambda x, y: np.power(np.require(x, requirements="C"),
-                                      np.require(y, requirements="C")),
+    tape.PowOp: lambda x, y: power(x, y),
     tape.NegOp: np.negative,
     tape.ExpOp: np.exp,
     tape.LogOp: np.log,
