@@ -20,3 +20,8 @@ class TracingError(TypeError):
     """A traced function did something a trace cannot record: read a tracer's value
     (`bool(t)`, `float(t)`, `np.asarray(t)`, `if t > 0:`) or use a tracer outside its trace.
     A `TypeError`, as JAX's tracer errors are: a tracer was used as a value of another type."""
+
+
+class PTXError(RuntimeError):
+    """The kernels cannot be compiled to PTX (an unsupported call, no libdevice, ...). Here, not
+    in tapeml/codegen/ptx.py, so tapeml-opt can catch it without loading the PTX target."""

@@ -12,20 +12,24 @@ each call.
 from __future__ import annotations
 
 import ctypes
+import json
 import re
+import struct
 import threading
 import time
 from dataclasses import dataclass
 from typing import IO, Any
 
+import llvmlite
 import llvmlite.binding as llvm_binding
 import numpy as np
+from xdsl import __version__ as xdsl_version
 from xdsl.backend.llvm.convert import convert_module
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target as XTarget
 
-from tapeml.codegen import pool
+from tapeml.codegen import disk_cache, pool
 from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.gemm import Target, definition, host_threads
 from tapeml.codegen.stages import Stages, run_pipeline
@@ -178,10 +182,14 @@ class Native:
 
     def __init__(self, name: str, inputs: list[Argument], outputs: list[Argument],
                  engine: Any, function: Any, arena_bytes: int, scratch: list[np.ndarray],
-                 stages: dict[str, str] | None = None) -> None:
+                 kernels: list[str], stages: dict[str, str] | None = None,
+                 origin: str = "compiled") -> None:
         self.name, self.inputs, self.outputs = name, inputs, outputs
         self.engine, self.function = engine, function
         self.scratch = scratch  # the kernels' packing buffers (bind_scratch)
+        self.kernels = kernels  # the generated kernels linked in, by symbol
+        self.origin = origin
+        """Where the machine code came from: "compiled" or "disk cache"."""
         self.arena_bytes = arena_bytes
         self.stages = stages or {}
         self._arena: int | None = None  # the arena's address, once allocated
@@ -229,13 +237,48 @@ class CPUBackend:
         self.libm = libm
 
     def compile(self, module: ModuleOp, stages: bool = False) -> Native:
-        """`module`'s tape function (tapeml/codegen/arguments.py) as machine code."""
-        kept = Stages(stages)
-        keep = kept.keep
+        """`module`'s tape function (tapeml/codegen/arguments.py) as machine code: from the
+        disk cache (tapeml/codegen/disk_cache.py) when it holds it, else compiled, and stored
+        there. Asked for the stages, it compiles (and stores nothing)."""
         name, inputs, outputs = signature(module)
         threads = host_threads()
+        cache = None if stages else disk_cache.default()
+        key = self.cache_key(module, threads) if cache is not None else ""
+        if cache is not None:
+            started = time.perf_counter()
+            payload = cache.get(key)
+            loaded = None if payload is None else _load(payload, name, inputs, outputs)
+            if loaded is not None:
+                record("disk cache: hit", None, started, str(cache.path(key)))
+                return loaded
+            if payload is not None:  # whole, but not a program of this name: never trusted
+                cache.discard(key)
+        native, object_code = self._compile(module, name, inputs, outputs, threads,
+                                            Stages(stages), keep_object=cache is not None)
+        if cache is not None and object_code is not None:
+            started = time.perf_counter()
+            cache.put(key, _pack({"name": name, "arena_bytes": native.arena_bytes,
+                                  "kernels": native.kernels}, object_code))
+            record("disk cache: stored", None, started, str(cache.path(key)))
+        return native
+
+    def cache_key(self, module: ModuleOp, threads: int) -> str:
+        """What determines the machine code: the program, the options, the CPU, the compiler."""
+        return disk_cache.key(
+            "cpu", str(module), f"fuse={self.fuse} libm={self.libm} threads={threads}",
+            llvm_binding.get_default_triple(), llvm_binding.get_host_cpu_name(),
+            llvm_binding.get_host_cpu_features().flatten(), disk_cache.sources_digest(),
+            f"xdsl {xdsl_version} llvmlite {llvmlite.__version__} llvm "
+            f"{llvm_binding.llvm_version_info}")
+
+    def _compile(self, module: ModuleOp, name: str, inputs: list[Argument],
+                 outputs: list[Argument], threads: int, kept: Stages, keep_object: bool
+                 ) -> tuple[Native, bytes | None]:
+        """Compiled through the pipeline; with the object code MCJIT made, if asked for."""
+        keep = kept.keep
         module, reports = run_pipeline(module, cpu_pipeline(self.fuse, self.libm, threads), kept)
         arena_bytes = reports["plan-arena"].sizes[name]
+        objects: list[bytes] = []
         with _LLVM_LOCK:
             started = time.perf_counter()
             machine = target_machine()
@@ -250,10 +293,51 @@ class CPUBackend:
             started = time.perf_counter()
             pool.load(target_machine)  # tapeml_parallel_for, for the programs that call it
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)
+            if keep_object:  # the object code MCJIT makes, as it makes it (no second codegen)
+                engine.set_object_cache(lambda _, code: objects.append(bytes(code)))
             engine.finalize_object()
             address = engine.get_function_address(SYMBOL_PREFIX + name)
             scratch = bind_scratch(engine, kernels)
             record("machine code (MCJIT)", None, started)
-        c_type = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs) + 1))
-        return Native(name, inputs, outputs, engine, c_type(address), arena_bytes,
-                      scratch, kept.texts)
+        native = Native(name, inputs, outputs, engine, _entry(address, inputs, outputs),
+                        arena_bytes, scratch, kernels, kept.texts)
+        return native, objects[0] if len(objects) == 1 else None
+
+
+def _entry(address: int, inputs: list[Argument], outputs: list[Argument]) -> Any:
+    c_type = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs) + 1))
+    return c_type(address)
+
+
+def _pack(meta: dict[str, Any], object_code: bytes) -> bytes:
+    """A cache entry's payload: its metadata as JSON, length-prefixed, then the object code."""
+    text = json.dumps(meta).encode()
+    return struct.pack("<Q", len(text)) + text + object_code
+
+
+def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argument]
+          ) -> Native | None:
+    """A cache entry's program, linked into a new engine; None if it is not `name`'s."""
+    (length,) = struct.unpack_from("<Q", payload)
+    try:
+        meta = json.loads(payload[8:8 + length])
+    except ValueError:
+        return None
+    if not isinstance(meta, dict) or meta.get("name") != name:
+        return None
+    object_code = payload[8 + length:]
+    with _LLVM_LOCK:
+        machine = target_machine()
+        pool.load(target_machine)
+        empty = llvm_binding.parse_assembly("")
+        empty.triple, empty.data_layout = machine.triple, str(machine.target_data)
+        engine = llvm_binding.create_mcjit_compiler(empty, machine)
+        engine.add_object_file(llvm_binding.ObjectFileRef.from_data(object_code))
+        engine.finalize_object()
+        address = engine.get_function_address(SYMBOL_PREFIX + name)
+        if not address:
+            return None
+        kernels = list(meta["kernels"])
+        scratch = bind_scratch(engine, kernels)
+    return Native(name, inputs, outputs, engine, _entry(address, inputs, outputs),
+                  int(meta["arena_bytes"]), scratch, kernels, origin="disk cache")

@@ -32,6 +32,7 @@ from xdsl.context import Context
 from xdsl.dialects import gpu
 from xdsl.utils.target import Target as XTarget
 
+from tapeml.errors import PTXError
 from tapeml.transforms.gpu_to_nvvm import LIBDEVICE, SHARED_PREFIX, kernels_to_llvm
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -45,10 +46,6 @@ LOWERS_ON_NVPTX = re.compile(r"llvm\.nvvm\.read\.ptx\.sreg\.\w+\.[xyz]|llvm\.nvv
                      r"llvm\.fptosi\.sat\.i(32|64)\.f(32|64)|"
                      rf"__nv_({'|'.join(LIBDEVICE.values())})f?")
 """Callees known to lower on NVPTX (the process-killing ones are not among them)."""
-
-
-class PTXError(RuntimeError):
-    """The kernels cannot be compiled to PTX (an unsupported call, no libdevice, ...)."""
 
 
 @functools.cache

@@ -3,7 +3,9 @@
 The cache key is the structure of the arguments, the shape and dtype of every array in them
 (a Python number is a weak scalar, whatever its value), and the static arguments by type and
 value. A miss traces and compiles again; the cache keeps the `cache_size` most recently used
-compilations. `explain()` says why each compilation happened. As in JAX, what the function
+compilations. `explain()` says why each compilation happened, and which came from the
+disk cache (tapeml/codegen/disk_cache.py: a new process compiles a program seen before in no
+time). As in JAX, what the function
 reads from its enclosing scope (arrays, numbers, flags) is compiled in as it was on the
 compiling call: later changes to it are not seen until a recompilation, so pass what changes
 as an argument.
@@ -133,6 +135,8 @@ class Jitted:
             self.log.append(self._why((tree, specs), static))
             program = trace(self._with_static(static, positions), *dynamic, **kwargs)
             entry = (program.out_tree, self.backend.compile(program.module))
+            if getattr(entry[1], "origin", None) == "disk cache":
+                self.log[-1] += "; its machine code came from the disk cache"
             self.cache[key] = entry
             if len(self.cache) > self.cache_size:  # the least recently used goes
                 self.cache.popitem(last=False)

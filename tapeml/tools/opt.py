@@ -23,6 +23,7 @@ from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from tapeml import universe
+from tapeml.errors import PTXError
 from tapeml.tools.diagnostics import (
     LocatedParseError,
     LocatingParser,
@@ -106,8 +107,6 @@ class TapeOptMain(xDSLOptMain):
         super().apply_passes(prog)
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
-        from tapeml.codegen.ptx import PTXError
-
         try:
             return super().output_resulting_program(prog)
         except PTXError as error:

@@ -32,7 +32,6 @@ from xdsl.utils.mlir_lexer import MLIRTokenKind
 from tapeml import universe
 from tapeml.dialects.tape import dense_to_numpy, element_type, numpy_to_dense, print_dense
 from tapeml.errors import InterpretError
-from tapeml.interpreters import interpret
 from tapeml.tools.diagnostics import (
     LocatingParser,
     UserError,
@@ -128,6 +127,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     inputs = [_parse_arg(ctx, a, i) for i, a in enumerate(args.args)]
     symbol = args.symbol or _default_symbol(module)
     _require_body(module, symbol)
+    from tapeml.interpreters import interpret  # here: a mistake in the input is found sooner
+
     results = interpret(module, symbol, *inputs)
     for value in results:
         print(_format_result(value))

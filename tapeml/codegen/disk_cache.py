@@ -1,0 +1,164 @@
+"""The persistent compilation cache: compiled programs' object code on disk, as JAX's and torch
+inductor's are, so that a new process running a program compiled before skips the compile.
+
+    where     $TAPEML_CACHE_DIR; else $XDG_CACHE_HOME/tapeml; else ~/.cache/tapeml
+    off       TAPEML_CACHE=0 (or off, false, no)
+    bound     TAPEML_CACHE_MAX_BYTES (default 2 GiB): after each write the least recently used
+              entries are deleted until the rest fit
+    key       a sha256 of everything that determines the code (`key()`); the backend names
+              the parts: its input program's text and options, the target CPU and its features,
+              tapeml's own sources (`sources_digest()`, so an edited checkout never loads code
+              an older compiler wrote), xDSL's and LLVM's versions
+    entry     <key>.tapeml: MAGIC, the payload's length and sha256, the payload. Written to a
+              temporary file in the same folder, then renamed over the entry (atomic on POSIX):
+              two processes compiling the same program each write a whole entry and the last
+              rename wins. An entry whose magic, length or digest is wrong when read (truncated,
+              corrupted, another format) is deleted and read as a miss: it is never loaded.
+    recency   a hit sets the entry's modification time to now, and eviction goes oldest first
+
+A cache that cannot be written (a read-only or full disk) warns once and compiles as if it
+were off: it never fails a compile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import struct
+import tempfile
+import warnings
+from functools import lru_cache
+from pathlib import Path
+
+MAGIC = b"tapeml-cache-1\n"
+_HEADER = struct.Struct("<Q32s")  # the payload's length and sha256
+SUFFIX = ".tapeml"
+DEFAULT_MAX_BYTES = 2 << 30
+_WARNED: set[Path] = set()  # the folders that could not be written, warned about
+
+
+class DiskCache:
+    """Entries under `directory`, at most `max_bytes` of them in all (see the module doc)."""
+
+    def __init__(self, directory: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+
+    def path(self, key: str) -> Path:
+        return self.directory / (key + SUFFIX)
+
+    def get(self, key: str) -> bytes | None:
+        """The payload stored under `key`, or None (no entry, or a damaged one, now deleted)."""
+        path = self.path(key)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        payload = _payload(data)
+        if payload is None:
+            self.discard(key)
+            return None
+        with contextlib.suppress(OSError):  # another process may have evicted it meanwhile
+            os.utime(path)  # recently used
+        return payload
+
+    def put(self, key: str, payload: bytes) -> None:
+        """Store `payload` under `key` (atomically), then evict down to the bound."""
+        data = MAGIC + _HEADER.pack(len(payload), hashlib.sha256(payload).digest()) + payload
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".writing-")
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+                os.replace(temporary, self.path(key))
+            except BaseException:
+                Path(temporary).unlink(missing_ok=True)
+                raise
+            self.evict()
+        except OSError as error:
+            if self.directory not in _WARNED:  # once per folder
+                _WARNED.add(self.directory)
+                warnings.warn(f"tapeml: the compilation cache at {self.directory} cannot be "
+                              f"written ({error}); compiling without it", RuntimeWarning,
+                              stacklevel=2)
+
+    def discard(self, key: str) -> None:
+        self.path(key).unlink(missing_ok=True)
+
+    def entries(self) -> list[tuple[float, int, Path]]:
+        """(last used, size, path) of every entry, least recently used first."""
+        found = []
+        try:
+            paths = list(self.directory.glob("*" + SUFFIX))
+        except OSError:
+            return []
+        for path in paths:
+            try:
+                stat = path.stat()
+            except OSError:  # deleted by another process meanwhile
+                continue
+            found.append((stat.st_mtime, stat.st_size, path))
+        return sorted(found)
+
+    def evict(self) -> None:
+        """Delete the least recently used entries until the rest fit in `max_bytes`."""
+        entries = self.entries()
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in entries:
+            if total <= self.max_bytes:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
+
+
+def _payload(data: bytes) -> bytes | None:
+    head = len(MAGIC) + _HEADER.size
+    if not data.startswith(MAGIC) or len(data) < head:
+        return None
+    length, digest = _HEADER.unpack_from(data, len(MAGIC))
+    payload = data[head:]
+    if len(payload) != length or hashlib.sha256(payload).digest() != digest:
+        return None
+    return payload
+
+
+def default() -> DiskCache | None:
+    """The cache the environment asks for (read on each call), or None where it is off."""
+    if os.environ.get("TAPEML_CACHE", "1").strip().lower() in ("0", "off", "false", "no"):
+        return None
+    directory = os.environ.get("TAPEML_CACHE_DIR")
+    if not directory:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                  ".cache")
+        directory = os.path.join(base, "tapeml")
+    bound = os.environ.get("TAPEML_CACHE_MAX_BYTES")
+    try:
+        max_bytes = int(bound) if bound else DEFAULT_MAX_BYTES
+    except ValueError:
+        raise ValueError(f"TAPEML_CACHE_MAX_BYTES must be a number of bytes, got {bound!r}"
+                         ) from None
+    return DiskCache(Path(directory), max_bytes)
+
+
+def key(*parts: str | bytes) -> str:
+    """A hex sha256 of `parts`, each length-prefixed (no two lists of parts collide)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(struct.pack("<Q", len(data)))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def sources_digest() -> str:
+    """A sha256 of every Python source of the tapeml package, by relative path."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+

@@ -1,0 +1,304 @@
+"""The persistent compilation cache (tapeml/codegen/disk_cache.py): a program compiled once is
+loaded from disk after, bit for bit the same; each part of the key misses on its own; a damaged
+entry is deleted and recompiled, never loaded; two processes may compile one program at once;
+the size bound evicts the least recently used."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tapeml
+from tapeml import nn, ops
+from tapeml.codegen import cpu, disk_cache, get_backend
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """The cache on, in a folder of this test's own."""
+    monkeypatch.setenv("TAPEML_CACHE", "1")
+    monkeypatch.setenv("TAPEML_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TAPEML_CACHE_MAX_BYTES", raising=False)
+    return tmp_path / "cache"
+
+
+def _mlp():
+    rng = np.random.default_rng(0)
+    params = {"lin1": nn.linear_init(rng, 24, 16), "lin2": nn.linear_init(rng, 16, 5)}
+    x = rng.standard_normal((7, 24)).astype(np.float32)
+    y = np.eye(5, dtype=np.float32)[rng.integers(0, 5, 7)]
+
+    def loss(p, x, y):
+        h = ops.tanh(nn.linear(p["lin1"], x))
+        return nn.softmax_cross_entropy(nn.linear(p["lin2"], h), y)
+
+    return tapeml.value_and_grad(loss), (params, x, y)
+
+
+def _cnn():
+    rng = np.random.default_rng(1)
+    params = {"c": nn.conv2d_init(rng, 2, 4, 3), "out": nn.linear_init(rng, 4 * 3 * 3, 3)}
+    x = rng.standard_normal((2, 2, 6, 6)).astype(np.float32)
+
+    def loss(p, x):
+        h = nn.max_pool2d(ops.relu(nn.conv2d(x, p["c"]["W"], p["c"]["b"], padding=1)), 2)
+        return ops.sum(nn.linear(p["out"], ops.reshape(h, (2, -1))) ** 2)
+
+    return tapeml.value_and_grad(loss), (params, x)
+
+
+def _integers():
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(-9, 9, (5, 6)).astype(np.int32)
+    table = rng.standard_normal((18, 3))
+
+    def f(tokens, table):
+        rows = ops.take(table, tokens + 9, axis=0)
+        return ops.where(tokens > 0, tokens // 4, tokens % 3), ops.exp(rows).sum(axis=1)
+
+    return f, (tokens, table)
+
+
+def _small():
+    """Quick to compile: what the tests of the key and of damaged entries use."""
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+
+    def small(x, y):
+        return ops.sum(ops.tanh(x) * y, axis=1)
+
+    return small, (x, x + 1)
+
+
+PROGRAMS = {"mlp step (GEMM kernels)": _mlp, "cnn step": _cnn, "integers, f64": _integers}
+
+
+def _leaves(tree):
+    return tapeml.tracing.pytree.flatten(tree)[0]
+
+
+def _same_bits(a, b):
+    for x, y in zip(_leaves(a), _leaves(b), strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert x.tobytes() == y.tobytes()
+
+
+def _compile(fn, args, **options):
+    program = tapeml.trace(fn, *args)
+    return program, get_backend("cpu", **options).compile(program.module)
+
+
+def _run(program, compiled, args):
+    return compiled(*_leaves(args))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_a_stored_program_loads_and_computes_the_same_bits(name, threads, cache_dir,
+                                                           monkeypatch):
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    fn, args = PROGRAMS[name]()
+    monkeypatch.setenv("TAPEML_CACHE", "0")
+    program, fresh = _compile(fn, args)
+    expected = _run(program, fresh, args)
+    monkeypatch.setenv("TAPEML_CACHE", "1")
+    _, stored = _compile(fn, args)
+    assert stored.origin == "compiled" and len(list(cache_dir.iterdir())) == 1
+    _, loaded = _compile(fn, args)
+    assert loaded.origin == "disk cache"
+    assert loaded.kernels == stored.kernels and loaded.arena_bytes == stored.arena_bytes
+    for compiled in (stored, loaded):
+        _same_bits(_run(program, compiled, args), expected)
+        _same_bits(_run(program, compiled, args), expected)  # the arena, reused
+
+
+def test_a_loaded_program_checks_its_arguments(cache_dir):
+    fn, args = _small()
+    _compile(fn, args)
+    _, loaded = _compile(fn, args)
+    assert loaded.origin == "disk cache"
+    with pytest.raises(ValueError, match="must have shape"):
+        loaded(args[0], args[1][:2])
+    with pytest.raises(TypeError, match="must be float32"):
+        loaded(args[0], args[1].astype(np.float64))
+
+
+def _origin_after(change, cache_dir, monkeypatch) -> str:
+    """Store the small program, apply `change` (a function of monkeypatch), compile it
+    again."""
+    fn, args = _small()
+    _compile(fn, args)
+    options = change(monkeypatch) or {}
+    fn2, args2 = options.pop("program", (fn, args))
+    return _compile(fn2, args2, **options)[1].origin
+
+
+def _other_shape(monkeypatch):
+    fn, (x, y) = _small()
+    return {"program": (fn, (x[:2], y[:2]))}
+
+
+def _other_dtype(monkeypatch):
+    fn, (x, y) = _small()
+    return {"program": (fn, (x.astype(np.float64), y))}
+
+
+def _other_features(monkeypatch):
+    features = cpu.llvm_binding.get_host_cpu_features()
+    features["avx512f"] = not features.get("avx512f", False)
+    monkeypatch.setattr(cpu.llvm_binding, "get_host_cpu_features", lambda: features)
+
+
+KEY_PARTS = {
+    "nothing": (lambda monkeypatch: None, "disk cache"),
+    "a shape": (_other_shape, "compiled"),
+    "a dtype": (_other_dtype, "compiled"),
+    "an option (fuse)": (lambda monkeypatch: {"fuse": False}, "compiled"),
+    "an option (libm)": (lambda monkeypatch: {"libm": True}, "compiled"),
+    "the thread count": (lambda m: m.setenv("TAPEML_NUM_THREADS", "3"), "compiled"),
+    "the CPU's features": (_other_features, "compiled"),
+    "the CPU's name": (lambda m: m.setattr(cpu.llvm_binding, "get_host_cpu_name",
+                                           lambda: "another-cpu"), "compiled"),
+    "tapeml's sources": (lambda m: m.setattr(disk_cache, "sources_digest", lambda: "edited"),
+                         "compiled"),
+    "xDSL's version": (lambda m: m.setattr(cpu, "xdsl_version", "0.0.1"), "compiled"),
+}
+
+
+@pytest.mark.parametrize("part", list(KEY_PARTS))
+def test_each_part_of_the_key_misses_when_it_changes(part, cache_dir, monkeypatch):
+    monkeypatch.setenv("TAPEML_NUM_THREADS", "1")
+    change, origin = KEY_PARTS[part]
+    assert _origin_after(change, cache_dir, monkeypatch) == origin
+
+
+def _damage_truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-100])
+
+
+def _damage_flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def _damage_other_format(path: Path) -> None:
+    path.write_bytes(b"not a cache entry at all")
+
+
+def _damage_empty(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+def _damage_other_program(path: Path) -> None:
+    """A whole entry (right magic and digest) of a program of another name."""
+    payload = disk_cache._payload(path.read_bytes())
+    cache = disk_cache.DiskCache(path.parent)
+    cache.put(path.name.removesuffix(disk_cache.SUFFIX),
+              payload.replace(b'"name": "small"', b'"name": "smell"'))
+
+
+@pytest.mark.parametrize("damage", [_damage_truncate, _damage_flip, _damage_other_format,
+                                    _damage_empty, _damage_other_program],
+                         ids=lambda f: f.__name__.removeprefix("_damage_"))
+def test_a_damaged_entry_is_deleted_and_recompiled_never_loaded(damage, cache_dir):
+    fn, args = _small()
+    program, stored = _compile(fn, args)
+    expected = _run(program, stored, args)
+    (entry,) = cache_dir.glob("*" + disk_cache.SUFFIX)
+    damage(entry)
+    _, again = _compile(fn, args)
+    assert again.origin == "compiled"
+    _same_bits(_run(program, again, args), expected)
+    _, loaded = _compile(fn, args)  # the entry written again is whole
+    assert loaded.origin == "disk cache"
+    _same_bits(_run(program, loaded, args), expected)
+
+
+def test_two_processes_compiling_one_program_at_once_both_succeed(cache_dir):
+    code = textwrap.dedent("""
+        import sys, numpy as np, tapeml
+        sys.path.insert(0, sys.argv[1])
+        import test_disk_cache as t
+        fn, args = t._mlp()
+        program, compiled = t._compile(fn, args)
+        out = t._run(program, compiled, args)
+        sys.stdout.write(compiled.origin + " " + b"".join(np.asarray(o).tobytes()
+                                                          for o in out).hex())
+        """)
+    env = {**os.environ, "TAPEML_CACHE": "1", "TAPEML_CACHE_DIR": str(cache_dir)}
+    here = str(Path(__file__).parent)
+    children = [subprocess.Popen([sys.executable, "-c", code, here], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(2)]
+    outputs = [child.communicate(timeout=300) for child in children]
+    assert all(child.returncode == 0 for child in children), outputs
+    bits = {out.split()[1] for out, _ in outputs}
+    assert len(bits) == 1
+    entries = list(cache_dir.iterdir())
+    assert [p.suffix for p in entries] == [disk_cache.SUFFIX]  # no temporary file left
+    fn, args = _mlp()
+    program, loaded = _compile(fn, args)
+    assert loaded.origin == "disk cache"
+    assert b"".join(np.asarray(o).tobytes() for o in _run(program, loaded, args)).hex() in bits
+
+
+def test_the_size_bound_evicts_the_least_recently_used(tmp_path):
+    cache = disk_cache.DiskCache(tmp_path, max_bytes=3 * 1100)
+    for i, name in enumerate("abcd"):
+        cache.put(name, bytes([i]) * 1000)
+        os.utime(cache.path(name), (i, i))  # the order of use, without waiting for the clock
+    assert sorted(p.stem for p in tmp_path.iterdir()) == ["b", "c", "d"]  # a went
+    assert cache.get("b") == bytes([1]) * 1000  # used now: the most recent
+    cache.put("e", b"\4" * 1000)
+    assert sorted(p.stem for p in tmp_path.iterdir()) == ["b", "d", "e"]  # c went, not b
+
+
+def test_the_environment_turns_it_off_and_moves_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("TAPEML_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for off in ("0", "off", "False", "no"):
+        monkeypatch.setenv("TAPEML_CACHE", off)
+        assert disk_cache.default() is None
+    monkeypatch.setenv("TAPEML_CACHE", "1")
+    assert disk_cache.default().directory == tmp_path / "tapeml"
+    monkeypatch.setenv("TAPEML_CACHE_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("TAPEML_CACHE_MAX_BYTES", "12345")
+    cache = disk_cache.default()
+    assert (cache.directory, cache.max_bytes) == (tmp_path / "elsewhere", 12345)
+    monkeypatch.setenv("TAPEML_CACHE_MAX_BYTES", "a lot")
+    with pytest.raises(ValueError, match="TAPEML_CACHE_MAX_BYTES must be a number of bytes"):
+        disk_cache.default()
+
+
+def test_a_cache_that_cannot_be_written_warns_and_compiles(tmp_path, monkeypatch):
+    blocked = tmp_path / "a file, not a folder"
+    blocked.write_text("")
+    monkeypatch.setenv("TAPEML_CACHE", "1")
+    monkeypatch.setenv("TAPEML_CACHE_DIR", str(blocked / "cache"))
+    fn, args = _small()
+    with pytest.warns(RuntimeWarning, match="cannot be written"):
+        program, compiled = _compile(fn, args)
+    assert compiled.origin == "compiled" and len(_run(program, compiled, args)) == 1
+
+
+def test_stages_are_compiled_not_loaded(cache_dir):
+    fn, args = _small()
+    program = tapeml.trace(fn, *args)
+    get_backend("cpu").compile(program.module)
+    kept = get_backend("cpu").compile(program.module, stages=True)
+    assert kept.origin == "compiled" and "llvm ir" in kept.stages
+
+
+def test_explain_says_which_compilation_came_from_the_disk_cache(cache_dir):
+    fn, args = _small()
+    tapeml.jit(fn)(*args)
+    step = tapeml.jit(fn)  # another jit of the same function: this process's second compile
+    step(*args)
+    assert "its machine code came from the disk cache" in step.explain()
