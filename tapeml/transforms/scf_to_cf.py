@@ -13,9 +13,15 @@ from xdsl.dialects import get_all_dialects, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block
 from xdsl.passes import PassPipeline
+from xdsl.pattern_rewriter import GreedyRewritePatternApplier, PatternRewriteWalker
 from xdsl.rewriter import Rewriter
 from xdsl.transforms import get_all_passes
-from xdsl.transforms.convert_scf_to_cf import ConvertScfToCf
+from xdsl.transforms.convert_scf_to_cf import (
+    ConvertScfToCf,
+    ForLowering,
+    IfLowering,
+    SwitchLowering,
+)
 from xdsl.utils.exceptions import DiagnosticException
 
 
@@ -51,7 +57,13 @@ class ConvertScfToCfPass(ConvertScfToCf):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         parallel_to_for(op)
-        super().apply(ctx, op)
+        # xDSL's patterns, last loop first: lowering a loop moves the ops after it into a new
+        # block, and after it there are then only branches to blocks already made. First loop
+        # first, a program of n top-level loops moves O(n^2) ops (the 4-layer GPT step: 3.5 s
+        # -> 1.5 s, the same IR)
+        PatternRewriteWalker(GreedyRewritePatternApplier(
+            [SwitchLowering(), IfLowering(), ForLowering()]), walk_reverse=True
+        ).rewrite_module(op)
 
 
 def loops_to_cf(module: ModuleOp, ctx: Context | None = None, tidy: bool = True) -> None:
