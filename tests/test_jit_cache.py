@@ -82,3 +82,41 @@ def test_a_python_number_is_one_signature_whatever_its_value():
 def test_a_spec_is_not_something_to_run_on():
     with pytest.raises(TypeError, match="runs on arrays, got a tapeml.Spec"):
         tapeml.jit(lambda x: x * 2)(tapeml.Spec((2,)))
+
+
+def test_the_arrays_only_path_forgets_what_the_cache_drops():
+    """Calls of arrays alone find their compilation by each array's type, shape and dtype;
+    an entry the cache drops is dropped there too, and other types take the general path."""
+    f, calls = _counting(lambda x: x * 2)
+    jitted = tapeml.jit(f, backend="interp", cache_size=1)
+    a, b = np.ones(2), np.ones(3)
+    assert jitted(a).tolist() == [2.0, 2.0] and jitted(a).tolist() == [2.0, 2.0]
+    assert len(calls) == 1
+    jitted(b)  # evicts a's
+    jitted(a)
+    assert len(calls) == 3
+    assert jitted(np.ones(3, np.float32)).dtype == np.float32  # another dtype: compiled
+    assert len(calls) == 4
+    assert jitted(2.0) == 4.0 and len(calls) == 5  # a number: the general path
+    class Sub(np.ndarray):
+        pass
+
+    assert jitted(np.ones(3).view(Sub)).tolist() == [2.0] * 3  # a subclass: likewise
+
+
+def test_eager_ops_on_arrays_of_one_dtype_compute_what_the_general_path_does():
+    """The eager shortcut (operands of one dtype and shape need no promotion) gives the
+    general path's result and dtype, and leaves what needs promotion or a refusal to it."""
+    x = np.array([-1.5, 0.0, 2.0, np.nan], np.float32)
+    assert ops.add(x, x).dtype == np.float32
+    np.testing.assert_array_equal(ops.maximum(x, x[::-1].copy()),
+                                  [np.nan, 2.0, 2.0, np.nan])
+    i = np.array([7, -7, 3], np.int32)
+    assert ops.divide(i, i).dtype == np.float64  # ints divide in f64, as the general path
+    assert (ops.floor_divide(i, np.array([2, 2, 0], np.int32)) == [3, -4, 0]).all()
+    t = np.array([True, False])
+    assert ops.add(t, t).dtype == np.bool_ and ops.multiply(t, t).tolist() == [True, False]
+    with pytest.raises(TypeError, match="not defined on bool"):
+        ops.subtract(t, t)
+    with np.errstate(all="raise"):  # no warnings from the eager ops' IEEE semantics
+        assert np.isinf(ops.divide(x, np.zeros(4, np.float32))[0])

@@ -249,8 +249,7 @@ class Native:
         buffers = [checked(leaf, arg, self.name) for leaf, arg in
                    zip(leaves, self.inputs, strict=True)]
         outputs = [np.empty(a.shape, a.dtype) for a in self.outputs]
-        pointers = [*(b.__array_interface__["data"][0] for b in buffers),
-                    *(o.__array_interface__["data"][0] for o in outputs)]
+        pointers = [*map(_address, buffers), *map(_address, outputs)]
         if self._arena_lock.acquire(blocking=False):
             try:
                 if self._arena is None:
@@ -263,6 +262,19 @@ class Native:
             self.function(*pointers, address)
             del own
         return tuple(outputs)
+
+
+_BUFFER, _ADDRESS = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+def _address(array: np.ndarray) -> int:
+    """The address of `array`'s first byte. Through ctypes' buffer protocol: a fifth of the
+    cost of `__array_interface__` (which builds a dict), the most of a small call's time; that
+    for a read-only or empty array."""
+    try:
+        return _ADDRESS(_BUFFER(array))
+    except (TypeError, ValueError):
+        return array.__array_interface__["data"][0]
 
 
 def _aligned(nbytes: int) -> tuple[np.ndarray, int]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from tapeml.codegen import Compiled, get_backend
 from tapeml.frontend.program import Spec, argument_paths, is_device_array, trace
-from tapeml.tracing.pytree import TreeDef, flatten, unflatten
+from tapeml.tracing.pytree import LEAF, TreeDef, flatten, unflatten
 from tapeml.tracing.trace import Tracer, is_weak_scalar, runtime_leaf
 
 
@@ -84,6 +84,10 @@ class Jitted:
         self.cache: OrderedDict[tuple, tuple[TreeDef, Compiled]] = OrderedDict()
         """Compilations by signature, least recently used first; the first is dropped past
         `cache_size`."""
+        self._fast: dict[tuple, tuple[tuple, TreeDef, Compiled]] = {}
+        """The compilations for arrays-only calls (no static arguments), by each array's type,
+        shape and dtype: `cache`'s key and entry. Replaced, never changed in place, so a
+        reader on another thread sees an old dict or a new one."""
         self.log: list[str] = []
         self._last: tuple | None = None  # the signature of the latest compilation
         self._lock = threading.Lock()
@@ -113,8 +117,8 @@ class Jitted:
         except TypeError:
             raise TypeError(f"jit: static arguments {self.static_argnums} must be hashable, "
                             f"got {static!r}") from None
-        if not kwargs and all(type(a) is np.ndarray for a in dynamic):
-            # the common call, arrays only: the same key, without walking a pytree
+        arrays = not kwargs and all(type(a) is np.ndarray for a in dynamic)
+        if arrays:  # the common call, arrays only: the same key, without walking a pytree
             leaves: list[Any] = list(dynamic)
             tree = _arrays_tree(len(leaves))
             specs = tuple((a.shape, a.dtype) for a in leaves)
@@ -139,7 +143,11 @@ class Jitted:
                 self.log[-1] += "; its machine code came from the disk cache"
             self.cache[key] = entry
             if len(self.cache) > self.cache_size:  # the least recently used goes
-                self.cache.popitem(last=False)
+                dropped, _ = self.cache.popitem(last=False)
+                self._fast = {k: v for k, v in self._fast.items() if v[0] != dropped}
+            if arrays and not positions:  # __call__'s fast path finds it by its arrays
+                fast_key = tuple((np.ndarray, a.shape, a.dtype) for a in dynamic)
+                self._fast = {**self._fast, fast_key: (key, *entry)}
             return dynamic, leaves, entry
 
     def _leaf_keys(self, leaves: list[Any], dynamic: tuple, kwargs: dict) -> tuple:
@@ -193,6 +201,19 @@ class Jitted:
         return f"{name}: recompiled: {reason}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs and not self.static_argnums:  # the common call: arrays, seen before
+            try:
+                fast = self._fast.get(tuple([(type(a), a.shape, a.dtype) for a in args]))
+            except AttributeError:  # a number, or a pytree: the general path
+                fast = None
+            if fast is not None:
+                key, out_tree, compiled = fast
+                try:  # the most recently used  # noqa: SIM105 (cheaper, on every call)
+                    self.cache.move_to_end(key)
+                except KeyError:  # dropped by another thread meanwhile; still valid here
+                    pass
+                outputs = compiled(*args)
+                return outputs[0] if out_tree is LEAF else unflatten(out_tree, list(outputs))
         if (kwargs or not all(type(a) is np.ndarray for a in args)) and any(
             isinstance(x, Tracer) for x in flatten((args, kwargs))[0]
         ):  # called while tracing (jit inside grad, trace or jit): its ops join that trace

@@ -6,6 +6,7 @@ op."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,7 +67,14 @@ def kind_of(element: Attribute) -> str | None:
 
 def tensor_type(shape: Sequence[int], dtype: Any) -> TensorType:
     el = dtype if isinstance(dtype, Attribute) else element_type(dtype)
-    return TensorType(el, [int(d) for d in shape])
+    return _tensor_type(el, tuple(int(d) for d in shape))
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_type(element: Attribute, shape: tuple[int, ...]) -> TensorType:
+    """One TensorType per element type and shape: attributes are immutable, and building one
+    (xDSL verifies it) was most of an eager op's time."""
+    return TensorType(element, list(shape))
 
 
 def tensor_of(op: str, t: Attribute, kinds: frozenset[str], role: str = "operand"

@@ -12,6 +12,7 @@ import numpy as np
 
 from tapeml.dialects import tape
 from tapeml.dialects.tape.types import BOOL, FLOAT, INT
+from tapeml.interpreters.tape import evaluate
 from tapeml.tracing.ops.promotion import (
     Array,
     astype,
@@ -41,10 +42,22 @@ def _refuse(name: str, dtype: np.dtype, advice: str = "") -> TypeError:
     return TypeError(at_user_line(f"{name}: not defined on {dtype} operands{advice}"))
 
 
+_EAGER_KINDS = {np.dtype(t): _kind(np.dtype(t))
+                for t in (np.bool_, np.int32, np.int64, np.float32, np.float64)}
+
+
 def _apply(name: str, op: type[tape.TapeOp], operands: list[Any], on_bool: Any,
            advice: str) -> Array:
     """Promote `operands` for `op` and record it (or `on_bool`, the op a bool result takes)."""
     floating = FLOAT in op.ELEMENTS and INT not in op.ELEMENTS
+    first = operands[0]
+    if type(first) is np.ndarray:  # eager on arrays of one dtype and shape: nothing to promote
+        kind = _EAGER_KINDS.get(first.dtype)
+        if (kind in op.ELEMENTS and (kind == FLOAT or not floating)
+                and (kind != BOOL or on_bool is None)
+                and all(type(x) is np.ndarray and x.dtype == first.dtype
+                        and x.shape == first.shape for x in operands[1:])):
+            return evaluate(op, *operands)
     operands, weak = common(name, *operands, floating=floating)
     dtype = np.dtype(operands[0].dtype)
     if dtype == np.bool_ and on_bool is not None:
