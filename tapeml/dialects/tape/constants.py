@@ -68,7 +68,7 @@ class ConstantOp(TapeOp):
         t = self.value.type
         any_tensor(self.name, t, "value")
         check(t == self.result.type, self.name,
-              f"value type {t} does not match the result type {self.result.type}")
+              lambda: f"value type {t} does not match the result type {self.result.type}")
 
     @classmethod
     def parse(cls, parser: Parser) -> Self:

@@ -31,9 +31,9 @@ class MatmulOp(TapeOp):
         same_element(cls.name, [a, b])
         sa, sb = a.get_shape(), b.get_shape()
         check(len(sa) == len(sb) and len(sa) in (2, 3), cls.name,
-              f"operands must both be rank 2, or both rank 3 (batched); got {a} and {b}")
+              lambda: f"operands must both be rank 2, or both rank 3 (batched); got {a} and {b}")
         check(sa[:-2] == sb[:-2], cls.name,
-              f"batch dims must be equal (broadcast explicitly); got {a} and {b}")
+              lambda: f"batch dims must be equal (broadcast explicitly); got {a} and {b}")
         check(sa[-1] == sb[-2], cls.name,
-              f"contraction dims differ: {a} has {sa[-1]} columns, {b} has {sb[-2]} rows")
+              lambda: f"contraction dims differ: {a} has {sa[-1]} columns, {b} has {sb[-2]} rows")
         return tensor_type([*sa[:-1], sb[-1]], a.get_element_type())

@@ -35,7 +35,7 @@ __all__ = [
 
 def _rank4(op: str, t: Attribute, role: str, layout: str) -> tuple[int, ...]:
     t = float_tensor(op, t, role)
-    check(t.get_num_dims() == 4, op, f"{role} must be rank 4 ({layout}), got {t}")
+    check(t.get_num_dims() == 4, op, lambda: f"{role} must be rank 4 ({layout}), got {t}")
     return t.get_shape()
 
 
@@ -47,7 +47,7 @@ def _padded_windows(op: str, hw: Sequence[int], kernel: Sequence[int], stride: S
     padded = [hw[0] + padding[0] + padding[2], hw[1] + padding[1] + padding[3]]
     out = [window_count(*a) for a in zip(padded, kernel, stride, dilation, strict=True)]
     check(all(o >= 1 for o in out), op,
-          f"window {list(kernel)} (dilation {list(dilation)}) does not fit in the padded "
+          lambda: f"window {list(kernel)} (dilation {list(dilation)}) does not fit in the padded "
           f"spatial dims {padded} of {where}")
     return out
 
@@ -76,10 +76,11 @@ class Conv2dOp(TapeOp):
         o, cg, kh, kw = _rank4(cls.name, weight, "weight", "O, C/groups, KH, KW")
         same_element(cls.name, [input, weight])
         check(groups >= 1 and c % groups == 0 and o % groups == 0, cls.name,
-              f"groups={groups} must divide the input channels of {input} and the output "
+              lambda: f"groups={groups} must divide the input channels of {input} and the output "
               f"channels of {weight}")
         check(cg == c // groups and kh >= 1 and kw >= 1, cls.name,
-              f"weight {weight} must have C/groups = {c // groups} input channels for {input}")
+              lambda: f"weight {weight} must have C/groups = {c // groups} input channels "
+              f"for {input}")
         oh, ow = _padded_windows(cls.name, (h, w), (kh, kw), stride, padding, dilation, input)
         return tensor_type([n, o, oh, ow], input.get_element_type())
 
@@ -122,7 +123,8 @@ class AvgPool2dOp(_Pool2d):
 
 
 def _expect_forward(op: str, ct: Attribute, forward: Attribute, role: str) -> None:
-    check(ct == forward, op, f"{role} {ct} must have the type of the forward result, {forward}")
+    check(ct == forward, op,
+          lambda: f"{role} {ct} must have the type of the forward result, {forward}")
 
 
 @irdl_op_definition
@@ -149,7 +151,7 @@ class Conv2dBackwardInputOp(TapeOp):
               spatial: Sequence[int]) -> Attribute:
         n, _, _, _ = _rank4(cls.name, cotangent, "cotangent", "N, O, OH, OW")
         _, cg, _, _ = _rank4(cls.name, weight, "weight", "O, C/groups, KH, KW")
-        check(len(spatial) == 2, cls.name, f"spatial {list(spatial)} needs 2 dims")
+        check(len(spatial) == 2, cls.name, lambda: f"spatial {list(spatial)} needs 2 dims")
         x = tensor_type([n, cg * groups, *spatial], weight.get_element_type())
         forward = Conv2dOp.infer(x, weight, stride=stride, padding=padding, dilation=dilation,
                                  groups=groups)
@@ -184,9 +186,9 @@ class Conv2dBackwardWeightOp(TapeOp):
               kernel: Sequence[int]) -> Attribute:
         _, c, _, _ = _rank4(cls.name, input, "input", "N, C, H, W")
         _, o, _, _ = _rank4(cls.name, cotangent, "cotangent", "N, O, OH, OW")
-        check(len(kernel) == 2, cls.name, f"kernel {list(kernel)} needs 2 dims")
+        check(len(kernel) == 2, cls.name, lambda: f"kernel {list(kernel)} needs 2 dims")
         check(groups >= 1 and c % groups == 0, cls.name,
-              f"groups={groups} must divide the input channels of {input}")
+              lambda: f"groups={groups} must divide the input channels of {input}")
         w = tensor_type([o, c // groups, *kernel], input.get_element_type())
         forward = Conv2dOp.infer(input, w, stride=stride, padding=padding, dilation=dilation,
                                  groups=groups)
@@ -239,7 +241,7 @@ class AvgPool2dBackwardOp(TapeOp):
     def infer(cls, cotangent: Attribute, *, kernel: Sequence[int], stride: Sequence[int],
               padding: Sequence[int], spatial: Sequence[int]) -> Attribute:
         n, c, _, _ = _rank4(cls.name, cotangent, "cotangent", "N, C, OH, OW")
-        check(len(spatial) == 2, cls.name, f"spatial {list(spatial)} needs 2 dims")
+        check(len(spatial) == 2, cls.name, lambda: f"spatial {list(spatial)} needs 2 dims")
         x = tensor_type([n, c, *spatial], cotangent.get_element_type())
         forward = AvgPool2dOp.infer(x, kernel=kernel, stride=stride, padding=padding)
         _expect_forward(cls.name, cotangent, forward, "cotangent")

@@ -349,7 +349,7 @@ class CmpOp(TapeOp):
     @classmethod
     def infer(cls, lhs: Attribute, rhs: Attribute, *, predicate: str) -> Attribute:
         check(predicate in CMP_PREDICATES, cls.name,
-              f"predicate must be one of {', '.join(CMP_PREDICATES)}, got {predicate!r}")
+              lambda: f"predicate must be one of {', '.join(CMP_PREDICATES)}, got {predicate!r}")
         types = [any_tensor(cls.name, lhs, "lhs"), any_tensor(cls.name, rhs, "rhs")]
         same_type(cls.name, types, "operands must have the same type (broadcast explicitly)")
         return TensorType(i1, lhs.get_shape())
@@ -373,7 +373,7 @@ class SelectOp(TapeOp):
                  any_tensor(cls.name, on_false, "false value")]
         same_type(cls.name, types, "both values must have the same type")
         check(c.get_shape() == on_true.get_shape(), cls.name,
-              f"condition shape {c} must match the values' shape {on_true}")
+              lambda: f"condition shape {c} must match the values' shape {on_true}")
         return on_true
 
 

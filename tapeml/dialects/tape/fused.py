@@ -69,7 +69,7 @@ class IndexOp(TapeOp):
     def infer(cls, *, axis: int, dtype: Any) -> Attribute:
         t = TensorType(element_type(dtype), [])
         tensor_of(cls.name, t, NUMBERS, "result")
-        check(axis >= 0, cls.name, f"axis {axis} must be a dim of the group's result")
+        check(axis >= 0, cls.name, lambda: f"axis {axis} must be a dim of the group's result")
         return t
 
     def derived_params(self) -> dict[str, Any]:
@@ -124,20 +124,21 @@ class FusedOp(TapeOp):
             raise ShapeError(f"{cls.name}: inputs {', '.join(map(str, types))} do not "
                              "broadcast together") from None
         check(len(body.args) == len(types), cls.name,
-              f"the body takes {len(body.args)} elements for {len(types)} inputs")
+              lambda: f"the body takes {len(body.args)} elements for {len(types)} inputs")
         for arg, t in zip(body.args, types, strict=True):
             check(arg.type == TensorType(t.get_element_type(), []), cls.name,
-                  f"body argument {arg.type} must be the rank-0 {t.get_element_type()} of "
-                  f"input {t}")
+                  lambda arg=arg, t=t: f"body argument {arg.type} must be the rank-0 "
+                  f"{t.get_element_type()} of input {t}")
         last = body.last_op
         check(isinstance(last, YieldOp), cls.name, "the body must end in tape.yield")
         for op in body.ops:
             check(not isinstance(op, IndexOp) or op.params["axis"] < len(shape), cls.name,
-                  f"tape.index axis = {op.params['axis'] if isinstance(op, IndexOp) else 0} "
+                  lambda op=op: "tape.index axis = "
+                  f"{op.params['axis'] if isinstance(op, IndexOp) else 0} "
                   f"must be a dim of the result's shape {list(shape)}")
             check(isinstance(op, (*ELEMENTWISE, IndexOp, YieldOp)) and all(
                 r.type.get_shape() == () for r in op.results), cls.name,
-                f"the body holds rank-0 elementwise ops only, not {op.name}")
+                lambda op=op: f"the body holds rank-0 elementwise ops only, not {op.name}")
         out = last.value.type
         return TensorType(out.get_element_type(), shape)
 

@@ -65,7 +65,7 @@ class _Indexing(TapeOp):
     def _check_axis(cls, x: TensorType, indices: Attribute, axis: int) -> TensorType:
         """The index tensor's type, once x's axis is known to be in range."""
         check(0 <= axis < x.get_num_dims(), cls.name,
-              f"axis {axis} is out of range for x {x}")
+              lambda: f"axis {axis} is out of range for x {x}")
         return tensor_of(cls.name, indices, INTS, "indices")
 
 
@@ -90,7 +90,7 @@ class TakeOp(_Indexing):
         i = cls._check_axis(t, indices, axis)
         shape = gathered_shape(t, i, axis)
         check(t.get_shape()[axis] > 0 or math.prod(shape) == 0, cls.name,
-              f"cannot take {i} positions from axis {axis} of x {t}: the axis is empty")
+              lambda: f"cannot take {i} positions from axis {axis} of x {t}: the axis is empty")
         return tensor_type(shape, t.get_element_type())
 
 
@@ -122,7 +122,7 @@ class ScatterOp(_Indexing):
     def infer(cls, x: Attribute, indices: Attribute, updates: Attribute, *, kind: str,
               axis: int) -> Attribute:
         check(kind in SCATTER_KINDS, cls.name,
-              f"kind must be one of {', '.join(SCATTER_KINDS)}, got {kind!r}")
+              lambda: f"kind must be one of {', '.join(SCATTER_KINDS)}, got {kind!r}")
         if kind == "set":
             t = any_tensor(cls.name, x, "x")
         else:
@@ -130,9 +130,9 @@ class ScatterOp(_Indexing):
         i = cls._check_axis(t, indices, axis)
         u = any_tensor(cls.name, updates, "updates")
         check(u.get_element_type() == t.get_element_type(), cls.name,
-              f"updates must have x's element type; got x {t} and updates {u}")
+              lambda: f"updates must have x's element type; got x {t} and updates {u}")
         shape = gathered_shape(t, i, axis)
         check(list(u.get_shape()) == shape, cls.name,
-              f"updates must have shape {shape} (x.shape[:axis] + indices.shape + "
+              lambda: f"updates must have shape {shape} (x.shape[:axis] + indices.shape + "
               f"x.shape[axis+1:] for x {t}, indices {i}, axis {axis}); got {u}")
         return t

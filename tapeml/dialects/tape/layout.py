@@ -61,7 +61,8 @@ class BroadcastOp(TapeOp, HasCanonicalizationPatternsInterface):
             s in (1, d) for s, d in zip(src[::-1], dst[::-1], strict=False)
         )
         check(ok and all(d >= 0 for d in dst), cls.name,
-              f"cannot broadcast {t} to shape {list(dst)} (trailing dims must be equal or 1)")
+              lambda: f"cannot broadcast {t} to shape {list(dst)} (trailing dims must be equal "
+              "or 1)")
         return tensor_type(dst, t.get_element_type())
 
     def derived_params(self) -> dict[str, Any]:
@@ -98,7 +99,7 @@ class ReshapeOp(TapeOp, HasCanonicalizationPatternsInterface):
     def infer(cls, input: Attribute, *, shape: Sequence[int]) -> Attribute:
         t = any_tensor(cls.name, input)
         check(all(d >= 0 for d in shape) and math.prod(shape) == math.prod(t.get_shape()),
-              cls.name, f"cannot reshape {t} ({math.prod(t.get_shape())} elements) "
+              cls.name, lambda: f"cannot reshape {t} ({math.prod(t.get_shape())} elements) "
               f"to shape {list(shape)}")
         return tensor_type(shape, t.get_element_type())
 
@@ -136,7 +137,7 @@ class PermuteOp(TapeOp, HasCanonicalizationPatternsInterface):
         t = any_tensor(cls.name, input)
         shape = t.get_shape()
         check(sorted(perm) == list(range(len(shape))), cls.name,
-              f"perm {list(perm)} is not a permutation of the {len(shape)} dims of {t}")
+              lambda: f"perm {list(perm)} is not a permutation of the {len(shape)} dims of {t}")
         return tensor_type([shape[p] for p in perm], t.get_element_type())
 
 
@@ -163,7 +164,8 @@ class PadOp(TapeOp):
         check_ints(cls.name, "high", high, len(shape), -(2**62))
         for d, lo, hi in zip(shape, low, high, strict=True):
             check(max(0, -lo) + max(0, -hi) <= d, cls.name,
-                  f"negative padding low={list(low)} high={list(high)} crops more than {t} has")
+                  lambda: f"negative padding low={list(low)} high={list(high)} crops more "
+                  f"than {t} has")
         return tensor_type([lo + d + hi for d, lo, hi in zip(shape, low, high, strict=True)],
                            t.get_element_type())
 
@@ -190,7 +192,7 @@ class SliceOp(TapeOp):
         check_ints(cls.name, "stop", stop, len(shape), 0)
         check_ints(cls.name, "step", step, len(shape), 1)
         for d, a, b in zip(shape, start, stop, strict=True):
-            check(a <= b <= d, cls.name, f"start {list(start)} and stop {list(stop)} must "
+            check(a <= b <= d, cls.name, lambda: f"start {list(start)} and stop {list(stop)} must "
                   f"satisfy 0 <= start <= stop <= dim for {t}")
         out = [-(-(b - a) // s) for a, b, s in zip(start, stop, step, strict=True)]
         return tensor_type(out, t.get_element_type())
@@ -209,7 +211,7 @@ class _Windows(TapeOp):
         check_ints(cls.name, "dilation", dilation, k, 1)
         out = [window_count(*a) for a in zip(spatial, kernel, stride, dilation, strict=True)]
         check(all(o >= 1 for o in out), cls.name,
-              f"kernel {list(kernel)} with dilation {list(dilation)} does not fit in the "
+              lambda: f"kernel {list(kernel)} with dilation {list(dilation)} does not fit in the "
               f"spatial dims {list(spatial)} of {where}")
         return out
 
@@ -234,7 +236,7 @@ class UnfoldOp(_Windows):
         t = float_tensor(cls.name, input)
         shape, k = t.get_shape(), len(kernel)
         check(k >= 1, cls.name, "kernel must have at least one dim")
-        check(k <= len(shape), cls.name, f"kernel {list(kernel)} has more dims than {t}")
+        check(k <= len(shape), cls.name, lambda: f"kernel {list(kernel)} has more dims than {t}")
         batch, spatial = shape[: len(shape) - k], shape[len(shape) - k:]
         out = cls._windows(spatial, kernel, stride, dilation, t)
         return tensor_type([*batch, *out, *kernel], t.get_element_type())
@@ -261,13 +263,14 @@ class FoldOp(_Windows):
         t = float_tensor(cls.name, input)
         shape, k = t.get_shape(), len(kernel)
         check(k >= 1 and 2 * k <= len(shape), cls.name,
-              f"{t} needs window and kernel dims for kernel {list(kernel)}")
-        check(len(spatial) == k, cls.name, f"spatial {list(spatial)} needs {k} dims")
+              lambda: f"{t} needs window and kernel dims for kernel {list(kernel)}")
+        check(len(spatial) == k, cls.name, lambda: f"spatial {list(spatial)} needs {k} dims")
         out = cls._windows(spatial, kernel, stride, dilation, t)
         batch = shape[: len(shape) - 2 * k]
         expected = [*batch, *out, *kernel]
         check(list(shape) == expected, cls.name,
-              f"input {t} must have shape {expected} to fold onto spatial dims {list(spatial)}")
+              lambda: f"input {t} must have shape {expected} to fold onto spatial dims "
+              f"{list(spatial)}")
         return tensor_type([*batch, *spatial], t.get_element_type())
 
     def derived_params(self) -> dict[str, Any]:
@@ -299,7 +302,7 @@ class ConcatOp(TapeOp):
         types = [any_tensor(cls.name, t) for t in inputs]
         same_element(cls.name, types)
         rank = types[0].get_num_dims()
-        check(0 <= axis < rank, cls.name, f"axis {axis} is out of range for {types[0]}")
+        check(0 <= axis < rank, cls.name, lambda: f"axis {axis} is out of range for {types[0]}")
         for t in types:
             shape = list(t.get_shape())
             ok = len(shape) == rank and all(
@@ -307,7 +310,7 @@ class ConcatOp(TapeOp):
                 for i, (a, b) in enumerate(zip(shape, types[0].get_shape(), strict=True))
                 if i != axis
             )
-            check(ok, cls.name, f"operands must agree on every dim but axis {axis}; "
+            check(ok, cls.name, lambda: f"operands must agree on every dim but axis {axis}; "
                   f"got {', '.join(map(str, types))}")
         shape = list(types[0].get_shape())
         shape[axis] = sum(t.get_shape()[axis] for t in types)

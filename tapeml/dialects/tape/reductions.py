@@ -36,9 +36,9 @@ class _Reduce(TapeOp):
         axes = params["axes"]
         axes = [axes] if isinstance(axes, int) else list(axes)
         for a in axes:
-            check(-rank <= a < rank, cls.name, f"axis {a} is out of range for {t}")
+            check(-rank <= a < rank, cls.name, lambda a=a: f"axis {a} is out of range for {t}")
         normal = sorted(a % rank for a in axes)
-        check(len(set(normal)) == len(normal), cls.name, f"axes {axes} repeat an axis")
+        check(len(set(normal)) == len(normal), cls.name, lambda: f"axes {axes} repeat an axis")
         return params | {"axes": tuple(normal)}
 
     @classmethod
@@ -46,7 +46,8 @@ class _Reduce(TapeOp):
         t = tensor_of(cls.name, input, NUMBERS)
         shape = t.get_shape()
         check(list(axes) == sorted(set(axes)) and all(0 <= a < len(shape) for a in axes),
-              cls.name, f"axes {list(axes)} must be distinct dims of {t}, in increasing order")
+              cls.name,
+              lambda: f"axes {list(axes)} must be distinct dims of {t}, in increasing order")
         if keepdims:
             out = [1 if i in axes else d for i, d in enumerate(shape)]
         else:
@@ -70,5 +71,5 @@ class MaxOp(_Reduce):
         result = super().infer(input, axes=axes, keepdims=keepdims)
         shape = input.get_shape()
         check(all(shape[a] > 0 for a in axes), cls.name,
-              f"cannot take the max over an empty axis of {input} (it has no identity)")
+              lambda: f"cannot take the max over an empty axis of {input} (it has no identity)")
         return result

@@ -33,7 +33,7 @@ __all__ = [
 
 
 def _normal_axis(op: str, axis: int, rank: int, t: Any) -> int:
-    check(-rank <= axis < rank, op, f"axis {axis} is out of range for {t}")
+    check(-rank <= axis < rank, op, lambda: f"axis {axis} is out of range for {t}")
     return axis % rank
 
 
@@ -60,9 +60,10 @@ class _Arg(_AlongAxis):
     def infer(cls, input: Attribute, *, axis: int, keepdims: bool) -> Attribute:
         t = tensor_of(cls.name, input, ANY)
         shape = t.get_shape()
-        check(0 <= axis < len(shape), cls.name, f"axis {axis} must be a dim of {t}")
-        check(shape[axis] > 0, cls.name, f"cannot take the {cls.name.removeprefix('tape.')} "
-              f"over the empty axis {axis} of {t}")
+        check(0 <= axis < len(shape), cls.name, lambda: f"axis {axis} must be a dim of {t}")
+        check(shape[axis] > 0, cls.name,
+              lambda: f"cannot take the {cls.name.removeprefix('tape.')} over the empty axis "
+              f"{axis} of {t}")
         out = [1 if i == axis else d for i, d in enumerate(shape)] if keepdims else \
             [d for i, d in enumerate(shape) if i != axis]
         return tensor_type(out, i64)
@@ -101,7 +102,7 @@ class CumsumOp(_AlongAxis):
     @classmethod
     def infer(cls, input: Attribute, *, axis: int, reverse: bool) -> Attribute:
         t = tensor_of(cls.name, input, NUMBERS)
-        check(0 <= axis < t.get_num_dims(), cls.name, f"axis {axis} must be a dim of {t}")
+        check(0 <= axis < t.get_num_dims(), cls.name, lambda: f"axis {axis} must be a dim of {t}")
         return t
 
 
@@ -126,10 +127,10 @@ class IotaOp(TapeOp):
     @classmethod
     def infer(cls, *, shape: Sequence[int], dtype: Any, axis: int) -> Attribute:
         check(all(isinstance(d, int) and d >= 0 for d in shape), cls.name,
-              f"shape {list(shape)} must be static, non-negative dims")
+              lambda: f"shape {list(shape)} must be static, non-negative dims")
         t = tensor_type(shape, dtype)
         tensor_of(cls.name, t, NUMBERS, "result")
-        check(0 <= axis < len(shape), cls.name, f"axis {axis} must be a dim of {t}")
+        check(0 <= axis < len(shape), cls.name, lambda: f"axis {axis} must be a dim of {t}")
         return t
 
     def derived_params(self) -> dict[str, Any]:

@@ -7,7 +7,7 @@ op."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -119,14 +119,17 @@ def same_element(op: str, types: Sequence[TensorType]) -> None:
         )
 
 
-def check(ok: bool, op: str, message: str) -> None:
+def check(ok: bool, op: str, message: str | Callable[[], str]) -> None:
+    """A ShapeError naming `op` unless `ok`. A message that prints types is given as a function,
+    made only on failure: printing a type costs more than the rule it reports (tracing the
+    4-layer GPT step printed 4,700 of them, 1.0 s of its 3.5 s)."""
     if not ok:
-        raise ShapeError(f"{op}: {message}")
+        raise ShapeError(f"{op}: {message if isinstance(message, str) else message()}")
 
 
 def check_ints(op: str, name: str, values: Sequence[int], length: int, minimum: int) -> None:
-    check(len(values) == length, op, f"{name} needs {length} values, got {list(values)}")
-    check(all(v >= minimum for v in values), op, f"{name} values must be >= {minimum}, "
+    check(len(values) == length, op, lambda: f"{name} needs {length} values, got {list(values)}")
+    check(all(v >= minimum for v in values), op, lambda: f"{name} values must be >= {minimum}, "
           f"got {list(values)}")
 
 
