@@ -66,6 +66,12 @@ def _plan_arena() -> type[ModulePass]:
     return PlanArenaPass
 
 
+def _merge_nests() -> type[ModulePass]:
+    from tapeml.transforms.merge_nests import MergeLoopNestsPass
+
+    return MergeLoopNestsPass
+
+
 def _to_llvm() -> type[ModulePass]:
     from tapeml.transforms.to_llvm import ConvertLoopsToLLVMPass
 
@@ -92,6 +98,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "convert-loops-to-gpu": _to_gpu,
     "outline-parallel-loops": _outline_parallel,
     "plan-arena": _plan_arena,
+    "merge-loop-nests": _merge_nests,
     "convert-loops-to-llvm": _to_llvm,
     "tape-to-llvm": _tape_to_llvm,
     "tape-to-gpu": _tape_to_gpu,

@@ -71,13 +71,13 @@ def test_getitem_matches_numpy(shape, data):
 def _clamped(index, shape):
     """The index with its arrays' entries wrapped from the end and clamped into range."""
     out, dim = [], 0
-    for i in index:
+    for k, i in enumerate(index):
         if i is None:
             out.append(i)
             continue
-        if i is Ellipsis:
+        if i is Ellipsis:  # (by position: index.index(i) would compare arrays with ==)
             out.append(i)
-            dim = len(shape) - sum(1 for j in index[index.index(i) + 1:] if j is not None)
+            dim = len(shape) - sum(1 for j in index[k + 1:] if j is not None)
             continue
         if isinstance(i, np.ndarray):
             n = shape[dim]

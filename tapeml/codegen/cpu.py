@@ -28,6 +28,7 @@ import numpy as np
 from xdsl import __version__ as xdsl_version
 from xdsl.backend.llvm.convert import convert_module
 from xdsl.context import Context
+from xdsl.dialects import llvm
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target as XTarget
 
@@ -63,11 +64,15 @@ def optimize(module: Any, machine: llvm_binding.TargetMachine) -> tuple[str, Any
     PROGRAM_LEVEL)."""
     ir_module = convert_module(module, fallback_target_triple=machine.triple)
     ir_module.data_layout = str(machine.target_data)
+    called = {op.callee.root_reference.data for op in module.walk()
+              if isinstance(op, llvm.CallOp)}
     for function in ir_module.functions:
         if not function.is_declaration:
             for arg in function.args:  # distinct buffers: inputs, fresh outputs, allocations
                 if arg.type.is_pointer:
                     arg.add_attribute("noalias")
+            if function.name in called:  # merge-loop-nests' functions stay out of line
+                function.attributes.add("noinline")
     text = _prefer_wide_vectors(str(ir_module))
     parsed = llvm_binding.parse_assembly(text)
     parsed.verify()

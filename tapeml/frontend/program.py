@@ -254,8 +254,17 @@ class Program:
         return unflatten(self.out_tree, list(results))
 
     def _replay(self, leaves: list[Any]) -> list[Any]:
-        """Apply the program's ops to `leaves` (tracers or arrays) one by one with `bind`."""
+        """Apply the program's ops to `leaves` (tracers or arrays): cloned into the tracers'
+        trace where every leaf has its argument's type (the program is valid there as it
+        is: `grad` inside `jit` replays the whole differentiated step so), else one by one
+        with `bind`, which checks each op's shapes again."""
         block = self.function.body.block
+        trace = next((x.trace for x in leaves if isinstance(x, Tracer)), None)
+        if trace is not None and all(
+                (x.value.type if isinstance(x, Tracer) else
+                 tape.tensor_type(np.shape(x), tape.dtype_of(arg.type))) == arg.type
+                for arg, x in zip(block.args, leaves, strict=True)):
+            return self._clone_into(trace, leaves)
         env: dict[SSAValue, Any] = {}
         for arg, leaf in zip(block.args, leaves, strict=True):
             env[arg] = leaf if isinstance(leaf, Tracer) else \
@@ -266,6 +275,27 @@ class Program:
             if not isinstance(op, tape.TapeOp):
                 raise TracingError(f"@{self.name}: cannot replay {op.name} inside a trace")
             env[op.results[0]] = bind(type(op), *(env[o] for o in op.operands), **op.params)
+        raise TracingError(f"@{self.name} does not end in func.return")
+
+    def _clone_into(self, trace: Any, leaves: list[Any]) -> list[Tracer]:
+        """The program's ops cloned into `trace`, its arguments bound to `leaves`; its results.
+        Each op keeps its own location (the user's line it was traced at)."""
+        block = self.function.body.block
+        mapping: dict[SSAValue, SSAValue] = {
+            arg: trace.operand(leaf if isinstance(leaf, Tracer) else
+                               np.asarray(leaf, dtype=tape.dtype_of(arg.type)))
+            for arg, leaf in zip(block.args, leaves, strict=True)}
+        for op in block.ops:
+            if isinstance(op, func.ReturnOp):
+                return [Tracer(mapping[v], trace) for v in op.arguments]
+            if not isinstance(op, tape.TapeOp):
+                raise TracingError(f"@{self.name}: cannot replay {op.name} inside a trace")
+            clone = op.clone(value_mapper=mapping)  # which maps the results too, from here
+            for result in clone.results:  # named in the outer trace, as bound ops are
+                result.name_hint = None
+            if trace.location is not None:
+                clone.location = trace.location
+            trace.builder.insert(clone)
         raise TracingError(f"@{self.name} does not end in func.return")
 
     def set_trees(self, in_tree: TreeDef, out_tree: TreeDef) -> None:

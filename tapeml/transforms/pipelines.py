@@ -24,6 +24,7 @@ from xdsl.transforms.common_subexpression_elimination import CommonSubexpression
 from tapeml.transforms.arena import PlanArenaPass
 from tapeml.transforms.fuse import FusePass
 from tapeml.transforms.gemm_gpu import GEMM_TILE
+from tapeml.transforms.merge_nests import MergeLoopNestsPass
 from tapeml.transforms.outline_parallel import OutlineParallelLoopsPass
 from tapeml.transforms.scf_to_cf import ConvertScfToCfPass
 from tapeml.transforms.to_gpu import BLOCK, ConvertLoopsToGPUPass
@@ -47,6 +48,7 @@ def cpu_pipeline(fuse: bool = True, libm: bool = False, threads: int = 1, tidy: 
         Step(ToLoopsPass(libm=libm, row_reductions=True), "loops"),
         *([Step(OutlineParallelLoopsPass(), "outlined loops")] if threads > 1 else []),
         Step(PlanArenaPass(), "arena"),
+        Step(MergeLoopNestsPass()),
         Step(ConvertScfToCfPass()),
         *([Step(CanonicalizePass()), Step(CommonSubexpressionElimination())] if tidy else []),
         Step(ConvertLoopsToLLVMPass(threads=threads), "llvm dialect"),
@@ -73,7 +75,8 @@ def apply_pipeline(steps: list[Step], ctx: Context, module: ModuleOp) -> None:
 class TapeToLLVMPass(ModulePass):
     """The whole way from tape to the llvm dialect: the CPU backend's pipeline (cpu_pipeline:
     tape-fuse, tape-to-loops{row_reductions}, outline-parallel-loops when threads > 1,
-    plan-arena, convert-scf-to-cf, convert-loops-to-llvm). `-t llvm` then prints LLVM IR."""
+    plan-arena, merge-loop-nests, convert-scf-to-cf, convert-loops-to-llvm). `-t llvm` then
+    prints LLVM IR."""
 
     name = "tape-to-llvm"
 

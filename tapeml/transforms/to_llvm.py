@@ -14,7 +14,8 @@ llvm counterpart. MLIR's own conversions are the semantics followed:
   memref  load/store as a getelementptr (not inttoptr: LLVM vectorizes GEP loops) and load/store;
           alloc/dealloc as malloc/free; view (plan-arena's) as a byte offset;
           get_global/global as llvm globals
-  func    func.func as an external llvm.func returning void, func.return as llvm.return
+  func    func.func as an external llvm.func returning void, func.return as llvm.return,
+          func.call (of such a function) as llvm.call
   kernel  kernel.gemm as a call to the generated kernel its parameters name (declared here;
           the CPU backend links in its definition from tapeml/codegen/gemm/);
           kernel.parallel_for as a call to the thread pool (tapeml/codegen/pool.py), with
@@ -286,6 +287,9 @@ class FuncToLLVM(RewritePattern):
                 raise LoweringError("convert-loops-to-llvm: functions write their results to "
                                     "output buffers and return nothing (run tape-to-loops)")
             rewriter.replace(op, llvm.ReturnOp())
+        elif isinstance(op, func.CallOp):  # a function of buffers (merge-loop-nests')
+            rewriter.replace(op, llvm.CallOp(self.prefix + op.callee.root_reference.data,
+                                             *op.arguments))
         elif isinstance(op, func.FuncOp) and not op.is_declaration:
             inputs = [_llvm_type(t) for t in op.function_type.inputs]
             fty = llvm.LLVMFunctionType(inputs, None)

@@ -1,0 +1,123 @@
+"""merge-loop-nests (tapeml/transforms/merge_nests.py): a loop nest that occurs more than once
+becomes one function called where each copy was, thread-pool parts that are the same become
+one, and the program computes the same bits before and after, interpreted and compiled."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from unittest import mock
+
+import numpy as np
+import pytest
+from xdsl.context import Context
+from xdsl.dialects import func
+
+import tapeml
+from tapeml import nn, ops
+from tapeml.dialects import kernel
+from tapeml.tracing.pytree import flatten
+from tapeml.transforms import pipelines
+from tapeml.transforms.merge_nests import merge_loop_nests
+from tapeml.transforms.outline_parallel import OutlineParallelLoopsPass
+from tapeml.transforms.pipelines import cpu_pipeline
+
+
+def _arena_form(fn, args, threads=1):
+    """`fn` traced and lowered to the CPU's loops (and parts, on threads): the pipeline up
+    to this pass, but plan-arena, so that the interpreter can run it (it reads no arena)."""
+    program = tapeml.trace(fn, *args)
+    module = program.module.clone()
+    for step in cpu_pipeline(threads=threads):
+        if step.pass_.name == "plan-arena":
+            break
+        run = getattr(step.pass_, "run", None)
+        run(module) if run is not None else step.pass_.apply(Context(), module)
+    return program, module
+
+
+def _interpret(program, module, args):
+    shapes = flatten(program.shapes)[0]
+    leaves = [np.ascontiguousarray(a).reshape(-1) for a in flatten(args)[0]]
+    outs = [np.zeros(max(1, math.prod(s.shape)), s.dtype) for s in shapes]
+    tapeml.interpret(module, program.name, *leaves, *outs)
+    return [o.tobytes() for o in outs]
+
+
+def _two_layers():
+    rng = np.random.default_rng(0)
+    params = [nn.linear_init(rng, 8, 8) for _ in range(2)]
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+
+    def f(params, x):
+        for p in params:  # the same layer twice: the same nests over other buffers
+            x = ops.tanh(nn.linear(p, x)) * 0.5 + x
+        return ops.sum(x * x)
+
+    return tapeml.value_and_grad(f), (params, x)
+
+
+def _calls(module):
+    return [op.callee.root_reference.data for op in module.walk() if isinstance(op, func.CallOp)]
+
+
+def test_repeated_layers_share_their_nests_and_compute_the_same_bits():
+    fn, args = _two_layers()
+    program, module = _arena_form(fn, args)
+    before = _interpret(program, module, args)
+    calls, outlined, parts = merge_loop_nests(module)
+    module.verify()
+    assert outlined >= 2 and calls >= 2 * outlined and parts == 0
+    called = _calls(module)
+    assert len(called) == calls and len(set(called)) == outlined
+    assert _interpret(program, module, args) == before
+
+
+def test_nests_that_differ_stay_apart():
+    x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
+
+    def f(x, y):  # the same shapes, other ops or another shape: no two nests alike
+        return ops.tanh(x), ops.exp(y), x - y, x + y, x[:3] * y[1:]
+
+    program, module = _arena_form(f, (x, x + 1))
+    assert merge_loop_nests(module) == (0, 0, 0) and not _calls(module)
+
+    def g(x, y):  # the same nests twice, over other buffers (y - x is x - y over (y, x))
+        return ops.tanh(x) * 2.0, ops.tanh(y) * 2.0, x - y, y - x
+
+    program, module = _arena_form(g, (x, x + 1))
+    before = _interpret(program, module, (x, x + 1))
+    assert merge_loop_nests(module)[:2] == (4, 2)
+    assert _interpret(program, module, (x, x + 1)) == before
+
+
+def test_identical_thread_pool_parts_become_one():
+    fn, args = _two_layers()
+    every_loop = functools.partial(OutlineParallelLoopsPass, min_work=0)
+    with mock.patch.object(pipelines, "OutlineParallelLoopsPass", every_loop):
+        program, module = _arena_form(fn, args, threads=2)
+    parts = {op.callee.root_reference.data for op in module.walk()
+             if isinstance(op, kernel.ParallelForOp)}
+    before = _interpret(program, module, args)
+    _, _, dropped = merge_loop_nests(module)
+    module.verify()
+    after = {op.callee.root_reference.data for op in module.walk()
+             if isinstance(op, kernel.ParallelForOp)}
+    defined = {op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp)}
+    assert dropped > 0 and len(after) == len(parts) - dropped and after <= defined
+    assert _interpret(program, module, args) == before
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_compiled_with_merged_nests_matches_the_interpreter(threads):
+    fn, args = _two_layers()
+    with mock.patch.dict(os.environ, {"TAPEML_NUM_THREADS": threads, "TAPEML_CACHE": "0"}):
+        compiled = tapeml.jit(fn)
+        stages = compiled.lower(*args)
+        value, grads = compiled(*args)
+    assert "_nest0" in stages["llvm dialect"]  # the layers' nests were merged
+    expected_value, expected_grads = tapeml.jit(fn, backend="interp")(*args)
+    np.testing.assert_allclose(value, expected_value, rtol=1e-5)
+    for g, e in zip(flatten(grads)[0], flatten(expected_grads)[0], strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
