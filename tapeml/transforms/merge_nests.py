@@ -125,6 +125,9 @@ def merge_loop_nests(module: ModuleOp) -> tuple[int, int, int]:
                     Rewriter.replace_op(op, func.CallOp(
                         name, [v for v in ext if isinstance(v.type, MemRefType)], []))
                     calls += 1
+                    for value in ext:  # its bounds and constants, now used by nothing
+                        if (constant := constant_op(value)) is not None and not value.uses:
+                            Rewriter.erase_op(constant)
     return calls, outlined, merged_parts
 
 
