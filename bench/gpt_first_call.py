@@ -1,0 +1,36 @@
+"""The GPT step's first call in this (fresh) process, stage by stage (tapeml.profile()): the
+compile-time figures of issue 18 (cold with an empty TAPEML_CACHE_DIR, warm with a filled one).
+
+    TAPEML_CACHE_DIR=$(mktemp -d) TAPEML_NUM_THREADS=1 taskset -c 0 \\
+        .venv/bin/python bench/gpt_first_call.py LAYERS [ids|onehot]
+
+Run it twice with the same folder: the first is cold, the second loads from the disk cache.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpt_step  # noqa: E402  (puts examples/ on the path too)
+
+import tapeml  # noqa: E402
+
+
+def main(layers: int, variant: str) -> None:
+    _, params, tokens, targets = gpt_step.make(variant, layers)
+    step = gpt_step.tapeml_step(variant)
+    start = time.perf_counter()
+    with tapeml.profile() as stages:
+        step(params, tokens, targets)
+    origins = [compiled.origin for _, compiled in step.cache.values()]
+    print(f"first call {time.perf_counter() - start:.2f} s ({', '.join(origins)})")
+    for s in stages:
+        count = "" if s.ops is None else s.ops
+        print(f"  {s.name:<28}{count:>9} {s.seconds:7.2f} s  {s.detail[:80]}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "ids")
