@@ -241,11 +241,12 @@ def test_two_processes_compiling_one_program_at_once_both_succeed(cache_dir):
     assert all(child.returncode == 0 for child in children), outputs
     bits = {out.split()[1] for out, _ in outputs}
     assert len(bits) == 1
-    entries = list(cache_dir.iterdir())
-    assert [p.suffix for p in entries] == [disk_cache.SUFFIX]  # no temporary file left
     fn, args = _mlp()
     program, loaded = _compile(fn, args)
     assert loaded.origin == "disk cache"
+    entries = list(cache_dir.iterdir())  # the program and its GEMM kernels; no temporary file
+    assert loaded.variants and len(entries) == 1 + len(loaded.variants)
+    assert {p.suffix for p in entries} == {disk_cache.SUFFIX}
     assert b"".join(np.asarray(o).tobytes() for o in _run(program, loaded, args)).hex() in bits
 
 

@@ -12,6 +12,7 @@ each call.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import re
 import struct
@@ -34,7 +35,7 @@ from xdsl.utils.target import Target as XTarget
 
 from tapeml.codegen import disk_cache, pool
 from tapeml.codegen.arguments import Argument, checked, signature
-from tapeml.codegen.gemm import Target, definition, host_threads
+from tapeml.codegen.gemm import Target, Variant, caller, host_threads, kernel, variant
 from tapeml.codegen.stages import Stages, run_pipeline
 from tapeml.dialects.kernel import GemmSpec, declared_kernels
 from tapeml.profile import profiling, record
@@ -136,40 +137,108 @@ KERNEL_LEVEL = 2
 run (packed loops, an explicit micro-kernel), and O3 ran them no faster than O2 here (W3's
 and W4's steps within noise, interleaved in one process) while taking ~0.25 s longer over
 W3's eight kernels in a fresh process (1.60 -> 1.35-1.40 s first call)."""
-_KERNELS: dict[tuple[str, Target], str] = {}  # (symbol, host) -> optimized IR text
+_KERNELS: dict[str, Any] = {}  # kernel symbol -> the engine that holds it (published)
 _KERNELS_LOCK = threading.Lock()
 
 
-def kernel_module(spec: GemmSpec, machine: llvm_binding.TargetMachine, optimized: bool = True
-                  ) -> Any:
-    """The generated kernel for `spec`, parsed (and optimized at KERNEL_LEVEL, cached per
-    process)."""
-    host = Target.host()
-    key = (spec.symbol, host)
-    pool.load(target_machine)  # the kernel's threads are the pool's
+def kernel_ir(v: Variant, machine: llvm_binding.TargetMachine, optimized: bool = True) -> Any:
+    """The shape-generic kernel `v`, parsed (and optimized at KERNEL_LEVEL)."""
+    parsed = llvm_binding.parse_assembly(kernel(v))
+    parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
+    parsed.verify()
+    if optimized:
+        passes = llvm_binding.create_pass_builder(
+            machine, llvm_binding.create_pipeline_tuning_options(speed_level=KERNEL_LEVEL))
+        passes.getModulePassManager().run(parsed, passes)
+    return parsed
+
+
+def load_kernel(v: Variant) -> str:
+    """Make the kernel `v` callable from every program MCJIT links from now on: compiled once
+    per process in an engine of its own (or its object code loaded from the disk cache, where
+    it is stored once compiled) and its symbol published; where it came from ("loaded": this
+    process had it)."""
     with _KERNELS_LOCK:
-        text = _KERNELS.get(key) if optimized else None
-        if text is None:
-            parsed = llvm_binding.parse_assembly(definition(spec, host))
-            parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
-            parsed.verify()
-            if not optimized:
-                return parsed
-            passes = llvm_binding.create_pass_builder(
-                machine, llvm_binding.create_pipeline_tuning_options(speed_level=KERNEL_LEVEL))
-            passes.getModulePassManager().run(parsed, passes)
-            text = _KERNELS[key] = str(parsed)
-    return llvm_binding.parse_assembly(text)
+        if v.symbol in _KERNELS:
+            return "loaded"
+        pool.load(target_machine)  # the kernel's threads are the pool's
+        cache = disk_cache.default()
+        key = (disk_cache.key("gemm kernel", kernel(v), f"O{KERNEL_LEVEL}", *_machine_key())
+               if cache is not None else "")
+        payload = cache.get(key) if cache is not None else None
+        engine = None if payload is None else _object_engine(payload)
+        origin = "disk cache"
+        if engine is not None and not engine.get_function_address(v.symbol):
+            engine = None
+        if engine is None:
+            if payload is not None and cache is not None:  # whole, but not this kernel
+                cache.discard(key)
+            machine = target_machine()
+            engine = llvm_binding.create_mcjit_compiler(kernel_ir(v, machine), machine)
+            objects: list[bytes] = []
+            if cache is not None:
+                engine.set_object_cache(lambda _, code: objects.append(bytes(code)))
+            engine.finalize_object()
+            if cache is not None and len(objects) == 1:
+                cache.put(key, objects[0])
+            origin = "compiled"
+        llvm_binding.add_symbol(v.symbol, engine.get_function_address(v.symbol))
+        _KERNELS[v.symbol] = engine
+        return origin
+
+
+def caller_module(spec: GemmSpec, machine: llvm_binding.TargetMachine, load: bool = True
+                  ) -> Any:
+    """The module defining `spec.symbol(A, B, C)` (the call of its kernel with its plan and its
+    scratch), parsed; the kernel it calls loaded (load_kernel) unless not to `load`."""
+    host = Target.host()
+    if load:
+        load_kernel(variant(spec, host))
+    parsed = llvm_binding.parse_assembly(caller(spec, host))
+    parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
+    return parsed
 
 
 def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
-                 optimized: bool = True) -> list[str]:
-    """Link into `parsed` (the llvm-dialect `module` as LLVM IR) the definition of every
-    generated kernel `module` declares, from the spec on its declaration; their names."""
+                 standalone: bool = False, optimized: bool = True
+                 ) -> tuple[list[str], list[Variant]]:
+    """Link into `parsed` (the llvm-dialect `module` as LLVM IR) the caller of every GEMM
+    `module` declares, from the spec on its declaration, each kernel they call loaded
+    (load_kernel), or, `standalone`, linked in too (as the CLI prints it; `optimized` or not);
+    the callers' names and the kernels."""
+    started = time.perf_counter()
+    host = Target.host()
     kernels = declared_kernels(module)
+    variants = sorted({variant(spec, host) for spec in kernels.values()},
+                      key=lambda v: v.symbol)
+    origins = Counter(load_kernel(v) for v in variants) if not standalone else Counter()
+    for v in variants if standalone else ():
+        parsed.link_in(kernel_ir(v, machine, optimized))
     for spec in kernels.values():
-        parsed.link_in(kernel_module(spec, machine, optimized))
-    return list(kernels)
+        parsed.link_in(caller_module(spec, machine, load=False))
+    if variants and profiling():
+        record("GEMM kernels", len(variants), started,
+               f"(kernels) for {len(kernels)} shapes; " + ", ".join(
+                   f"{count} {origin}" for origin, count in sorted(origins.items())))
+    return list(kernels), variants
+
+
+def _machine_key() -> tuple[str, ...]:
+    """What, besides its source, determines a module's machine code: the CPU, the compiler."""
+    return (llvm_binding.get_default_triple(), llvm_binding.get_host_cpu_name(),
+            llvm_binding.get_host_cpu_features().flatten(),
+            f"llvmlite {llvmlite.__version__} llvm {llvm_binding.llvm_version_info}")
+
+
+def _object_engine(object_code: bytes) -> Any:
+    """A new engine holding `object_code`, linked (its external symbols resolved)."""
+    machine = target_machine()
+    empty = llvm_binding.parse_assembly("")
+    empty.triple, empty.data_layout = machine.triple, str(machine.target_data)
+    engine = llvm_binding.create_mcjit_compiler(empty, machine)
+    engine.add_object_file(llvm_binding.ObjectFileRef.from_data(object_code))
+    engine.finalize_object()
+    return engine
 
 
 def bind_scratch(engine: Any, kernels: list[str]) -> list[np.ndarray]:
@@ -205,14 +274,14 @@ class HostAsmTarget(XTarget):
         with _LLVM_LOCK:
             machine = target_machine()
             _, parsed = optimize(module, machine)
-            link_kernels(module, parsed, machine)
+            link_kernels(module, parsed, machine, standalone=True)
             output.write(machine.emit_assembly(parsed))
 
 
 @dataclass(frozen=True)
 class LLVMIRTarget(XTarget):
     """`-t llvm`: an llvm-dialect module as LLVM IR (xDSL's convert_module), with the
-    definitions of the generated kernels it calls linked in."""
+    definitions of the generated kernels it calls (and their callers) linked in."""
 
     name = "llvm"
 
@@ -221,8 +290,8 @@ class LLVMIRTarget(XTarget):
             machine = target_machine()
             text = str(convert_module(module, fallback_target_triple=machine.triple))
             parsed = llvm_binding.parse_assembly(text)
-            output.write(str(parsed) if link_kernels(module, parsed, machine, optimized=False)
-                         else text)
+            linked, _ = link_kernels(module, parsed, machine, standalone=True, optimized=False)
+            output.write(str(parsed) if linked else text)
 
 
 class Native:
@@ -234,12 +303,13 @@ class Native:
 
     def __init__(self, name: str, inputs: list[Argument], outputs: list[Argument],
                  engine: Any, function: Any, arena_bytes: int, scratch: list[np.ndarray],
-                 kernels: list[str], stages: dict[str, str] | None = None,
-                 origin: str = "compiled") -> None:
+                 kernels: list[str], variants: list[Variant],
+                 stages: dict[str, str] | None = None, origin: str = "compiled") -> None:
         self.name, self.inputs, self.outputs = name, inputs, outputs
         self.engine, self.function = engine, function
         self.scratch = scratch  # the kernels' packing buffers (bind_scratch)
-        self.kernels = kernels  # the generated kernels linked in, by symbol
+        self.kernels = kernels  # the GEMM callers linked in, by symbol
+        self.variants = variants  # the shape-generic kernels they call (load_kernel)
         self.origin = origin
         """Where the machine code came from: "compiled" or "disk cache"."""
         self.arena_bytes = arena_bytes
@@ -322,7 +392,9 @@ class CPUBackend:
         if cache is not None and object_code is not None:
             started = time.perf_counter()
             cache.put(key, _pack({"name": name, "arena_bytes": native.arena_bytes,
-                                  "kernels": native.kernels}, object_code))
+                                  "kernels": native.kernels,
+                                  "variants": [dataclasses.astuple(v) for v in native.variants]},
+                                 object_code))
             record("disk cache: stored", None, started, str(cache.path(key)))
         return native
 
@@ -330,10 +402,7 @@ class CPUBackend:
         """What determines the machine code: the program, the options, the CPU, the compiler."""
         return disk_cache.key(
             "cpu", str(module), f"fuse={self.fuse} libm={self.libm} threads={threads}",
-            llvm_binding.get_default_triple(), llvm_binding.get_host_cpu_name(),
-            llvm_binding.get_host_cpu_features().flatten(), disk_cache.sources_digest(),
-            f"xdsl {xdsl_version} llvmlite {llvmlite.__version__} llvm "
-            f"{llvm_binding.llvm_version_info}")
+            disk_cache.sources_digest(), f"xdsl {xdsl_version}", *_machine_key())
 
     def _compile(self, module: ModuleOp, name: str, inputs: list[Argument],
                  outputs: list[Argument], threads: int, kept: Stages, keep_object: bool
@@ -347,13 +416,13 @@ class CPUBackend:
             started = time.perf_counter()
             machine = target_machine()
             ir_text, parsed = optimize(module, machine)
-            kernels = link_kernels(module, parsed, machine)
+            kernels, variants = link_kernels(module, parsed, machine)
             keep("llvm ir", lambda: ir_text)
             keep("optimized llvm ir", lambda: str(parsed))
             keep("assembly", lambda: machine.emit_assembly(parsed))
             if profiling():
                 record("LLVM O2", _instructions(parsed), started,
-                       f"(LLVM instructions), {len(kernels)} generated kernels linked")
+                       f"(LLVM instructions), {len(kernels)} GEMM callers linked")
             started = time.perf_counter()
             pool.load(target_machine)  # tapeml_parallel_for, for the programs that call it
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)
@@ -364,7 +433,7 @@ class CPUBackend:
             scratch = bind_scratch(engine, kernels)
             record("machine code (MCJIT)", None, started)
         native = Native(name, inputs, outputs, engine, _entry(address, inputs, outputs),
-                        arena_bytes, scratch, kernels, kept.texts)
+                        arena_bytes, scratch, kernels, variants, kept.texts)
         return native, objects[0] if len(objects) == 1 else None
 
 
@@ -390,18 +459,20 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
     if not isinstance(meta, dict) or meta.get("name") != name:
         return None
     object_code = payload[8 + length:]
+    try:
+        variants = [Variant(*fields) for fields in meta["variants"]]
+        kernels = [str(symbol) for symbol in meta["kernels"]]
+        arena_bytes = int(meta["arena_bytes"])
+    except (KeyError, TypeError, ValueError):
+        return None
     with _LLVM_LOCK:
-        machine = target_machine()
-        pool.load(target_machine)
-        empty = llvm_binding.parse_assembly("")
-        empty.triple, empty.data_layout = machine.triple, str(machine.target_data)
-        engine = llvm_binding.create_mcjit_compiler(empty, machine)
-        engine.add_object_file(llvm_binding.ObjectFileRef.from_data(object_code))
-        engine.finalize_object()
+        pool.load(target_machine)  # tapeml_parallel_for, for the programs that call it
+        for v in variants:  # before the program's calls of them are resolved
+            load_kernel(v)
+        engine = _object_engine(object_code)
         address = engine.get_function_address(SYMBOL_PREFIX + name)
         if not address:
             return None
-        kernels = list(meta["kernels"])
         scratch = bind_scratch(engine, kernels)
     return Native(name, inputs, outputs, engine, _entry(address, inputs, outputs),
-                  int(meta["arena_bytes"]), scratch, kernels, origin="disk cache")
+                  arena_bytes, scratch, kernels, variants, origin="disk cache")

@@ -1,56 +1,69 @@
-"""A GEMM kernel's entry point and its loop nest, as LLVM IR text: `driver` writes
-`@<symbol>` (claiming the scratch or the heap, then the parts on the thread pool, and adding
-the groups' sums), `.range` (the pool's entry over a table of parts), `.part` (the Goto/BLIS
-loop nest over one part), and, when the threads share one packed B, the jobs `.pack` and
-`.rows`. The leaf functions they call are in routines.py.
+"""A shape-generic GEMM kernel's entry point and its loop nest, as LLVM IR text: `driver`
+writes `@<symbol>` (claiming the caller's scratch or the heap, then the parts on the thread
+pool, and adding the groups' sums), `.range` (the pool's entry over the plan's table of
+parts), `.part` (the Goto/BLIS loop nest over one part), and, when the threads share one
+packed B, the jobs `.pack` and `.rows`. Every size, stride and choice of how the work is
+shared out comes from the call's plan (plan.py); the leaf functions they call are in
+routines.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from tapeml.codegen.gemm.partition import Part, batch_groups, partition, shares_b
+from tapeml.codegen.gemm.plan import FIELDS, INDEX, Variant
+from tapeml.codegen.gemm.target import KC
 from tapeml.codegen.gemm.writer import WIDE, Writer
-from tapeml.dialects.kernel import GemmSpec
 
-_PART_ARGS = "ptr %A, ptr %B, ptr %C, i64 %b0, i64 %b1, i64 %m0, i64 %m1, i64 %n0, i64 %n1"
-
-
-def _scratch_bytes(size: int, spec: GemmSpec, mr: int, nr: int, mc: int, kc: int
-                   ) -> tuple[int, int]:
-    """Bytes of one part's packing buffers: B's block ([n/NR][KC][NR]), then A's; each a
-    multiple of 64."""
-    b_bytes = -(-spec.n // nr) * nr * kc * size
-    a_bytes = mc * kc * size
-    return -(-b_bytes // 64) * 64, -(-a_bytes // 64) * 64
+_PART_ARGS = ("ptr %A, ptr %B, ptr %C, i64 %b0, i64 %b1, i64 %m0, i64 %m1, i64 %n0, i64 %n1, "
+              "ptr %scratch, i1 %first, ptr %plan")
+ENTRY_ARGS = "ptr noalias %A, ptr noalias %B, ptr noalias %C, ptr %plan, ptr %slot, ptr %busy"
+"""The kernel's parameters: the three buffers, the call's plan, where the caller keeps its
+scratch's address (bound by the loader) and the flag that says the scratch is taken."""
 
 
-def driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: int,
-           kc: int, threads: int) -> list[str]:
-    """The entry: the parts on the pool, each packing into its own slice of the kernel's
+def _fields(w: Writer, plan: str, *names: str) -> list[str]:
+    """The plan's values of `names`, loaded."""
+    return [w(f"load i64, ptr {w(f'getelementptr i64, ptr {plan}, i64 {INDEX[n]}')}", f"{n}.")
+            for n in names]
+
+
+def _part_row(w: Writer, row: str) -> list[str]:
+    """One row of the parts table (partition.Part: b0 b1 m0 m1 n0 n1), loaded."""
+    return [w(f"load i64, ptr {w(f'getelementptr i64, ptr {row}, i64 {i}')}", "part.")
+            for i in range(6)]
+
+
+def _true(w: Writer, value: str) -> str:
+    return w(f"icmp ne i64 {value}, 0")
+
+
+def driver(v: Variant) -> list[str]:
+    """The entry: the parts on the pool, each packing into its own slice of the caller's
     scratch (the package doc); a second caller while the scratch is taken (another Python
     thread) packs into a slice of the heap instead, or, if the heap has no room, waits for the
     scratch."""
+    name, (t, _) = v.symbol, v.element
     w = Writer()
-    m, n, k = spec.m, spec.n, spec.k
-    w.lines.append(f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C) "
-                   f"{WIDE} {{")
+    w.lines.append(f"define void @{name}({ENTRY_ARGS}) {WIDE} {{")
     w.label("%entry")
-    if m == 0 or n == 0 or spec.batch == 0 or k == 0:
-        if k == 0 and not spec.accumulate and m and n and spec.batch:  # an empty sum: C = 0
-            total = m * n if spec.c0 == 0 else spec.batch * m * n
-            w.loop("0", str(total), 1,
-                   lambda i: w.do(f"store {t} 0.0, ptr {w.gep(t, '%C', i)}"), "z")
-        return [f"@{name}.scratch_bytes = constant i64 0", *w.end()[:-1]]  # the only function
-    shared = shares_b(spec, mr, threads)
-    parts = [] if shared else partition(spec, mr, nr, threads)
-    groups = batch_groups(spec)
-    b_bytes, a_bytes = _scratch_bytes(size, spec, mr, nr, mc, kc)
-    part_bytes = b_bytes + a_bytes
-    sums = part_bytes * len(parts)  # where groups 1.. put their sums, after the packing slices
-    total = b_bytes if shared else sums + (groups - 1) * m * n * size
-    total = -(-total // 64) * 64  # aligned_alloc's size: a multiple of the alignment (C11)
-    w.do(f"%was = atomicrmw xchg ptr @{name}.busy, i8 1 acquire")
+    batch, m, n, k, c0, acc, threads, shared, groups, parts, total = _fields(
+        w, "%plan", "batch", "m", "n", "k", "c0", "accumulate", "threads", "shared", "groups",
+        "parts", "total")
+    mn = w(f"mul i64 {m}, {n}")
+    empty = w(f"or i1 {w(f'icmp eq i64 {mn}, 0')}, {w(f'icmp eq i64 {batch}, 0')}")
+    w.do(f"br i1 {empty}, label %done, label %sized")
+    w.label("%sized")
+    w.do(f"br i1 {w(f'icmp eq i64 {k}, 0')}, label %no.sum, label %work")
+    w.label("%no.sum")  # an empty sum: C = 0, unless accumulating
+    w.do(f"br i1 {_true(w, acc)}, label %done, label %zero")
+    w.label("%zero")
+    count = w(f"select i1 {w(f'icmp eq i64 {c0}, 0')}, i64 {mn}, i64 "
+              f"{w(f'mul i64 {batch}, {mn}')}")
+    w.loop("0", count, 1, lambda i: w.do(f"store {t} 0.0, ptr {w.gep(t, '%C', i)}"), "z")
+    w.do("br label %done")
+    w.label("%done")
+    w.do("ret void")
+    w.label("%work")
+    w.do("%was = atomicrmw xchg ptr %busy, i8 1 acquire")
     w.do("%free = icmp eq i8 %was, 0")
     w.do("br i1 %free, label %kept, label %heap")
     w.label("%heap")
@@ -59,97 +72,115 @@ def driver(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: i
     w.do("br i1 %none, label %wait, label %run")
     w.label("%wait")  # no room on the heap: the kept scratch, once its caller is done with it
     w.do("call i32 @sched_yield()")
-    w.do(f"%was.again = atomicrmw xchg ptr @{name}.busy, i8 1 acquire")
+    w.do("%was.again = atomicrmw xchg ptr %busy, i8 1 acquire")
     w.do("%free.now = icmp eq i8 %was.again, 0")
     w.do("br i1 %free.now, label %kept, label %wait")
     w.label("%kept")
-    w.do(f"%bound = load ptr, ptr @{name}.scratch, align 8")
+    w.do("%bound = load ptr, ptr %slot, align 8")
     w.do("br label %run")
     w.label("%run")
     w.do("%scratch = phi ptr [ %bound, %kept ], [ %own, %heap ]")
     w.do("%mine = phi i1 [ true, %kept ], [ false, %heap ]")
-    if shared:  # per block of k: B packed by every thread, then rows of C shared out
-        context = w("alloca [6 x i64]", "ctx")
-        slots = [w(f"getelementptr i64, ptr {context}, i64 {i}") for i in range(6)]
-        for i, value in enumerate(["%A", "%B", "%C", "%scratch"]):
-            w.do(f"store ptr {value}, ptr {slots[i]}")
+    w.do(f"br i1 {_true(w, shared)}, label %shared, label %parts")
+    w.label("%shared")  # per block of k: B packed by every thread, then rows of C shared out
+    context = w("alloca [7 x i64]", "ctx")
+    slots = [w(f"getelementptr i64, ptr {context}, i64 {i}") for i in range(7)]
+    for i, value in ((0, "%A"), (1, "%B"), (2, "%C"), (3, "%scratch"), (6, "%plan")):
+        w.do(f"store ptr {value}, ptr {slots[i]}")
+    panels = w(f"sdiv i64 {w(f'add i64 {n}, {v.nr - 1}')}, {v.nr}")
+    tiles = w(f"sdiv i64 {w(f'add i64 {m}, {v.mr - 1}')}, {v.mr}")
 
-        def block(pc: str) -> None:
-            w.do(f"store i64 {pc}, ptr {slots[4]}")
-            w.do(f"store i64 {w.min(str(kc), w(f'sub i64 {k}, {pc}'))}, ptr {slots[5]}")
-            for job, count in (("pack", -(-n // nr)), ("rows", -(-m // mr))):
-                w.do(f"call void @tapeml_parallel_for(ptr @{name}.{job}, ptr {context}, "
-                     f"i64 {count}, i64 {threads})")
+    def block(pc: str) -> None:
+        w.do(f"store i64 {pc}, ptr {slots[4]}")
+        w.do(f"store i64 {w.min(str(KC), w(f'sub i64 {k}, {pc}'))}, ptr {slots[5]}")
+        for job, jobs in (("pack", panels), ("rows", tiles)):
+            w.do(f"call void @tapeml_parallel_for(ptr @{name}.{job}, ptr {context}, "
+                 f"i64 {jobs}, i64 {threads})")
 
-        w.loop("0", str(k), kc, block, "pc")
-    elif len(parts) == 1:
-        w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, {_i64s(parts[0])}, "
-             f"ptr %scratch, i1 {str(spec.accumulate).lower()})")
-    else:  # the parts on the thread pool (tapeml/codegen/pool.py), the caller taking one
-        context = w("alloca [4 x ptr]", "ctx")
-        for field, value in enumerate(["%A", "%B", "%C", "%scratch"]):
-            w.do(f"store ptr {value}, ptr {w(f'getelementptr ptr, ptr {context}, i64 {field}')}")
-        if threads > 1:
-            w.do(f"call void @tapeml_parallel_for(ptr @{name}.range, ptr {context}, "
-                 f"i64 {len(parts)}, i64 {threads})")
-        else:  # the groups of batches, one after another
-            w.do(f"call void @{name}.range(ptr {context}, i64 0, i64 {len(parts)})")
-        if groups > 1:  # C += the other groups' sums, in order
-            first = w.gep("i8", "%scratch", str(sums))
+    w.loop("0", k, KC, block, "pc")
+    w.do("br label %finish")
+    w.label("%parts")
+    w.do(f"br i1 {w(f'icmp eq i64 {parts}, 1')}, label %single, label %many")
+    w.label("%single")
+    row = _part_row(w, w(f"getelementptr i64, ptr %plan, i64 {len(FIELDS)}"))
+    w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, {_i64s(row)}, ptr %scratch, "
+         f"i1 {_true(w, acc)}, ptr %plan)")
+    w.do("br label %finish")
+    w.label("%many")  # the parts on the thread pool (tapeml/codegen/pool.py), the caller taking one
+    context = w("alloca [5 x ptr]", "ctx")
+    for field, value in enumerate(["%A", "%B", "%C", "%scratch", "%plan"]):
+        w.do(f"store ptr {value}, ptr {w(f'getelementptr ptr, ptr {context}, i64 {field}')}")
+    w.do(f"br i1 {w(f'icmp sgt i64 {threads}, 1')}, label %pool, label %serial")
+    w.label("%pool")
+    w.do(f"call void @tapeml_parallel_for(ptr @{name}.range, ptr {context}, i64 {parts}, "
+         f"i64 {threads})")
+    w.do("br label %grouped")
+    w.label("%serial")  # the groups of batches, one after another
+    w.do(f"call void @{name}.range(ptr {context}, i64 0, i64 {parts})")
+    w.do("br label %grouped")
+    w.label("%grouped")
+
+    def add_sums() -> None:  # C += the other groups' sums, in order
+        first = w.gep("i8", "%scratch", _fields(w, "%plan", "sums")[0])
+
+        def group(g: str) -> None:
+            own = w.gep(t, first, w(f"mul i64 {w(f'sub i64 {g}, 1')}, {mn}"))
 
             def add(i: str) -> None:
                 c = w.gep(t, "%C", i)
-                value = w(f"load {t}, ptr {c}")
-                for g in range(1, groups):
-                    other = w.gep(t, first, w.add(i, str((g - 1) * m * n)))
-                    value = w(f"fadd {t} {value}, {w(f'load {t}, ptr {other}')}")
-                w.do(f"store {t} {value}, ptr {c}")
+                total = w(f"fadd {t} {w(f'load {t}, ptr {c}')}, "
+                          f"{w(f'load {t}, ptr {w.gep(t, own, i)}')}")
+                w.do(f"store {t} {total}, ptr {c}")
 
-            w.loop("0", str(m * n), 1, add, "s")
+            w.loop("0", mn, 1, add, "s")
+
+        w.loop("1", groups, 1, group, "g")
+
+    w.when(w(f"icmp sgt i64 {groups}, 1"), add_sums)
+    w.do("br label %finish")
+    w.label("%finish")
     w.do("br i1 %mine, label %release, label %heap.free")
     w.label("%release")
-    w.do(f"store atomic i8 0, ptr @{name}.busy release, align 1")
+    w.do("store atomic i8 0, ptr %busy release, align 1")
     w.do("ret void")
     w.label("%heap.free")
     w.do("call void @free(ptr %scratch)")
-    out = [f"@{name}.busy = internal global i8 0",
-           f"@{name}.scratch = global ptr null, align 8  ; set by the loader",
-           f"@{name}.scratch_bytes = constant i64 {total}", *w.end()]
-    if shared:
-        return out + _pack_job(name, t, spec, nr) + _rows_job(name, t, spec, mr, nr, mc, kc)
-    if len(parts) > 1:
-        out += _range(name, t, parts, part_bytes, spec, sums if groups > 1 else None)
-    return out + _part(name, t, size, spec, mr, nr, mc, kc)
+    return [*w.end(), *_range(v), *_pack_job(v), *_rows_job(v), *_part(v)]
 
 
-def _job(name: str, job: str) -> tuple[Writer, list[str], str, str]:
-    """The head of one of the pool's jobs over the context [A, B, C, packed B, pc, depth]:
-    the writer, the four pointers, pc and depth."""
+def _job(name: str, job: str) -> tuple[Writer, list[str], str, str, str]:
+    """The head of one of the pool's jobs over the context [A, B, C, packed B, pc, depth,
+    plan]: the writer, the four pointers, pc, depth and the plan."""
     w = Writer()
     w.lines.append(f"define internal void @{name}.{job}(ptr %ctx, i64 %start, i64 %end) "
                    f"{WIDE} {{")
     w.label("%entry")
-    fields = [w(f"getelementptr i64, ptr %ctx, i64 {i}") for i in range(6)]
+    fields = [w(f"getelementptr i64, ptr %ctx, i64 {i}") for i in range(7)]
     pointers = [w(f"load ptr, ptr {f}") for f in fields[:4]]
-    return w, pointers, w(f"load i64, ptr {fields[4]}"), w(f"load i64, ptr {fields[5]}")
+    return (w, pointers, w(f"load i64, ptr {fields[4]}"), w(f"load i64, ptr {fields[5]}"),
+            w(f"load ptr, ptr {fields[6]}"))
 
 
-def _pack_job(name: str, t: str, spec: GemmSpec, nr: int) -> list[str]:
+def _pack_job(v: Variant) -> list[str]:
     """`.pack`: panels [start, end) of this block of B, packed where a whole pack puts them."""
-    w, (_, b, _, bp), pc, depth = _job(name, "pack")
-    j0 = w(f"mul i64 %start, {nr}")
-    j1 = w.min(w(f"mul i64 %end, {nr}"), str(spec.n))
+    t = v.element[0]
+    w, (_, b, _, bp), pc, depth, plan = _job(v.symbol, "pack")
+    n, b1, b2 = _fields(w, plan, "n", "b1", "b2")
+    j0 = w(f"mul i64 %start, {v.nr}")
+    j1 = w.min(w(f"mul i64 %end, {v.nr}"), n)
     dst = w.gep(t, bp, w(f"mul i64 {j0}, {depth}"))
-    w.do(f"call void @{name}.pack_b(ptr {b}, ptr {dst}, i64 {pc}, i64 {depth}, i64 {j0}, "
-         f"i64 {j1})")
+    w.do(f"call void @{v.symbol}.pack_b(ptr {b}, ptr {dst}, i64 {pc}, i64 {depth}, i64 {j0}, "
+         f"i64 {j1}, i64 {b1}, i64 {b2})")
     return w.end()
 
 
-def _macro_kernel(w: Writer, name: str, t: str, n: int, mr: int, nr: int,
-                  buffers: tuple[str, str, str], rows: tuple[str, str],
-                  columns: tuple[str, str], depth: str, load: str) -> None:
-    """Rows [ic, ic + height) of C, columns [j0, j1), against one packed block of A (`ap`,
-    from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR tile."""
+def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
+                  rows: tuple[str, str], columns: tuple[str, str], depth: str,
+                  load: str) -> None:
+    """Rows [ic, ic + height) of C (n columns), columns [j0, j1), against one packed block of A
+    (`ap`, from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR
+    tile."""
+    name, t, mr, nr = v.symbol, v.element[0], v.mr, v.nr
     ap, bp, c = buffers
     ic, height = rows
     j0, j1 = columns
@@ -170,108 +201,106 @@ def _macro_kernel(w: Writer, name: str, t: str, n: int, mr: int, nr: int,
     w.loop(j0, j1, nr, panel, "jr")
 
 
-def _rows_job(name: str, t: str, spec: GemmSpec, mr: int, nr: int, mc: int, kc: int
-              ) -> list[str]:
+def _rows_job(v: Variant) -> list[str]:
     """`.rows`: the tiles of rows [start, end) of C against the packed block of B, packing A
     in a buffer on this thread's stack."""
-    m, n = spec.m, spec.n
-    w, (a, _, c, bp), pc, depth = _job(name, "rows")
-    ap = w(f"alloca [{mc * kc} x {t}], align 64", "ap")
-    load = "true" if spec.accumulate else w(f"icmp sgt i64 {pc}, 0")
-    r1 = w.min(w(f"mul i64 %end, {mr}"), str(m))
+    t = v.element[0]
+    w, (a, _, c, bp), pc, depth, plan = _job(v.symbol, "rows")
+    m, n, acc, a1, a2 = _fields(w, plan, "m", "n", "accumulate", "a1", "a2")
+    ap = w(f"alloca {t}, i64 {w(f'mul i64 {v.mc}, {depth}')}, align 64", "ap")
+    load = w(f"or i1 {_true(w, acc)}, {w(f'icmp sgt i64 {pc}, 0')}")
+    r1 = w.min(w(f"mul i64 %end, {v.mr}"), m)
 
     def rows(ic: str) -> None:
-        height = w.min(str(mc), w(f"sub i64 {r1}, {ic}"))
-        w.do(f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
-             f"i64 {pc}, i64 {depth})")
+        height = w.min(str(v.mc), w(f"sub i64 {r1}, {ic}"))
+        w.do(f"call void @{v.symbol}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
+             f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})")
+        _macro_kernel(w, v, n, (ap, bp, c), (ic, height), ("0", n), depth, load)
 
-        _macro_kernel(w, name, t, n, mr, nr, (ap, bp, c), (ic, height), ("0", str(n)), depth,
-                      load)
-
-    w.loop(w(f"mul i64 %start, {mr}"), r1, mc, rows, "ic")
+    w.loop(w(f"mul i64 %start, {v.mr}"), r1, v.mc, rows, "ic")
     return w.end()
 
 
-def _i64s(values: Iterable[int | str]) -> str:
-    return ", ".join(f"i64 {v}" for v in values)
+def _i64s(values: list[str]) -> str:
+    return ", ".join(f"i64 {x}" for x in values)
 
 
-def _range(name: str, t: str, parts: list[Part], part_bytes: int, spec: GemmSpec,
-           sums: int | None) -> list[str]:
-    """The pool's entry: parts [start, end) of the table, on the buffers the context holds,
-    part p packing into the scratch's p-th slice. Groups of batches (`sums`: where their sums
-    start in the scratch) write group 0's sum into C, group g's into the g-th of the sums."""
-    table = ", ".join(f"[6 x i64] [{_i64s(part)}]" for part in parts)
+def _range(v: Variant) -> list[str]:
+    """The pool's entry: parts [start, end) of the plan's table, on the buffers the context
+    [A, B, C, scratch, plan] holds, part p packing into the scratch's p-th slice. Groups of
+    batches (`groups` > 1) write group 0's sum into C, group g's into the g-th of the sums."""
+    name, t = v.symbol, v.element[0]
     w = Writer()
-    w.lines.append(f"@{name}.parts = internal constant [{len(parts)} x [6 x i64]] [{table}]")
     w.lines.append(f"define internal void @{name}.range(ptr %ctx, i64 %start, i64 %end) {{")
     w.label("%entry")
-    buffers = [w(f"load ptr, ptr {w(f'getelementptr ptr, ptr %ctx, i64 {i}')}")
-               for i in range(4)]
+    a, b, c, scratch, plan = [w(f"load ptr, ptr {w(f'getelementptr ptr, ptr %ctx, i64 {i}')}")
+                              for i in range(5)]
+    m, n, acc, groups, part_bytes, sums = _fields(w, plan, "m", "n", "accumulate", "groups",
+                                                  "part_bytes", "sums")
+    mn = w(f"mul i64 {m}, {n}")
+    table = w(f"getelementptr i64, ptr {plan}, i64 {len(FIELDS)}")
+    grouped = w(f"icmp sgt i64 {groups}, 1")
+    first_sum = w.gep("i8", scratch, sums)
+    accumulate = _true(w, acc)
 
     def body(i: str) -> None:
-        row = w(f"getelementptr [{len(parts)} x [6 x i64]], ptr @{name}.parts, i64 0, i64 {i}")
-        values = [w(f"load i64, ptr {w(f'getelementptr [6 x i64], ptr {row}, i64 0, i64 {j}')}")
-                  for j in range(6)]
-        scratch = w(f"getelementptr i8, ptr {buffers[3]}, i64 {w(f'mul i64 {i}, {part_bytes}')}")
-        c, first = buffers[2], str(spec.accumulate).lower()
-        if sums is not None:
-            group0 = w(f"icmp eq i64 {i}, 0")
-            offset = w(f"mul i64 {w(f'sub i64 {i}, 1')}, {spec.m * spec.n}")
-            own = w.gep(t, w.gep("i8", buffers[3], str(sums)), offset)
-            c = w(f"select i1 {group0}, ptr {buffers[2]}, ptr {own}")
-            first = w(f"and i1 {group0}, {first}")
-        w.do(f"call void @{name}.part(ptr {buffers[0]}, ptr {buffers[1]}, ptr {c}, "
-             f"{_i64s(values)}, ptr {scratch}, i1 {first})")
+        row = _part_row(w, w(f"getelementptr i64, ptr {table}, i64 {w(f'mul i64 {i}, 6')}"))
+        part_scratch = w(f"getelementptr i8, ptr {scratch}, i64 {w(f'mul i64 {i}, {part_bytes}')}")
+        own = w(f"and i1 {grouped}, {w(f'icmp sgt i64 {i}, 0')}")  # a sum of its own
+        own_c = w.gep(t, first_sum, w(f"mul i64 {w(f'sub i64 {i}, 1')}, {mn}"))
+        target = w(f"select i1 {own}, ptr {own_c}, ptr {c}")
+        first = w(f"and i1 {accumulate}, {w(f'xor i1 {own}, true')}")
+        w.do(f"call void @{name}.part(ptr {a}, ptr {b}, ptr {target}, {_i64s(row)}, "
+             f"ptr {part_scratch}, i1 {first}, ptr {plan})")
 
     w.loop("%start", "%end", 1, body, "p")
     return w.end()
 
 
-def _part(name: str, t: str, size: int, spec: GemmSpec, mr: int, nr: int, mc: int,
-          kc: int) -> list[str]:
+def _part(v: Variant) -> list[str]:
     """The loop nest over one part, all of k, packing into `%scratch`; `%first`: the first
     block of k adds into what C holds (C (+)= ...) rather than overwriting it."""
+    name, t, mc = v.symbol, v.element[0], v.mc
     w = Writer()
-    n, k = spec.n, spec.k
-    a0, b0, c0 = spec.a[0], spec.b[0], spec.c0
-    w.lines.append(f"define internal void @{name}.part({_PART_ARGS}, ptr %scratch, i1 %first) "
-                   f"{WIDE} {{")
+    w.lines.append(f"define internal void @{name}.part({_PART_ARGS}) {WIDE} {{")
     w.label("%entry")
+    m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset = _fields(
+        w, "%plan", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "a_offset")
     bp = "%scratch"
-    ap = w.gep("i8", bp, str(_scratch_bytes(size, spec, mr, nr, mc, kc)[0]))
+    ap = w.gep("i8", bp, a_offset)
     # one A for every batch (a convolution's weights), in one block of rows and of k: packed
     # once here, not once per batch
-    shared_a = a0 == 0 and spec.m <= mc and k <= kc
-    if shared_a:
-        w.do(f"call void @{name}.pack_a(ptr %A, ptr {ap}, i64 %m0, "
-             f"i64 {w('sub i64 %m1, %m0')}, i64 0, i64 {k})")
+    one_block = w(f"and i1 {w(f'icmp sle i64 {m}, {mc}')}, {w(f'icmp sle i64 {k}, {KC}')}")
+    shared_a = w(f"and i1 {w(f'icmp eq i64 {a0}, 0')}, {one_block}")
+    w.when(shared_a, lambda: w.do(
+        f"call void @{name}.pack_a(ptr %A, ptr {ap}, i64 %m0, i64 {w('sub i64 %m1, %m0')}, "
+        f"i64 0, i64 {k}, i64 {m}, i64 {a1}, i64 {a2})"))
+    own_a = w(f"xor i1 {shared_a}, true")
+    summed = w(f"icmp eq i64 {c0}, 0")
 
     def batch(b: str) -> None:
         a = w.gep(t, "%A", w(f"mul i64 {b}, {a0}"))
         bb = w.gep(t, "%B", w(f"mul i64 {b}, {b0}"))
         c = w.gep(t, "%C", w(f"mul i64 {b}, {c0}"))
-        later_batch = w(f"icmp sgt i64 {b}, %b0") if c0 == 0 else "false"
+        later_batch = w(f"and i1 {summed}, {w(f'icmp sgt i64 {b}, %b0')}")
 
         def block(pc: str) -> None:
-            depth = w.min(str(kc), w(f"sub i64 {k}, {pc}"))
+            depth = w.min(str(KC), w(f"sub i64 {k}, {pc}"))
             w.do(f"call void @{name}.pack_b(ptr {bb}, ptr {bp}, i64 {pc}, i64 {depth}, "
-                 "i64 %n0, i64 %n1)")
+                 f"i64 %n0, i64 %n1, i64 {b1}, i64 {b2})")
             load = w(f"or i1 {w(f'icmp sgt i64 {pc}, 0')}, {later_batch}")
             load = w(f"or i1 {load}, %first")  # into what C held (accumulating)
 
             def rows(ic: str) -> None:
                 height = w.min(str(mc), w(f"sub i64 %m1, {ic}"))
-                if not shared_a:
-                    w.do(f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, "
-                         f"i64 {height}, i64 {pc}, i64 {depth})")
-
-                _macro_kernel(w, name, t, n, mr, nr, (ap, bp, c), (ic, height),
-                              ("%n0", "%n1"), depth, load)
+                w.when(own_a, lambda: w.do(
+                    f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
+                    f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})"))
+                _macro_kernel(w, v, n, (ap, bp, c), (ic, height), ("%n0", "%n1"), depth, load)
 
             w.loop("%m0", "%m1", mc, rows, "ic")
 
-        w.loop("0", str(k), kc, block, "pc")
+        w.loop("0", k, KC, block, "pc")
 
     w.loop("%b0", "%b1", 1, batch, "batch")
     return w.end()[:-1]  # the module's last function: no blank line after it

@@ -6,7 +6,7 @@ MR x NR tile of C in vector registers) and the packing of A's and B's blocks int
 from __future__ import annotations
 
 from tapeml.codegen.gemm.writer import WIDE, Writer
-from tapeml.dialects.kernel import GemmSpec
+from tapeml.codegen.gemm.plan import Variant
 
 
 def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
@@ -84,13 +84,23 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     return w.end()
 
 
-def pack_b(name: str, t: str, spec: GemmSpec, nr: int) -> list[str]:
+def _strides(order: str, unit: bool) -> tuple[str, str]:
+    """An operand's row and column strides inside a packing routine: its arguments, but the
+    inner one (the column's when packing along rows, the row's down columns) is the constant
+    1 where the variant says so."""
+    if not unit:
+        return "%s1", "%s2"
+    return ("%s1", "1") if order == "rows" else ("1", "%s2")
+
+
+def pack_b(name: str, t: str, v: Variant) -> list[str]:
     """Bp[jj / NR][p][jj % NR] = B[pc + p, j0 + jj] for p < kc and j0 + jj < j1, zero past j1
-    up to a whole panel."""
+    up to a whole panel; B[p, j] = src[p * s1 + j * s2]."""
     w = Writer()
-    _, b1, b2 = spec.b
+    nr = v.nr
+    b1, b2 = _strides(v.b_order, v.b_unit)
     w.lines.append(f"define internal void @{name}.pack_b(ptr noalias %src, ptr noalias align 64 "
-                   f"%dst, i64 %pc, i64 %kc, i64 %j0, i64 %j1) {WIDE} {{")
+                   f"%dst, i64 %pc, i64 %kc, i64 %j0, i64 %j1, i64 %s1, i64 %s2) {WIDE} {{")
     w.label("%entry")
 
     def element(p: str, j: str) -> None:
@@ -100,7 +110,7 @@ def pack_b(name: str, t: str, spec: GemmSpec, nr: int) -> list[str]:
         x = w(f"load {t}, ptr {w.gep(t, '%src', src)}")
         w.do(f"store {t} {x}, ptr {w.gep(t, '%dst', at)}")
 
-    if b2 <= b1:  # rows of B are contiguous (or nearly): stream them
+    if v.b_order == "rows":  # rows of B are contiguous (or nearly): stream them
         w.loop("0", "%kc", 1, lambda p: w.loop("%j0", "%j1", 1, lambda j: element(p, j), "j"),
                "p")
     else:  # a transposed B: read down its columns
@@ -117,25 +127,29 @@ def pack_b(name: str, t: str, spec: GemmSpec, nr: int) -> list[str]:
     return w.end()
 
 
-def pack_a(name: str, t: str, spec: GemmSpec, mr: int) -> list[str]:
-    """Ap[i / MR][p][i % MR] = A[min(ic + i, m - 1), pc + p] for i < mc rounded up to MR."""
+def pack_a(name: str, t: str, v: Variant) -> list[str]:
+    """Ap[i / MR][p][i % MR] = A[min(ic + i, m - 1), pc + p] for i < mc rounded up to MR;
+    A[i, p] = src[i * s1 + p * s2]."""
     w = Writer()
-    _, a1, a2 = spec.a
+    mr = v.mr
+    a1, a2 = _strides(v.a_order, v.a_unit)
     w.lines.append(f"define internal void @{name}.pack_a(ptr noalias %src, ptr noalias align 64 "
-                   f"%dst, i64 %ic, i64 %mc, i64 %pc, i64 %kc) {WIDE} {{")
+                   f"%dst, i64 %ic, i64 %mc, i64 %pc, i64 %kc, i64 %m, i64 %s1, i64 %s2) "
+                   f"{WIDE} {{")
     w.label("%entry")
     rounded = w(f"add i64 %mc, {mr - 1}")
     rows = w(f"mul i64 {w(f'sdiv i64 {rounded}, {mr}')}, {mr}")
+    last = w("sub i64 %m, 1")
 
     def element(i: str, p: str) -> None:
         at = w.packed(i, p, mr)
-        row = w.min(w(f"add i64 %ic, {i}"), str(spec.m - 1))
+        row = w.min(w(f"add i64 %ic, {i}"), last)
         column = w(f"add i64 %pc, {p}")
         src = w.add(w(f"mul i64 {row}, {a1}"), w(f"mul i64 {column}, {a2}"))
         x = w(f"load {t}, ptr {w.gep(t, '%src', src)}")
         w.do(f"store {t} {x}, ptr {w.gep(t, '%dst', at)}")
 
-    if a2 <= a1:  # rows of A are contiguous: read along them
+    if v.a_order == "rows":  # rows of A are contiguous: read along them
         w.loop("0", rows, 1, lambda i: w.loop("0", "%kc", 1, lambda p: element(i, p), "p"), "i")
     else:
         w.loop("0", "%kc", 1, lambda p: w.loop("0", rows, 1, lambda i: element(i, p), "i"), "p")

@@ -57,6 +57,15 @@ class Writer:
         self.do(f"br label {head}")
         self.label(done)
 
+    def when(self, condition: str, body) -> None:
+        """if condition: body() -- an i1 value."""
+        then, done = self.fresh("then"), self.fresh("fi")
+        self.do(f"br i1 {condition}, label {then}, label {done}")
+        self.label(then)
+        body()
+        self.do(f"br label {done}")
+        self.label(done)
+
     def min(self, a: str, b: str) -> str:
         return self(f"call i64 @llvm.smin.i64(i64 {a}, i64 {b})")
 

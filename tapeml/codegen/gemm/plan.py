@@ -1,0 +1,111 @@
+"""What is generated once per kernel and what each call passes it: a `Variant` (what changes
+the code: the element type, the register tile, the order and unit stride in which each operand
+is packed) names one shape-generic kernel; a call's `plan` (its sizes, strides, and how its
+work is shared out over threads, as `partition` decides it) is a table of i64 the kernel reads
+at run time.
+
+The plan's fields, in order (`FIELDS`), then `parts` rows of the parts table (6 each: batches,
+rows and columns of C, as `partition.Part`):
+
+    batch m n k        the product's sizes
+    a0 a1 a2           A's strides (batch, row, column); b0 b1 b2: B's
+    c0                 C's batch stride (0: every batch adds into one C)
+    accumulate         1: C += A @ B
+    threads            how many threads the call is shared by (the pool's)
+    shared             1: every thread packs part of each block of B, then takes rows of C
+    groups             groups of batches summed apart (partition.batch_groups)
+    parts              rows of the parts table
+    part_bytes         one part's slice of the scratch
+    a_offset           where A's packed block starts in a slice (after B's)
+    sums               where the groups' own sums start in the scratch
+    total              the scratch's bytes, a multiple of 64
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tapeml.codegen.gemm.partition import batch_groups, partition, shares_b
+from tapeml.codegen.gemm.target import KC, Target, tiles
+from tapeml.dialects.kernel import GemmSpec
+
+FIELDS = ("batch", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "accumulate",
+          "threads", "shared", "groups", "parts", "part_bytes", "a_offset", "sums", "total")
+INDEX = {name: i for i, name in enumerate(FIELDS)}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One shape-generic kernel: what its code depends on. An operand's `order` is how packing
+    walks it ("rows": along its rows, the column stride being the smaller; "columns": down its
+    columns, a transposed operand); `unit`: that inner stride is 1, written as a constant."""
+
+    dtype: str
+    lanes: int
+    mr: int
+    nr: int
+    a_order: str
+    a_unit: bool
+    b_order: str
+    b_unit: bool
+
+    @property
+    def symbol(self) -> str:
+        a = f"{self.a_order[0]}{1 if self.a_unit else 's'}"
+        b = f"{self.b_order[0]}{1 if self.b_unit else 's'}"
+        return f"tapeml_gemm_{self.dtype}_{self.mr}x{self.nr}_l{self.lanes}_a{a}_b{b}"
+
+    @property
+    def mc(self) -> int:
+        """Rows of A packed at once: a whole number of tiles, about 140 rows."""
+        return self.mr * max(1, 140 // self.mr)
+
+    @property
+    def element(self) -> tuple[str, int]:
+        """The element's LLVM type and its bytes."""
+        return ("float", 4) if self.dtype == "f32" else ("double", 8)
+
+
+def _order(row: int, column: int) -> tuple[str, bool]:
+    """How packing walks an operand with these strides, and whether its inner stride is 1."""
+    if column <= row:
+        return "rows", column == 1
+    return "columns", row == 1
+
+
+def variant(spec: GemmSpec, target: Target) -> Variant:
+    lanes, mr, nr = tiles(spec, target)
+    return Variant(spec.dtype, lanes, mr, nr, *_order(*spec.a[1:]), *_order(*spec.b[1:]))
+
+
+def scratch_bytes(spec: GemmSpec, v: Variant) -> tuple[int, int]:
+    """Bytes of one part's packing buffers: B's block ([n/NR][KC][NR]), then A's; each a
+    multiple of 64."""
+    kc = min(KC, max(spec.k, 1))
+    size = v.element[1]
+    b_bytes = -(-spec.n // v.nr) * v.nr * kc * size
+    a_bytes = v.mc * kc * size
+    return -(-b_bytes // 64) * 64, -(-a_bytes // 64) * 64
+
+
+def plan(spec: GemmSpec, target: Target) -> list[int]:
+    """The table `spec`'s calls pass the kernel (the module doc), for `target`'s threads."""
+    v = variant(spec, target)
+    threads = target.threads
+    shared = shares_b(spec, v.mr, threads)
+    parts = [] if shared else partition(spec, v.mr, v.nr, threads)
+    groups = batch_groups(spec)
+    b_bytes, a_bytes = scratch_bytes(spec, v)
+    part_bytes = b_bytes + a_bytes
+    sums = part_bytes * len(parts)  # where groups 1.. put their sums, after the packing slices
+    total = b_bytes if shared else sums + (groups - 1) * spec.m * spec.n * v.element[1]
+    total = -(-total // 64) * 64  # aligned_alloc's size: a multiple of the alignment (C11)
+    if 0 in (spec.m, spec.n, spec.batch, spec.k):
+        total = 0  # nothing to pack: C is left as it is, or zeroed
+    values = {"batch": spec.batch, "m": spec.m, "n": spec.n, "k": spec.k,
+              "a0": spec.a[0], "a1": spec.a[1], "a2": spec.a[2],
+              "b0": spec.b[0], "b1": spec.b[1], "b2": spec.b[2], "c0": spec.c0,
+              "accumulate": int(spec.accumulate), "threads": threads, "shared": int(shared),
+              "groups": groups, "parts": len(parts), "part_bytes": part_bytes,
+              "a_offset": b_bytes, "sums": sums, "total": total}
+    return [values[name] for name in FIELDS] + [x for part in parts for x in part]
