@@ -69,6 +69,7 @@ def kernel(v: Variant) -> str:
     out = [f"; {name}: C (+)= A @ B, BLIS-style, {v.mr}x{v.nr} register tile of {vec}",
            "declare i64 @llvm.smin.i64(i64, i64)",
            f"declare {vec} @llvm.fma.v{v.lanes}{v.dtype}({vec}, {vec}, {vec})",
+           *(line for width in sorted({v.lanes, v.nr}) for line in _masked(width, t, v.dtype)),
            "declare ptr @aligned_alloc(i64, i64)", "declare void @free(ptr)",
            "declare i32 @sched_yield()",
            "declare void @tapeml_parallel_for(ptr, ptr, i64, i64)",
@@ -78,6 +79,12 @@ def kernel(v: Variant) -> str:
     out += pack_a(name, t, v)
     out += driver(v)
     return "\n".join(out) + "\n"
+
+
+def _masked(lanes: int, t: str, dtype: str) -> list[str]:
+    vec, mask = f"<{lanes} x {t}>", f"<{lanes} x i1>"
+    return [f"declare {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr, i32, {mask}, {vec})",
+            f"declare void @llvm.masked.store.v{lanes}{dtype}.p0({vec}, ptr, i32, {mask})"]
 
 
 def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:

@@ -5,8 +5,8 @@ MR x NR tile of C in vector registers) and the packing of A's and B's blocks int
 
 from __future__ import annotations
 
-from tapeml.codegen.gemm.writer import WIDE, Writer
 from tapeml.codegen.gemm.plan import Variant
+from tapeml.codegen.gemm.writer import WIDE, Writer
 
 
 def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
@@ -20,7 +20,6 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
                    f"ptr noalias align 64 %b, ptr noalias %c, i64 %ldc, i64 %mr, i64 %nr, "
                    f"i1 %load) {WIDE} {{")
     w.label("%entry")
-    w.do(f"%tile = alloca [{mr * nr} x {t}], align 64")
     w.do("br label %head")
     w.label("%head")
     w.do("%k = phi i64 [ 0, %entry ], [ %k.next, %body ]")
@@ -61,27 +60,33 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
             value = w(f"select i1 %load, {vec} {total}, {vec} {acc[i][v]}")
             w.do(f"store {vec} {value}, ptr {p}, align {4 if t == 'float' else 8}")
     w.do("ret void")
-    w.label("%edge")  # through the stack tile, then the mr x nr corner of it into C
+    w.label("%edge")  # rows below %mr left alone, lanes past %nr masked off
+    masks = [_lanes_below(w, lanes, v * lanes, "%nr") for v in range(vectors)]
+    mask_type = f"<{lanes} x i1>"
+    align = 4 if t == "float" else 8
     for i in range(mr):
-        for v in range(vectors):
-            p = w.gep(t, "%tile", str(i * nr + v * lanes))
-            w.do(f"store {vec} {acc[i][v]}, ptr {p}, align 64")
+        def store(i: int = i) -> None:
+            row = w.gep(t, "%c", w(f"mul i64 %ldc, {i}"))
+            for v in range(vectors):
+                p = row if v == 0 else w.gep(t, row, str(v * lanes))
+                old = w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, i32 {align}, "
+                        f"{mask_type} {masks[v]}, {vec} zeroinitializer)")
+                total = w(f"fadd {vec} {old}, {acc[i][v]}")
+                value = w(f"select i1 %load, {vec} {total}, {vec} {acc[i][v]}")
+                w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0({vec} {value}, ptr {p}, "
+                     f"i32 {align}, {mask_type} {masks[v]})")
 
-    def row(i: str) -> None:
-        src = w.gep(t, "%tile", w(f"mul i64 {i}, {nr}"))
-        dst = w.gep(t, "%c", w(f"mul i64 {i}, %ldc"))
-
-        def column(j: str) -> None:
-            x = w(f"load {t}, ptr {w.gep(t, src, j)}")
-            q = w.gep(t, dst, j)
-            old = w(f"load {t}, ptr {q}")
-            total = w(f"fadd {t} {old}, {x}")
-            w.do(f"store {t} {w(f'select i1 %load, {t} {total}, {t} {x}')}, ptr {q}")
-
-        w.loop("0", "%nr", 1, column, "j")
-
-    w.loop("0", "%mr", 1, row, "i")
+        w.when(w(f"icmp slt i64 {i}, %mr"), store)
     return w.end()
+
+
+def _lanes_below(w: Writer, lanes: int, first: int, bound: str) -> str:
+    """The <lanes x i1> mask of lanes first, first + 1, ... that are below `bound` (an i64)."""
+    index = ", ".join(f"i64 {first + lane}" for lane in range(lanes))
+    one = w(f"insertelement <{lanes} x i64> poison, i64 {bound}, i64 0")
+    splat = w(f"shufflevector <{lanes} x i64> {one}, <{lanes} x i64> poison, "
+              f"<{lanes} x i32> zeroinitializer")
+    return w(f"icmp slt <{lanes} x i64> <{index}>, {splat}")
 
 
 def _strides(order: str, unit: bool) -> tuple[str, str]:
@@ -95,7 +100,9 @@ def _strides(order: str, unit: bool) -> tuple[str, str]:
 
 def pack_b(name: str, t: str, v: Variant) -> list[str]:
     """Bp[jj / NR][p][jj % NR] = B[pc + p, j0 + jj] for p < kc and j0 + jj < j1, zero past j1
-    up to a whole panel; B[p, j] = src[p * s1 + j * s2]."""
+    up to a whole panel; B[p, j] = src[p * s1 + j * s2]. Panel by panel: a whole one along
+    B's rows (NR elements at a time, one vector load where they are contiguous) or down its
+    columns (a transposed B), an edge one element by element."""
     w = Writer()
     nr = v.nr
     b1, b2 = _strides(v.b_order, v.b_unit)
@@ -103,33 +110,66 @@ def pack_b(name: str, t: str, v: Variant) -> list[str]:
                    f"%dst, i64 %pc, i64 %kc, i64 %j0, i64 %j1, i64 %s1, i64 %s2) {WIDE} {{")
     w.label("%entry")
 
-    def element(p: str, j: str) -> None:
-        at = w.packed(w(f"sub i64 {j}, %j0"), p, nr)
-        row = w(f"add i64 %pc, {p}")
-        src = w.add(w(f"mul i64 {row}, {b1}"), w(f"mul i64 {j}, {b2}"))
-        x = w(f"load {t}, ptr {w.gep(t, '%src', src)}")
-        w.do(f"store {t} {x}, ptr {w.gep(t, '%dst', at)}")
+    def address(p: str, j: str) -> str:  # of B[pc + p, j]
+        return w.gep(t, "%src", w.add(w(f"mul i64 {w(f'add i64 %pc, {p}')}, {b1}"),
+                                      w(f"mul i64 {j}, {b2}")))
 
-    if v.b_order == "rows":  # rows of B are contiguous (or nearly): stream them
-        w.loop("0", "%kc", 1, lambda p: w.loop("%j0", "%j1", 1, lambda j: element(p, j), "j"),
-               "p")
-    else:  # a transposed B: read down its columns
-        w.loop("%j0", "%j1", 1, lambda j: w.loop("0", "%kc", 1, lambda p: element(p, j), "p"),
-               "j")
-    width = w("sub i64 %j1, %j0")
-    rounded = w(f"add i64 {width}, {nr - 1}")
-    padded = w(f"mul i64 {w(f'sdiv i64 {rounded}, {nr}')}, {nr}")
+    def panel(jp: str) -> None:
+        into = w.gep(t, "%dst", w(f"mul i64 {w(f'sub i64 {jp}, %j0')}, %kc"))
+        width = w.min(str(nr), w(f"sub i64 %j1, {jp}"))
 
-    def zero(p: str, jj: str) -> None:
-        w.do(f"store {t} 0.0, ptr {w.gep(t, '%dst', w.packed(jj, p, nr))}")
+        def copy(p: str, jj: str) -> None:
+            x = w(f"load {t}, ptr {address(p, w(f'add i64 {jp}, {jj}'))}")
+            w.do(f"store {t} {x}, ptr {w.gep(t, into, w.add(w(f'mul i64 {p}, {nr}'), jj))}")
 
-    w.loop("0", "%kc", 1, lambda p: w.loop(width, padded, 1, lambda jj: zero(p, jj), "z"), "q")
+        def whole() -> None:
+            if v.b_order == "rows" and v.b_unit:  # NR contiguous elements: one vector
+                vec = f"<{nr} x {t}>"
+
+                def row(p: str) -> None:
+                    x = w(f"load {vec}, ptr {address(p, jp)}, align {v.element[1]}")
+                    w.do(f"store {vec} {x}, ptr {w.gep(t, into, w(f'mul i64 {p}, {nr}'))}, "
+                         f"align {v.element[1]}")
+
+                w.loop("0", "%kc", 1, row, "p")
+            elif v.b_order == "rows":
+                w.loop("0", "%kc", 1, lambda p: w.loop(
+                    "0", str(nr), 1, lambda jj: copy(p, jj), "jj"), "p")
+            else:  # down B's columns, each read along k
+                w.loop("0", str(nr), 1, lambda jj: w.loop(
+                    "0", "%kc", 1, lambda p: copy(p, jj), "p"), "jj")
+
+        def edge() -> None:  # the last, narrower panel: zero past j1
+            if v.b_order == "rows" and v.b_unit:  # one masked vector load per row
+                vec, mask = f"<{nr} x {t}>", _lanes_below(w, nr, 0, width)
+
+                def masked(p: str) -> None:
+                    x = w(f"call {vec} @llvm.masked.load.v{nr}{v.dtype}.p0(ptr {address(p, jp)}, "
+                          f"i32 {v.element[1]}, <{nr} x i1> {mask}, {vec} zeroinitializer)")
+                    w.do(f"store {vec} {x}, ptr {w.gep(t, into, w(f'mul i64 {p}, {nr}'))}, "
+                         f"align {v.element[1]}")
+
+                w.loop("0", "%kc", 1, masked, "p")
+                return
+
+            def row(p: str) -> None:
+                w.loop("0", width, 1, lambda jj: copy(p, jj), "jj")
+                w.loop(width, str(nr), 1, lambda jj: w.do(
+                    f"store {t} 0.0, ptr {w.gep(t, into, w.add(w(f'mul i64 {p}, {nr}'), jj))}"),
+                    "z")
+
+            w.loop("0", "%kc", 1, row, "p")
+
+        w.choose(w(f"icmp eq i64 {width}, {nr}"), whole, edge)
+
+    w.loop("%j0", "%j1", nr, panel, "jp")
     return w.end()
 
 
 def pack_a(name: str, t: str, v: Variant) -> list[str]:
     """Ap[i / MR][p][i % MR] = A[min(ic + i, m - 1), pc + p] for i < mc rounded up to MR;
-    A[i, p] = src[i * s1 + p * s2]."""
+    A[i, p] = src[i * s1 + p * s2]. Panel by panel (MR rows): along each row of A, or, a
+    transposed A, MR contiguous elements per k; rows clamped only in the last panel."""
     w = Writer()
     mr = v.mr
     a1, a2 = _strides(v.a_order, v.a_unit)
@@ -141,16 +181,29 @@ def pack_a(name: str, t: str, v: Variant) -> list[str]:
     rows = w(f"mul i64 {w(f'sdiv i64 {rounded}, {mr}')}, {mr}")
     last = w("sub i64 %m, 1")
 
-    def element(i: str, p: str) -> None:
-        at = w.packed(i, p, mr)
-        row = w.min(w(f"add i64 %ic, {i}"), last)
-        column = w(f"add i64 %pc, {p}")
-        src = w.add(w(f"mul i64 {row}, {a1}"), w(f"mul i64 {column}, {a2}"))
-        x = w(f"load {t}, ptr {w.gep(t, '%src', src)}")
-        w.do(f"store {t} {x}, ptr {w.gep(t, '%dst', at)}")
+    def panel(ip: str) -> None:
+        into = w.gep(t, "%dst", w(f"mul i64 {ip}, %kc"))
+        top = w(f"add i64 %ic, {ip}")
 
-    if v.a_order == "rows":  # rows of A are contiguous: read along them
-        w.loop("0", rows, 1, lambda i: w.loop("0", "%kc", 1, lambda p: element(i, p), "p"), "i")
-    else:
-        w.loop("0", "%kc", 1, lambda p: w.loop("0", rows, 1, lambda i: element(i, p), "i"), "p")
+        def fill(clamp: bool) -> None:
+            def row_of(ii: str) -> str:
+                row = w(f"add i64 {top}, {ii}")
+                return w.min(row, last) if clamp else row
+
+            def copy(row: str, p: str, ii: str) -> None:
+                src = w.add(w(f"mul i64 {row}, {a1}"), w(f"mul i64 {w(f'add i64 %pc, {p}')}, {a2}"))
+                x = w(f"load {t}, ptr {w.gep(t, '%src', src)}")
+                w.do(f"store {t} {x}, ptr {w.gep(t, into, w.add(w(f'mul i64 {p}, {mr}'), ii))}")
+
+            if v.a_order == "rows":  # along each of the MR rows
+                w.loop("0", str(mr), 1, lambda ii: (lambda row: w.loop(
+                    "0", "%kc", 1, lambda p: copy(row, p, ii), "p"))(row_of(ii)), "ii")
+            else:  # a transposed A: MR contiguous elements for each k
+                w.loop("0", "%kc", 1, lambda p: w.loop(
+                    "0", str(mr), 1, lambda ii: copy(row_of(ii), p, ii), "ii"), "p")
+
+        w.choose(w(f"icmp sle i64 {w(f'add i64 {top}, {mr}')}, %m"), lambda: fill(False),
+                 lambda: fill(True))
+
+    w.loop("0", rows, mr, panel, "ip")
     return w.end()

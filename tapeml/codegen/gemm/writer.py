@@ -66,6 +66,18 @@ class Writer:
         self.do(f"br label {done}")
         self.label(done)
 
+    def choose(self, condition: str, then, otherwise) -> None:
+        """if condition: then() else: otherwise() -- an i1 value."""
+        yes, no, done = self.fresh("yes"), self.fresh("no"), self.fresh("fi")
+        self.do(f"br i1 {condition}, label {yes}, label {no}")
+        self.label(yes)
+        then()
+        self.do(f"br label {done}")
+        self.label(no)
+        otherwise()
+        self.do(f"br label {done}")
+        self.label(done)
+
     def min(self, a: str, b: str) -> str:
         return self(f"call i64 @llvm.smin.i64(i64 {a}, i64 {b})")
 
