@@ -303,3 +303,89 @@ def test_explain_says_which_compilation_came_from_the_disk_cache(cache_dir):
     step = tapeml.jit(fn)  # another jit of the same function: this process's second compile
     step(*args)
     assert "its machine code came from the disk cache" in step.explain()
+
+
+_KEPT_KERNELS = []  # engines of kernels loaded by these tests: their code must outlive them
+
+
+@pytest.fixture
+def fresh_kernels(monkeypatch):
+    """load_kernel as in a new process: no kernel loaded yet."""
+    def fresh():
+        kernels: dict = {}
+        _KEPT_KERNELS.append(kernels)
+        monkeypatch.setattr(cpu, "_KERNELS", kernels)
+
+    fresh()
+    return fresh
+
+
+def _kernel_spec():
+    from tapeml.codegen.gemm import GemmSpec
+    return GemmSpec("f64", 3, 13, 21, 300, (13 * 300, 1, 13), (300 * 21, 21, 1), 13 * 21, False)
+
+
+def _kernel_computes(spec):
+    """The caller of `spec`, linked to the kernel loaded now, against numpy."""
+    import ctypes
+
+    import llvmlite.binding as llvm
+
+    machine = cpu.target_machine()
+    engine = llvm.create_mcjit_compiler(cpu.caller_module(spec, machine), machine)
+    engine.finalize_object()
+    scratch = cpu.bind_scratch(engine, [spec.symbol])
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((spec.batch, spec.k, spec.m))  # A transposed: read in place
+    b = rng.standard_normal((spec.batch, spec.k, spec.n))
+    out = np.full((spec.batch, spec.m, spec.n), np.nan)
+    ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3)(engine.get_function_address(spec.symbol))(
+        a.ctypes.data, b.ctypes.data, out.ctypes.data)
+    _KEPT_KERNELS.append((engine, scratch))
+    np.testing.assert_allclose(out, a.transpose(0, 2, 1) @ b, rtol=0, atol=1e-12 * spec.k)
+
+
+def test_a_kernel_is_compiled_once_per_process_then_loaded_from_disk(cache_dir, fresh_kernels):
+    from tapeml.codegen.gemm import Target, variant
+
+    spec = _kernel_spec()
+    v = variant(spec, Target.host())
+    assert cpu.load_kernel(v) == "compiled"
+    assert cpu.load_kernel(v) == "loaded"
+    (entry,) = cache_dir.glob("*" + disk_cache.SUFFIX)
+    fresh_kernels()  # a new process, the same disk
+    assert cpu.load_kernel(v) == "disk cache"
+    _kernel_computes(spec)
+
+
+@pytest.mark.parametrize("damage", [_damage_truncate, _damage_flip, _damage_other_format],
+                         ids=lambda f: f.__name__.removeprefix("_damage_"))
+def test_a_damaged_kernel_entry_is_recompiled_never_loaded(damage, cache_dir, fresh_kernels):
+    from tapeml.codegen.gemm import Target, variant
+
+    spec = _kernel_spec()
+    v = variant(spec, Target.host())
+    assert cpu.load_kernel(v) == "compiled"
+    (entry,) = cache_dir.glob("*" + disk_cache.SUFFIX)
+    damage(entry)
+    fresh_kernels()
+    assert cpu.load_kernel(v) == "compiled"
+    _kernel_computes(spec)
+    fresh_kernels()
+    assert cpu.load_kernel(v) == "disk cache"  # the entry written again is whole
+
+
+def test_a_program_loaded_from_disk_loads_the_kernels_it_calls(cache_dir, fresh_kernels):
+    """A program's entry holds its calls, not its kernels: loading it in a new process loads
+    them first (here from the disk too), and it computes the same bits."""
+    fn, args = _mlp()
+    program, stored = _compile(fn, args)
+    assert stored.variants and len(stored.kernels) >= len(stored.variants)
+    expected = _run(program, stored, args)
+    fresh_kernels()
+    with tapeml.profile() as stages:
+        _, loaded = _compile(fn, args)
+    assert loaded.origin == "disk cache" and loaded.variants == stored.variants
+    assert all(cpu.load_kernel(v) == "loaded" for v in loaded.variants)
+    assert not any(s.name == "GEMM kernels" for s in stages)  # nothing linked: loaded
+    _same_bits(_run(program, loaded, args), expected)

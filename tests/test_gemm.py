@@ -313,3 +313,40 @@ def test_both_tile_widths_whatever_the_host(m, n, k, ta, tb, panel_vectors):
     np.testing.assert_allclose(out, expected, rtol=0, atol=4e-6 * k)
     lanes, _, nr = tiles(spec, target)
     assert nr == (lanes if n <= lanes else panel_vectors * lanes)
+
+
+def test_many_shapes_call_a_handful_of_kernels_compiled_once(monkeypatch):
+    """Every kernel.gemm shape of a program gets a caller of its own; the callers share the
+    shape-generic kernels, which a second program (another batch size) finds loaded. (Sizes
+    that every host's full register tile covers: a small m gets a tile of its own height.)"""
+    from tapeml import nn, ops
+    from tapeml.codegen import get_backend
+    from tapeml.tracing.pytree import flatten
+
+    monkeypatch.setenv("TAPEML_CACHE", "0")
+    rng = np.random.default_rng(0)
+    params = {f"l{i}": nn.linear_init(rng, m, n)
+              for i, (m, n) in enumerate([(64, 96), (96, 64), (64, 128)])}
+
+    def loss(p, x):
+        h = ops.tanh(nn.linear(p["l0"], x))
+        return ops.sum(nn.linear(p["l2"], ops.relu(nn.linear(p["l1"], h))) ** 2)
+
+    step = tapeml.value_and_grad(loss)
+    natives = []
+    for batch in (64, 96):
+        x = rng.standard_normal((batch, 64)).astype(np.float32)
+        program = tapeml.trace(step, params, x)
+        with tapeml.profile() as stages:
+            natives.append(get_backend("cpu").compile(program.module))
+        (report,) = [s for s in stages if s.name == "GEMM kernels"]
+        if batch == 96:
+            assert report.detail.endswith(f"{len(natives[-1].variants)} loaded")
+        got = natives[-1](*flatten((params, x))[0])
+        expected = tapeml.jit(step, backend="interp")(params, x)
+        for g, e in zip(got, flatten(expected)[0], strict=True):
+            np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5)
+    first, second = natives
+    assert len(first.kernels) >= 6 and len(first.variants) < len(first.kernels)
+    assert set(second.kernels).isdisjoint(first.kernels)  # other shapes: other callers
+    assert set(second.variants) <= set(first.variants)   # the same kernels

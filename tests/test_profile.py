@@ -26,7 +26,8 @@ def test_a_first_call_records_every_stage_in_order():
     assert names == ["trace loss", "tape-differentiate", "trace loss", "tape-fuse",
                      "tape-to-loops", *outlined, "plan-arena", "merge-loop-nests",
                      "convert-scf-to-cf",
-                     "convert-loops-to-llvm", "LLVM O2", "machine code (MCJIT)"]
+                     "convert-loops-to-llvm", "LLVM O2", "GEMM kernels",
+                     "machine code (MCJIT)"]
     traced, differentiated = stages[0], stages[1]
     forward = len(tapeml.trace(loss, params, x, y).function.body.block.ops) - 1
     assert traced.ops == forward
@@ -35,6 +36,9 @@ def test_a_first_call_records_every_stage_in_order():
     assert all(s.seconds >= 0 for s in stages)
     assert "elementwise groups" in stages[3].detail and "peak" in stages[4].detail
     assert "one arena of" in stages[names.index("plan-arena")].detail
+    gemm = stages[names.index("GEMM kernels")]  # the kernels, and how many shapes call them
+    shapes = int(gemm.detail.split("called by ")[1].split()[0])
+    assert 1 <= gemm.ops <= shapes and gemm.detail.endswith(("compiled", "loaded"))
     with tapeml.profile() as again:
         step(params, x, y)  # cached: nothing compiled, nothing recorded
     assert again == []

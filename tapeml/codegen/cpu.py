@@ -218,7 +218,7 @@ def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
         parsed.link_in(caller_module(spec, machine, load=False))
     if variants and profiling():
         record("GEMM kernels", len(variants), started,
-               f"(kernels) for {len(kernels)} shapes; " + ", ".join(
+               f"(kernels) called by {len(kernels)} shapes; " + ", ".join(
                    f"{count} {origin}" for origin, count in sorted(origins.items())))
     return list(kernels), variants
 
@@ -416,13 +416,12 @@ class CPUBackend:
             started = time.perf_counter()
             machine = target_machine()
             ir_text, parsed = optimize(module, machine)
+            if profiling():
+                record("LLVM O2", _instructions(parsed), started, "(LLVM instructions)")
             kernels, variants = link_kernels(module, parsed, machine)
             keep("llvm ir", lambda: ir_text)
             keep("optimized llvm ir", lambda: str(parsed))
             keep("assembly", lambda: machine.emit_assembly(parsed))
-            if profiling():
-                record("LLVM O2", _instructions(parsed), started,
-                       f"(LLVM instructions), {len(kernels)} GEMM callers linked")
             started = time.perf_counter()
             pool.load(target_machine)  # tapeml_parallel_for, for the programs that call it
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)
