@@ -55,6 +55,7 @@ from tapeml.codegen.gemm.partition import PARALLEL_FLOPS, batch_groups, partitio
 from tapeml.codegen.gemm.plan import INDEX, Variant, plan, variant
 from tapeml.codegen.gemm.routines import micro_kernel, pack_a, pack_b
 from tapeml.codegen.gemm.target import Target, host_threads, tiles
+from tapeml.codegen.gemm.writer import scalar_loops
 from tapeml.dialects.kernel import GemmSpec
 
 __all__ = ["PARALLEL_FLOPS", "GemmSpec", "Target", "Variant", "batch_groups", "caller",
@@ -78,7 +79,7 @@ def kernel(v: Variant) -> str:
     out += pack_b(name, t, v)
     out += pack_a(name, t, v)
     out += driver(v)
-    return "\n".join(out) + "\n"
+    return scalar_loops("\n".join(out) + "\n")
 
 
 def _masked(lanes: int, t: str, dtype: str) -> list[str]:

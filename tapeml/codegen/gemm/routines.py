@@ -197,10 +197,12 @@ def pack_a(name: str, t: str, v: Variant) -> list[str]:
 
             if v.a_order == "rows":  # along each of the MR rows
                 w.loop("0", str(mr), 1, lambda ii: (lambda row: w.loop(
-                    "0", "%kc", 1, lambda p: copy(row, p, ii), "p"))(row_of(ii)), "ii")
+                    "0", "%kc", 1, lambda p: copy(row, p, ii), "p"))(row_of(ii)),
+                    "ii", scalar=True)
             else:  # a transposed A: MR contiguous elements for each k
                 w.loop("0", "%kc", 1, lambda p: w.loop(
-                    "0", str(mr), 1, lambda ii: copy(row_of(ii), p, ii), "ii"), "p")
+                    "0", str(mr), 1, lambda ii: copy(row_of(ii), p, ii), "ii"), "p",
+                    scalar=True)
 
         w.choose(w(f"icmp sle i64 {w(f'add i64 {top}, {mr}')}, %m"), lambda: fill(False),
                  lambda: fill(True))

@@ -7,6 +7,25 @@ from __future__ import annotations
 WIDE = '"prefer-vector-width"="512"'  # the host tunings prefer 256 bits; packing loops want 512
 
 
+SCALAR_LOOP = "!scalar.loop"
+"""Where a loop's latch names its loop metadata, until `scalar_loops` numbers it."""
+
+
+def scalar_loops(text: str) -> str:
+    """`text` (a module) with each SCALAR_LOOP a loop of its own, not to be vectorized or
+    unrolled: the packing loops, which LLVM otherwise multiplies into hundreds of instructions
+    (a runtime-checked vector loop per row of a panel) that compile slowly and ran no faster."""
+    count = text.count(SCALAR_LOOP)
+    if not count:
+        return text
+    for i in range(count):
+        text = text.replace(SCALAR_LOOP, f"!{i}", 1)
+    flags = [f"!{count} = !{{!\"llvm.loop.vectorize.enable\", i1 false}}",
+             f"!{count + 1} = !{{!\"llvm.loop.unroll.disable\"}}"]
+    loops = [f"!{i} = distinct !{{!{i}, !{count}, !{count + 1}}}" for i in range(count)]
+    return text + "\n".join(loops + flags) + "\n"
+
+
 class Writer:
     """LLVM IR text with fresh value names and the current block's label (for phis)."""
 
@@ -37,8 +56,11 @@ class Writer:
         self.lines.append("}")
         return [*self.lines, ""]
 
-    def loop(self, start: str, end: str, step: int, body, hint: str = "i") -> None:
-        """for iv in range(start, end, step): body(iv) -- i64 values, end exclusive."""
+    def loop(self, start: str, end: str, step: int, body, hint: str = "i",
+             scalar: bool = False) -> None:
+        """for iv in range(start, end, step): body(iv) -- i64 values, end exclusive; `scalar`:
+        LLVM is asked not to vectorize or unroll it (SCALAR_LOOP, which `scalar_loops`
+        numbers)."""
         head, inner, latch, done = (self.fresh(f"{hint}.{s}") for s in
                                     ("head", "body", "latch", "done"))
         before = self.block
@@ -54,7 +76,7 @@ class Writer:
         self.do(f"br label {latch}")
         self.label(latch)
         self.do(f"{nxt} = add i64 {iv}, {step}")
-        self.do(f"br label {head}")
+        self.do(f"br label {head}" + (f", !llvm.loop {SCALAR_LOOP}" if scalar else ""))
         self.label(done)
 
     def when(self, condition: str, body) -> None:
