@@ -137,17 +137,70 @@ def first_call(workload: str, cache: str | None = None) -> float:
     return float(out.stdout.split()[-1])
 
 
+def _jax_loss(workload: str) -> Callable:
+    """W3's or W4's loss written for jax (the same layers as _mlp's and _cnn's)."""
+    import jax
+    import jax.numpy as jnp
+
+    def linear(p, x):
+        return x @ p["W"] + p["b"]
+
+    def cross_entropy(z, y):
+        return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(z, axis=-1), axis=-1))
+
+    def conv_relu_pool(p, x):
+        h = jax.lax.conv_general_dilated(x, p["W"], (1, 1), ((1, 1), (1, 1)))
+        h = jax.nn.relu(h + p["b"][None, :, None, None])
+        return jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2),
+                                     "VALID")
+
+    def mlp(p, x, y):
+        h = jax.nn.relu(linear(p["lin2"], jnp.tanh(linear(p["lin1"], x))))
+        return cross_entropy(linear(p["lin3"], h), y)
+
+    def cnn(p, x, y):
+        h = conv_relu_pool(p["c2"], conv_relu_pool(p["c1"], x))
+        return cross_entropy(linear(p["out"], h.reshape(h.shape[0], -1)), y)
+
+    return {"mlp": mlp, "cnn": cnn}[workload]
+
+
+def jax_first_call(workload: str) -> float | None:
+    """Seconds from jax.jit to the first result of the same step in a fresh process (imports
+    and moving the arrays to jax excluded); None without jax."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("jax") is None:
+        return None
+    code = (f"import sys, time; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            "import run, jax, jax.numpy; "
+            f"_, params, x, y = run._{workload}(); loss = run._jax_loss({workload!r}); "
+            "args = jax.device_put((params, x, y)); jax.block_until_ready(args); "
+            "start = time.perf_counter(); "
+            "jax.block_until_ready(jax.jit(jax.value_and_grad(loss))(*args)); "
+            "print(time.perf_counter() - start)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    return float(out.stdout.split()[-1])
+
+
 def w5(workload: str, runs: int) -> None:
     """W5: the first call of `workload`'s step in fresh processes: cold (an empty disk cache,
-    median of `runs`), then warm (the cache the first cold run filled)."""
+    median of `runs`), then warm (the cache the first cold run filled); jax.jit's first call
+    beside it, where jax is installed (median of `runs`, fresh processes too)."""
     import tempfile
 
     filled = tempfile.mkdtemp(prefix="tapeml-bench-warm-")
     colds = [first_call(workload, filled)] + [first_call(workload) for _ in range(runs - 1)]
     warm = first_call(workload, filled)
+    jax_runs = [jax_first_call(workload) for _ in range(runs)]
     name = {"mlp": "W3", "cnn": "W4"}[workload]
-    print(f"{f'W5 first call of {name}, fresh process':<34}{statistics.median(colds):>12.3f} s "
-          f"(median of {runs}); from the disk cache {warm:.3f} s")
+    cold = statistics.median(colds)
+    jax_s = None if None in jax_runs else statistics.median(jax_runs)
+    peer = "" if jax_s is None else f"; jax.jit {jax_s:.3f} s ({jax_s / cold:.2f}x)"
+    print(f"{f'W5 first call of {name}, fresh process':<34}{cold:>12.3f} s "
+          f"(median of {runs}); from the disk cache {warm:.3f} s{peer}")
 
 
 def w3_w5(repeat: int) -> None:

@@ -4,8 +4,10 @@
 `GemmSpec`, the *caller* (`caller(spec, target)`): its plan (plan.py: the call's sizes,
 strides, and how its work is shared out over threads), its scratch, and a call of the
 *kernel* its `Variant` names (`kernel(variant)`). A variant is what changes the code: the
-element type, the register tile, and the order and unit stride in which each operand is
-packed; a program with forty matmul shapes calls a handful of them, each compiled once per
+element type, the register tile, and whether each operand's inner stride is 1 (the kernel
+packs an operand along its rows or down its columns, whichever the call's strides favour, so
+a product and its transposes share it); a program with forty matmul shapes calls a handful
+of them, each compiled once per
 process (and kept in the disk cache) by the CPU backend. A kernel computes, for b < batch,
 
     C[b] (+)= A[b] @ B[b],  A[b][i, p] = A[b*a0 + i*a1 + p*a2],  B[b][p, j] = B[b*b0 + p*b1 + j*b2]

@@ -1,6 +1,6 @@
 """What is generated once per kernel and what each call passes it: a `Variant` (what changes
-the code: the element type, the register tile, the order and unit stride in which each operand
-is packed) names one shape-generic kernel; a call's `plan` (its sizes, strides, and how its
+the code: the element type, the register tile, and whether each operand's inner stride is 1)
+names one shape-generic kernel; a call's `plan` (its sizes, strides, and how its
 work is shared out over threads, as `partition` decides it) is a table of i64 the kernel reads
 at run time.
 
@@ -36,23 +36,22 @@ INDEX = {name: i for i, name in enumerate(FIELDS)}
 
 @dataclass(frozen=True)
 class Variant:
-    """One shape-generic kernel: what its code depends on. An operand's `order` is how packing
-    walks it ("rows": along its rows, the column stride being the smaller; "columns": down its
-    columns, a transposed operand); `unit`: that inner stride is 1, written as a constant."""
+    """One shape-generic kernel: what its code depends on. Packing walks an operand along its
+    rows or, a transposed operand, down its columns, whichever has the smaller stride: the
+    kernel holds both walks and takes one per call by the strides, so a matmul and its
+    transposes in the backward pass share a kernel. `a_unit`, `b_unit`: that operand's inner
+    stride (the one along the walk) is 1, written as a constant."""
 
     dtype: str
     lanes: int
     mr: int
     nr: int
-    a_order: str
     a_unit: bool
-    b_order: str
     b_unit: bool
 
     @property
     def symbol(self) -> str:
-        a = f"{self.a_order[0]}{1 if self.a_unit else 's'}"
-        b = f"{self.b_order[0]}{1 if self.b_unit else 's'}"
+        a, b = (1 if unit else "s" for unit in (self.a_unit, self.b_unit))
         return f"tapeml_gemm_{self.dtype}_{self.mr}x{self.nr}_l{self.lanes}_a{a}_b{b}"
 
     @property
@@ -66,16 +65,20 @@ class Variant:
         return ("float", 4) if self.dtype == "f32" else ("double", 8)
 
 
-def _order(row: int, column: int) -> tuple[str, bool]:
-    """How packing walks an operand with these strides, and whether its inner stride is 1."""
-    if column <= row:
-        return "rows", column == 1
-    return "columns", row == 1
+def along_rows(row: int, column: int) -> bool:
+    """Packing walks an operand with these strides along its rows (else down its columns):
+    the kernel's choice at run time (routines.py), made the same way."""
+    return column <= row
+
+
+def _unit(row: int, column: int) -> bool:
+    """The inner stride of the walk `along_rows` picks is 1."""
+    return (column if along_rows(row, column) else row) == 1
 
 
 def variant(spec: GemmSpec, target: Target) -> Variant:
     lanes, mr, nr = tiles(spec, target)
-    return Variant(spec.dtype, lanes, mr, nr, *_order(*spec.a[1:]), *_order(*spec.b[1:]))
+    return Variant(spec.dtype, lanes, mr, nr, _unit(*spec.a[1:]), _unit(*spec.b[1:]))
 
 
 def scratch_bytes(spec: GemmSpec, v: Variant) -> tuple[int, int]:

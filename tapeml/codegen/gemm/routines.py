@@ -1,6 +1,8 @@
 """A GEMM kernel's leaf functions, as LLVM IR text: the micro-kernel (`@<symbol>.tile`: an
 MR x NR tile of C in vector registers) and the packing of A's and B's blocks into panels
-(`.pack_a`, `.pack_b`). The driver (driver.py) calls them.
+(`.pack_a`, `.pack_b`: each takes the walk along the operand's rows or down its columns,
+whichever has the smaller stride, as plan.along_rows says; `.pack_a.rows`, `.pack_a.columns`
+and B's are the walks). The driver (driver.py) calls them.
 """
 
 from __future__ import annotations
@@ -98,16 +100,50 @@ def _strides(order: str, unit: bool) -> tuple[str, str]:
     return ("%s1", "1") if order == "rows" else ("1", "%s2")
 
 
+def _by_strides(routine: str, params: str, args: str) -> list[str]:
+    """`routine`(params): the walk along rows when the column stride %s2 is at most the row
+    stride %s1 (plan.along_rows), else down columns; `args` passes the parameters on."""
+    w = Writer()
+    w.lines.append(f"define internal void @{routine}({params}) {WIDE} {{")
+    w.label("%entry")
+    w.choose(w("icmp sle i64 %s2, %s1"),
+             lambda: w.do(f"call void @{routine}.rows({args})"),
+             lambda: w.do(f"call void @{routine}.columns({args})"))
+    return w.end()
+
+
+_PACK_B = ("ptr noalias %src, ptr noalias align 64 %dst, i64 %pc, i64 %kc, i64 %j0, i64 %j1, "
+           "i64 %s1, i64 %s2")
+_PACK_A = ("ptr noalias %src, ptr noalias align 64 %dst, i64 %ic, i64 %mc, i64 %pc, i64 %kc, "
+           "i64 %m, i64 %s1, i64 %s2")
+
+
+def _arguments(params: str) -> str:
+    return ", ".join(p.replace("noalias ", "").replace("align 64 ", "")
+                     for p in params.split(", "))
+
+
 def pack_b(name: str, t: str, v: Variant) -> list[str]:
+    """`.pack_b` and its two walks (`_pack_b`)."""
+    return [*_by_strides(f"{name}.pack_b", _PACK_B, _arguments(_PACK_B)),
+            *_pack_b(name, t, v, "rows"), *_pack_b(name, t, v, "columns")]
+
+
+def pack_a(name: str, t: str, v: Variant) -> list[str]:
+    """`.pack_a` and its two walks (`_pack_a`)."""
+    return [*_by_strides(f"{name}.pack_a", _PACK_A, _arguments(_PACK_A)),
+            *_pack_a(name, t, v, "rows"), *_pack_a(name, t, v, "columns")]
+
+
+def _pack_b(name: str, t: str, v: Variant, order: str) -> list[str]:
     """Bp[jj / NR][p][jj % NR] = B[pc + p, j0 + jj] for p < kc and j0 + jj < j1, zero past j1
     up to a whole panel; B[p, j] = src[p * s1 + j * s2]. Panel by panel: a whole one along
     B's rows (NR elements at a time, one vector load where they are contiguous) or down its
     columns (a transposed B), an edge one element by element."""
     w = Writer()
     nr = v.nr
-    b1, b2 = _strides(v.b_order, v.b_unit)
-    w.lines.append(f"define internal void @{name}.pack_b(ptr noalias %src, ptr noalias align 64 "
-                   f"%dst, i64 %pc, i64 %kc, i64 %j0, i64 %j1, i64 %s1, i64 %s2) {WIDE} {{")
+    b1, b2 = _strides(order, v.b_unit)
+    w.lines.append(f"define internal void @{name}.pack_b.{order}({_PACK_B}) {WIDE} {{")
     w.label("%entry")
 
     def address(p: str, j: str) -> str:  # of B[pc + p, j]
@@ -123,7 +159,7 @@ def pack_b(name: str, t: str, v: Variant) -> list[str]:
             w.do(f"store {t} {x}, ptr {w.gep(t, into, w.add(w(f'mul i64 {p}, {nr}'), jj))}")
 
         def whole() -> None:
-            if v.b_order == "rows" and v.b_unit:  # NR contiguous elements: one vector
+            if order == "rows" and v.b_unit:  # NR contiguous elements: one vector
                 vec = f"<{nr} x {t}>"
 
                 def row(p: str) -> None:
@@ -132,7 +168,7 @@ def pack_b(name: str, t: str, v: Variant) -> list[str]:
                          f"align {v.element[1]}")
 
                 w.loop("0", "%kc", 1, row, "p")
-            elif v.b_order == "rows":
+            elif order == "rows":
                 w.loop("0", "%kc", 1, lambda p: w.loop(
                     "0", str(nr), 1, lambda jj: copy(p, jj), "jj"), "p")
             else:  # down B's columns, each read along k
@@ -140,7 +176,7 @@ def pack_b(name: str, t: str, v: Variant) -> list[str]:
                     "0", "%kc", 1, lambda p: copy(p, jj), "p"), "jj")
 
         def edge() -> None:  # the last, narrower panel: zero past j1
-            if v.b_order == "rows" and v.b_unit:  # one masked vector load per row
+            if order == "rows" and v.b_unit:  # one masked vector load per row
                 vec, mask = f"<{nr} x {t}>", _lanes_below(w, nr, 0, width)
 
                 def masked(p: str) -> None:
@@ -166,16 +202,14 @@ def pack_b(name: str, t: str, v: Variant) -> list[str]:
     return w.end()
 
 
-def pack_a(name: str, t: str, v: Variant) -> list[str]:
+def _pack_a(name: str, t: str, v: Variant, order: str) -> list[str]:
     """Ap[i / MR][p][i % MR] = A[min(ic + i, m - 1), pc + p] for i < mc rounded up to MR;
     A[i, p] = src[i * s1 + p * s2]. Panel by panel (MR rows): along each row of A, or, a
     transposed A, MR contiguous elements per k; rows clamped only in the last panel."""
     w = Writer()
     mr = v.mr
-    a1, a2 = _strides(v.a_order, v.a_unit)
-    w.lines.append(f"define internal void @{name}.pack_a(ptr noalias %src, ptr noalias align 64 "
-                   f"%dst, i64 %ic, i64 %mc, i64 %pc, i64 %kc, i64 %m, i64 %s1, i64 %s2) "
-                   f"{WIDE} {{")
+    a1, a2 = _strides(order, v.a_unit)
+    w.lines.append(f"define internal void @{name}.pack_a.{order}({_PACK_A}) {WIDE} {{")
     w.label("%entry")
     rounded = w(f"add i64 %mc, {mr - 1}")
     rows = w(f"mul i64 {w(f'sdiv i64 {rounded}, {mr}')}, {mr}")
@@ -195,7 +229,7 @@ def pack_a(name: str, t: str, v: Variant) -> list[str]:
                 x = w(f"load {t}, ptr {w.gep(t, '%src', src)}")
                 w.do(f"store {t} {x}, ptr {w.gep(t, into, w.add(w(f'mul i64 {p}, {mr}'), ii))}")
 
-            if v.a_order == "rows":  # along each of the MR rows
+            if order == "rows":  # along each of the MR rows
                 w.loop("0", str(mr), 1, lambda ii: (lambda row: w.loop(
                     "0", "%kc", 1, lambda p: copy(row, p, ii), "p"))(row_of(ii)),
                     "ii", scalar=True)
