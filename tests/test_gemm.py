@@ -77,6 +77,46 @@ def test_transposed_operands_are_read_in_place(ta, tb, dtype):
     check(37, 41, 29, dtype, ta, tb)
 
 
+def test_a_product_and_its_transposes_share_one_kernel():
+    """The kernel packs either walk, chosen per call by the strides (plan.along_rows): one
+    variant for A @ B, A.T @ B, A @ B.T and A.T @ B.T of the same sizes; an operand whose inner
+    stride is not 1 (a strided view) is another (its stride is not the constant 1). The
+    transposed calls computing right through it: test_transposed_operands_are_read_in_place."""
+    from tapeml.codegen.gemm import variant
+
+    m, n, k = 37, 41, 29
+    target = Target.host()
+
+    def spec(a, b):
+        return GemmSpec("f32", 1, m, n, k, a, b, m * n, False)
+
+    plain, ta, tb = (0, k, 1), (0, 1, m), (0, 1, k)
+    shared = {variant(spec(a, b), target) for a in (plain, ta) for b in ((0, n, 1), tb)}
+    assert len(shared) == 1
+    (one,) = shared
+    assert one.a_unit and one.b_unit
+    strided = variant(spec((0, 2 * k, 2), (0, n, 1)), target)
+    assert not strided.a_unit and strided.b_unit and strided.symbol != one.symbol
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_strided_operands_either_walk(ta, tb):
+    """Operands whose inner stride is 2 (every other element of a larger array), along rows
+    or down columns: the non-unit kernel, each walk taken by the strides."""
+    m, n, k = 19, 23, 17
+    rng = np.random.default_rng(m + n + k + 2 * ta + tb)
+    big_a = rng.standard_normal((k, 2 * m) if ta else (m, 2 * k)).astype(np.float32)
+    big_b = rng.standard_normal((n, 2 * k) if tb else (k, 2 * n)).astype(np.float32)
+    a = (big_a[:, ::2].T if ta else big_a[:, ::2]).astype(np.float64)  # A as (m, k)
+    b = (big_b[:, ::2].T if tb else big_b[:, ::2]).astype(np.float64)  # B as (k, n)
+    spec = GemmSpec("f32", 1, m, n, k, (0, 2, 2 * m) if ta else (0, 2 * k, 2),
+                    (0, 2, 2 * k) if tb else (0, 2 * n, 2), m * n, False)
+    out = np.full((m, n), np.nan, np.float32)
+    compiled(spec)(big_a.ctypes.data, big_b.ctypes.data, out.ctypes.data)
+    np.testing.assert_allclose(out, a @ b, rtol=0, atol=4e-7 * k * max(1, np.abs(a @ b).max()))
+
+
 def test_larger_than_one_block_in_every_direction():
     lanes, mr, nr = tiles(GemmSpec("f32", 1, 1, 1, 1, (0, 1, 1), (0, 1, 1), 1, False),
                           Target.host())
