@@ -369,6 +369,35 @@ def _mlp_loss(params, x):
     return ops.mean(ops.square(nn.mlp(params, x)))
 
 
+def test_grad_under_a_trace_records_what_replaying_its_program_records():
+    """value_and_grad called on tracers (under jit or trace) moves its differentiated
+    program's ops into the outer trace (Program.call_once) rather than copying them, and
+    leaves the verifying to that trace: the outer program is the one a copy gives, op for op,
+    it verifies, and it computes what value_and_grad computes on arrays."""
+    from tapeml.frontend.autodiff import _differentiated
+
+    rng = np.random.default_rng(0)
+    p = {"W": rng.standard_normal((3, 4)).astype(np.float32)}
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+
+    def loss(p, x):
+        return ops.sum(ops.tanh(x @ p["W"]) ** 2)
+
+    moved = tapeml.trace(tapeml.value_and_grad(loss), p, x)
+    program = _differentiated(loss, (p, x), {}, 0, False)
+
+    def copied(p, x):  # Program.__call__ on tracers: its ops cloned into the trace
+        return program(p, x)
+
+    copied.__name__ = "loss"
+    assert str(moved) == str(tapeml.trace(copied, p, x))
+    moved.module.verify()
+    value, grads = moved(p, x)
+    expected_value, expected_grads = tapeml.value_and_grad(loss)(p, x)
+    np.testing.assert_array_equal(value, expected_value)
+    np.testing.assert_array_equal(grads["W"], expected_grads["W"])
+
+
 def test_differentiate_appends_below_an_unchanged_forward():
     from tapeml.transforms.differentiate import differentiate
 

@@ -178,6 +178,48 @@ def test_each_part_of_the_key_misses_when_it_changes(part, cache_dir, monkeypatc
     assert _origin_after(change, cache_dir, monkeypatch) == origin
 
 
+def _program_texts() -> dict[str, str]:
+    """program_text of programs that differ in one thing each (and one traced twice)."""
+    x = np.ones((3, 4), np.float32)
+    y = np.ones((4, 3), np.float32)
+    programs = {
+        "x * 2 + y.T": (lambda x, y: x * 2.0 + y.T, (x, y)),
+        "again": (lambda x, y: x * 2.0 + y.T, (x, y)),
+        "another constant": (lambda x, y: x * 3.0 + y.T, (x, y)),
+        "operands swapped": (lambda x, y: y.T + x * 2.0, (x, y)),
+        "another op": (lambda x, y: x * 2.0 - y.T, (x, y)),
+        "another dtype": (lambda x, y: x * 2.0 + y.T, (x.astype(np.float64), y)),
+        "another shape": (lambda x, y: x[:2] * 2.0 + y.T[:2], (x, y)),
+        "sum over axis 0": (lambda x, y: ops.sum(x * y.T, axis=0), (x, y)),
+        "sum over axis 1": (lambda x, y: ops.sum(x * y.T, axis=1), (x, y)),
+    }
+    return {name: disk_cache.program_text(tapeml.trace(fn, *args).module)
+            for name, (fn, args) in programs.items()}
+
+
+def test_the_program_text_tells_programs_apart():
+    """The key's program part: the same for a program traced twice, another for a program
+    that differs in a constant, an operand's place, an op, a dtype, a shape or an attribute."""
+    texts = _program_texts()
+    assert texts["x * 2 + y.T"] == texts["again"]
+    others = [t for name, t in texts.items() if name != "again"]
+    assert len(set(others)) == len(others)
+
+
+def test_the_program_text_reaches_into_regions():
+    """A fused program's groups are regions: a change inside one changes the text."""
+    from tapeml.transforms.fuse import fuse
+
+    x = np.ones((3, 4), np.float32)
+    texts = []
+    for fn in (lambda x: ops.exp(x) * 2.0 + 1.0, lambda x: ops.exp(x) * 2.0 - 1.0):
+        module = tapeml.trace(fn, x).module
+        fuse(module)
+        assert "tape.fused" in str(module)
+        texts.append(disk_cache.program_text(module))
+    assert texts[0] != texts[1]
+
+
 def _damage_truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-100])
 

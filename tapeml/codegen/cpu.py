@@ -401,7 +401,8 @@ class CPUBackend:
     def cache_key(self, module: ModuleOp, threads: int) -> str:
         """What determines the machine code: the program, the options, the CPU, the compiler."""
         return disk_cache.key(
-            "cpu", str(module), f"fuse={self.fuse} libm={self.libm} threads={threads}",
+            "cpu", disk_cache.program_text(module),
+            f"fuse={self.fuse} libm={self.libm} threads={threads}",
             disk_cache.sources_digest(), f"xdsl {xdsl_version}", *_machine_key())
 
     def _compile(self, module: ModuleOp, name: str, inputs: list[Argument],

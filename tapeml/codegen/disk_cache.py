@@ -6,9 +6,9 @@ inductor's are, so that a new process running a program compiled before skips th
     bound     TAPEML_CACHE_MAX_BYTES (default 2 GiB): after each write the least recently used
               entries are deleted until the rest fit
     key       a sha256 of everything that determines the code (`key()`); the backend names
-              the parts: its input program's text and options, the target CPU and its features,
-              tapeml's own sources (`sources_digest()`, so an edited checkout never loads code
-              an older compiler wrote), xDSL's and LLVM's versions
+              the parts: its input program (`program_text()`) and options, the target CPU and
+              its features, tapeml's own sources (`sources_digest()`, so an edited checkout
+              never loads code an older compiler wrote), xDSL's and LLVM's versions
     entry     <key>.tapeml: MAGIC, the payload's length and sha256, the payload. Written to a
               temporary file in the same folder, then renamed over the entry (atomic on POSIX):
               two processes compiling the same program each write a whole entry and the last
@@ -30,6 +30,7 @@ import tempfile
 import warnings
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 MAGIC = b"tapeml-cache-1\n"
 _HEADER = struct.Struct("<Q32s")  # the payload's length and sha256
@@ -162,3 +163,52 @@ def sources_digest() -> str:
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
+
+
+def program_text(module: Any) -> str:
+    """Everything that determines what `module` (an xDSL operation) computes, as one string
+    for `key()`: each op in order with its name, its operands (numbered as their definitions
+    come), its result types and SSA names, its properties and attributes by name, and its
+    regions' blocks (argument types, successors), recursively. What printing the module gives,
+    in a fifth of the time: each attribute is written once however many ops share it (a
+    program's types are), and the text is no one's to read."""
+    numbers: dict[Any, int] = {}
+    texts: dict[int, str] = {}
+    out: list[str] = []
+
+    def text(attr: Any) -> str:
+        found = texts.get(id(attr))
+        if found is None:
+            found = texts[id(attr)] = str(attr)
+        return found
+
+    def define(value: Any) -> None:
+        numbers[value] = len(numbers)
+        out.append(f"%{value.name_hint or ''}:{text(value.type)}")
+
+    def walk(op: Any) -> None:
+        out.append(op.name)
+        out.append(",".join(str(numbers[o]) for o in op.operands))
+        for name in sorted(op.properties):
+            out.append(f"<{name}={text(op.properties[name])}")
+        for name in sorted(op.attributes):
+            out.append(f"{{{name}={text(op.attributes[name])}")
+        for result in op.results:
+            define(result)
+        if op.successors:
+            out.append("^" + ",".join(str(blocks[b]) for b in op.successors))
+        for region in op.regions:
+            out.append(f"({len(region.blocks)}")
+            for block in region.blocks:
+                blocks.setdefault(block, len(blocks))
+            for block in region.blocks:
+                out.append(f"^{blocks[block]}")
+                for arg in block.args:
+                    define(arg)
+                for inner in block.ops:
+                    walk(inner)
+            out.append(")")
+
+    blocks: dict[Any, int] = {}
+    walk(module)
+    return "\0".join(out)

@@ -11,9 +11,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tapeml.dialects import tape
-from tapeml.frontend.program import Program, Spec, trace
+from tapeml.frontend.program import Program, Spec, trace, trace_with
 from tapeml.tracing import ops
 from tapeml.tracing.pytree import TreeDef, flatten
+from tapeml.tracing.trace import Tracer
 from tapeml.transforms.differentiate import differentiate
 
 
@@ -75,7 +76,7 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0,
 
     @functools.wraps(fn)
     def value_and_grad_fn(*args: Any, **kwargs: Any) -> Any:
-        return _differentiated(fn, args, kwargs, argnums, has_aux)(*args, **kwargs)
+        return _differentiated(fn, args, kwargs, argnums, has_aux).call_once(*args, **kwargs)
 
     return value_and_grad_fn
 
@@ -84,7 +85,9 @@ def _differentiated(fn: Callable, args: tuple, kwargs: dict, argnums: int | Sequ
                     has_aux: bool) -> Program:
     """The traced program of `fn`, differentiated; it returns (out, grads)."""
     nums = _argnums(argnums, len(args))
-    program = trace(fn, *args, **kwargs)
+    # under another trace, its ops join that one (call_once) and are verified there
+    nested = any(isinstance(x, Tracer) for x in flatten((args, kwargs))[0])
+    program = trace_with(fn, args, kwargs, verify=not nested)
     _check_scalar(program, has_aux, "grad")
     in_tree, out_tree = program.in_tree, program.out_tree
     ranges = _leaf_ranges(args)

@@ -115,6 +115,13 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
     an int64 or float64 argument that takes the dtype of the arrays it meets. Arrays `fn` reads
     from its enclosing scope become `tape.constant` ops.
     """
+    return trace_with(fn, example_args, example_kwargs)
+
+
+def trace_with(fn: Callable, example_args: tuple, example_kwargs: dict,
+               verify: bool = True) -> Program:
+    """`trace`; not `verify`ing the module, for a program whose ops another trace takes in
+    and verifies with its own (`Program.call_once` on tracers)."""
     started = time.perf_counter()
     leaves, in_tree = flatten((example_args, example_kwargs))
     paths = argument_paths(fn, example_args, example_kwargs)
@@ -158,7 +165,8 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
     f.attributes[IN_TREE_ATTR] = StringAttr(in_tree.to_text())
     f.attributes[OUT_TREE_ATTR] = StringAttr(out_tree.to_text())
     module = ModuleOp([f])
-    module.verify()
+    if verify:
+        module.verify()
     record(f"trace {name}", count_ops(module, top_level=True), started)
     return Program(module)
 
@@ -253,6 +261,51 @@ class Program:
         results = interpret(self.module, self.name, *(runtime_leaf(x) for x in leaves))
         return unflatten(self.out_tree, list(results))
 
+    def call_once(self, *args: Any, **kwargs: Any) -> Any:
+        """Calling it, for a program made to be called this once (`grad`'s): on tracers whose
+        types are its arguments', its ops move into their trace instead of being copied, and
+        the program is left empty."""
+        leaves, tree = flatten((args, kwargs))
+        if tree == self.in_tree and self._takes_as_it_is(leaves):
+            return unflatten(self.out_tree, self._move_into(leaves))
+        return self(*args, **kwargs)
+
+    def _takes_as_it_is(self, leaves: list[Any]) -> bool:
+        """The leaves include tracers, and every leaf has its argument's type: the program's
+        ops are valid in their trace as they are."""
+        block = self.function.body.block
+        return any(isinstance(x, Tracer) for x in leaves) and all(
+            (x.value.type if isinstance(x, Tracer) else
+             tape.tensor_type(np.shape(x), tape.dtype_of(arg.type))) == arg.type
+            for arg, x in zip(block.args, leaves, strict=True))
+
+    def _arguments_in(self, trace: Any, leaves: list[Any]) -> dict[SSAValue, SSAValue]:
+        """Each argument of the program, mapped to its leaf's value in `trace`."""
+        return {arg: trace.operand(leaf if isinstance(leaf, Tracer) else
+                                   np.asarray(leaf, dtype=tape.dtype_of(arg.type)))
+                for arg, leaf in zip(self.function.body.block.args, leaves, strict=True)}
+
+    def _move_into(self, leaves: list[Any]) -> list[Tracer]:
+        """The program's ops moved into the leaves' trace (`call_once`); its results."""
+        trace = next(x.trace for x in leaves if isinstance(x, Tracer))
+        block = self.function.body.block
+        for arg, value in self._arguments_in(trace, leaves).items():
+            arg.replace_all_uses_with(value)
+        for op in list(block.ops):
+            if isinstance(op, func.ReturnOp):
+                results = [Tracer(v, trace) for v in op.arguments]
+                block.erase_op(op)
+                return results
+            if not isinstance(op, tape.TapeOp):
+                raise TracingError(f"@{self.name}: cannot replay {op.name} inside a trace")
+            block.detach_op(op)
+            for result in op.results:  # named in the outer trace, as bound ops are
+                result.name_hint = None
+            if trace.location is not None:
+                op.location = trace.location
+            trace.builder.insert(op)
+        raise TracingError(f"@{self.name} does not end in func.return")
+
     def _replay(self, leaves: list[Any]) -> list[Any]:
         """Apply the program's ops to `leaves` (tracers or arrays): cloned into the tracers'
         trace where every leaf has its argument's type (the program is valid there as it
@@ -260,10 +313,7 @@ class Program:
         with `bind`, which checks each op's shapes again."""
         block = self.function.body.block
         trace = next((x.trace for x in leaves if isinstance(x, Tracer)), None)
-        if trace is not None and all(
-                (x.value.type if isinstance(x, Tracer) else
-                 tape.tensor_type(np.shape(x), tape.dtype_of(arg.type))) == arg.type
-                for arg, x in zip(block.args, leaves, strict=True)):
+        if self._takes_as_it_is(leaves):
             return self._clone_into(trace, leaves)
         env: dict[SSAValue, Any] = {}
         for arg, leaf in zip(block.args, leaves, strict=True):
@@ -281,10 +331,7 @@ class Program:
         """The program's ops cloned into `trace`, its arguments bound to `leaves`; its results.
         Each op keeps its own location (the user's line it was traced at)."""
         block = self.function.body.block
-        mapping: dict[SSAValue, SSAValue] = {
-            arg: trace.operand(leaf if isinstance(leaf, Tracer) else
-                               np.asarray(leaf, dtype=tape.dtype_of(arg.type)))
-            for arg, leaf in zip(block.args, leaves, strict=True)}
+        mapping = self._arguments_in(trace, leaves)
         for op in block.ops:
             if isinstance(op, func.ReturnOp):
                 return [Tracer(mapping[v], trace) for v in op.arguments]
