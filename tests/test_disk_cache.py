@@ -21,7 +21,9 @@ from tapeml.codegen import cpu, disk_cache, get_backend
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
-    """The cache on, in a folder of this test's own."""
+    """The cache on, in a folder of this test's own (which the thread pool, loaded once per
+    process, is not stored in: loaded before)."""
+    cpu.load_pool()
     monkeypatch.setenv("TAPEML_CACHE", "1")
     monkeypatch.setenv("TAPEML_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("TAPEML_CACHE_MAX_BYTES", raising=False)
@@ -286,8 +288,8 @@ def test_two_processes_compiling_one_program_at_once_both_succeed(cache_dir):
     fn, args = _mlp()
     program, loaded = _compile(fn, args)
     assert loaded.origin == "disk cache"
-    entries = list(cache_dir.iterdir())  # the program and its GEMM kernels; no temporary file
-    assert loaded.variants and len(entries) == 1 + len(loaded.variants)
+    entries = list(cache_dir.iterdir())  # the program, its GEMM kernels and the thread pool
+    assert loaded.variants and len(entries) == 2 + len(loaded.variants)  # no temporary file
     assert {p.suffix for p in entries} == {disk_cache.SUFFIX}
     assert b"".join(np.asarray(o).tobytes() for o in _run(program, loaded, args)).hex() in bits
 
@@ -415,6 +417,35 @@ def test_a_damaged_kernel_entry_is_recompiled_never_loaded(damage, cache_dir, fr
     _kernel_computes(spec)
     fresh_kernels()
     assert cpu.load_kernel(v) == "disk cache"  # the entry written again is whole
+
+
+def test_the_thread_pool_is_compiled_once_then_loaded_from_disk(cache_dir):
+    """The pool every threaded program and kernel calls (pool.py) is kept on disk as the
+    kernels are: a new process loads its object code, and it runs a range over threads."""
+    import ctypes
+    import threading
+
+    from tapeml.codegen import pool
+
+    source = pool.ir(pool.platform(cpu.llvm_binding.get_default_triple()))
+    engines = [cpu.cached_engine("thread pool", source, pool.compile_for, "tapeml_parallel_for")
+               for _ in range(2)]
+    assert [origin for _, origin in engines] == ["compiled", "disk cache"]
+    part = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+    parallel_for = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                    ctypes.c_int64)(
+        engines[1][0].get_function_address("tapeml_parallel_for"))
+    covered: list[int] = []
+    lock = threading.Lock()
+
+    def run(context, start, end):
+        with lock:
+            covered.extend(range(start, end))
+
+    callback = part(run)
+    parallel_for(ctypes.cast(callback, ctypes.c_void_p), None, 100, 2)
+    assert sorted(covered) == list(range(100))
+    _KEPT_KERNELS.append(engines)  # the engines' code outlives the test, as a process's
 
 
 def test_a_program_loaded_from_disk_loads_the_kernels_it_calls(cache_dir, fresh_kernels):

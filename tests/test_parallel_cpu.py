@@ -15,7 +15,7 @@ from concurrency import at_once  # tests/concurrency.py
 import tapeml
 from tapeml import nn, ops
 from tapeml.codegen import pool
-from tapeml.codegen.cpu import target_machine
+from tapeml.codegen.cpu import load_pool, target_machine
 from tapeml.tracing.pytree import flatten
 from tapeml.transforms.differentiate import differentiate
 from tapeml.transforms.fuse import fuse
@@ -33,7 +33,7 @@ PARALLEL_FOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c
 def test_the_pool_covers_the_range_once_in_contiguous_chunks(threads, total):
     """Every thread asked for takes part: each one's first chunk waits at a barrier for the
     others (and would time out if one never came)."""
-    parallel_for = PARALLEL_FOR(pool.load(target_machine))
+    parallel_for = PARALLEL_FOR(load_pool())
     parts: list[tuple[int, int, int]] = []
     lock = threading.Lock()
     taking_part = max(1, min(threads, total))
@@ -178,7 +178,7 @@ def test_workers_asleep_between_jobs_wake_for_the_next():
     would wait for it forever)."""
     import time
 
-    parallel_for = PARALLEL_FOR(pool.load(target_machine))
+    parallel_for = PARALLEL_FOR(load_pool())
     seen: set[int] = set()
     lock = threading.Lock()
     broken: list[BaseException] = []
@@ -253,7 +253,7 @@ def test_jobs_back_to_back_each_run_every_chunk_once():
 
     import llvmlite.binding as llvm
 
-    parallel_for = PARALLEL_FOR(pool.load(target_machine))
+    parallel_for = PARALLEL_FOR(load_pool())
     machine = target_machine()
     module = llvm.parse_assembly(_COUNT)
     engine = llvm.create_mcjit_compiler(module, machine)

@@ -153,6 +153,37 @@ def kernel_ir(v: Variant, machine: llvm_binding.TargetMachine, optimized: bool =
     return parsed
 
 
+def cached_engine(what: str, source: str, build: Any, symbol: str) -> tuple[Any, str]:
+    """An MCJIT engine defining `symbol`, and where it came from ("disk cache", "compiled"):
+    its object code from the disk cache (keyed by `what`, `source` and the machine), else
+    compiled from `build(machine)` (the module parsed and optimized) and stored there."""
+    cache = disk_cache.default()
+    key = disk_cache.key(what, source, *_machine_key()) if cache is not None else ""
+    payload = cache.get(key) if cache is not None else None
+    engine = None if payload is None else _object_engine(payload)
+    if engine is not None and engine.get_function_address(symbol):
+        return engine, "disk cache"
+    if payload is not None and cache is not None:  # whole, but not this symbol's
+        cache.discard(key)
+    machine = target_machine()
+    engine = llvm_binding.create_mcjit_compiler(build(machine), machine)
+    objects: list[bytes] = []
+    if cache is not None:
+        engine.set_object_cache(lambda _, code: objects.append(bytes(code)))
+    engine.finalize_object()
+    if cache is not None and len(objects) == 1:
+        cache.put(key, objects[0])
+    return engine, "compiled"
+
+
+def load_pool() -> int:
+    """The thread pool (pool.py), loaded once per process through the disk cache; the address
+    of `tapeml_parallel_for`."""
+    source = pool.ir(pool.platform(llvm_binding.get_default_triple()))
+    return pool.load(lambda: cached_engine("thread pool", source, pool.compile_for,
+                                           "tapeml_parallel_for")[0])
+
+
 def load_kernel(v: Variant) -> str:
     """Make the kernel `v` callable from every program MCJIT links from now on: compiled once
     per process in an engine of its own (or its object code loaded from the disk cache, where
@@ -161,27 +192,9 @@ def load_kernel(v: Variant) -> str:
     with _KERNELS_LOCK:
         if v.symbol in _KERNELS:
             return "loaded"
-        pool.load(target_machine)  # the kernel's threads are the pool's
-        cache = disk_cache.default()
-        key = (disk_cache.key("gemm kernel", kernel(v), f"O{KERNEL_LEVEL}", *_machine_key())
-               if cache is not None else "")
-        payload = cache.get(key) if cache is not None else None
-        engine = None if payload is None else _object_engine(payload)
-        origin = "disk cache"
-        if engine is not None and not engine.get_function_address(v.symbol):
-            engine = None
-        if engine is None:
-            if payload is not None and cache is not None:  # whole, but not this kernel
-                cache.discard(key)
-            machine = target_machine()
-            engine = llvm_binding.create_mcjit_compiler(kernel_ir(v, machine), machine)
-            objects: list[bytes] = []
-            if cache is not None:
-                engine.set_object_cache(lambda _, code: objects.append(bytes(code)))
-            engine.finalize_object()
-            if cache is not None and len(objects) == 1:
-                cache.put(key, objects[0])
-            origin = "compiled"
+        load_pool()  # the kernel's threads are the pool's
+        engine, origin = cached_engine("gemm kernel", f"{kernel(v)}\nO{KERNEL_LEVEL}",
+                                       lambda machine: kernel_ir(v, machine), v.symbol)
         llvm_binding.add_symbol(v.symbol, engine.get_function_address(v.symbol))
         _KERNELS[v.symbol] = engine
         return origin
@@ -424,7 +437,7 @@ class CPUBackend:
             keep("optimized llvm ir", lambda: str(parsed))
             keep("assembly", lambda: machine.emit_assembly(parsed))
             started = time.perf_counter()
-            pool.load(target_machine)  # tapeml_parallel_for, for the programs that call it
+            load_pool()  # tapeml_parallel_for, for the programs that call it
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)
             if keep_object:  # the object code MCJIT makes, as it makes it (no second codegen)
                 engine.set_object_cache(lambda _, code: objects.append(bytes(code)))
@@ -466,7 +479,7 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
     except (KeyError, TypeError, ValueError):
         return None
     with _LLVM_LOCK:
-        pool.load(target_machine)  # tapeml_parallel_for, for the programs that call it
+        load_pool()  # tapeml_parallel_for, for the programs that call it
         for v in variants:  # before the program's calls of them are resolved
             load_kernel(v)
         engine = _object_engine(object_code)

@@ -64,7 +64,9 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import llvmlite.binding as llvm_binding
 
@@ -367,15 +369,14 @@ _LOCK = threading.Lock()
 _ENGINE = None
 
 
-def load(machine_factory) -> int:
-    """Compile the pool once per process and publish `tapeml_parallel_for` to the programs
-    MCJIT links later; its address. `machine_factory()` makes a host target machine."""
+def load(make_engine: Callable[[], Any]) -> int:
+    """Load the pool once per process and publish `tapeml_parallel_for` to the programs MCJIT
+    links later; its address. `make_engine()` gives an MCJIT engine defining it, made of
+    `compile_for`'s module (cpu.load_pool: or its object code from the disk cache)."""
     global _ENGINE
     with _LOCK:
         if _ENGINE is None:
-            machine = machine_factory()
-            engine = llvm_binding.create_mcjit_compiler(compile_for(machine), machine)
-            engine.finalize_object()
+            engine = make_engine()
             llvm_binding.add_symbol("tapeml_parallel_for",
                                     engine.get_function_address("tapeml_parallel_for"))
             _ENGINE = engine
