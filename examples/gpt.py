@@ -169,8 +169,14 @@ def train(cfg: Config, train_ids: np.ndarray, held_ids: np.ndarray, epochs: int,
     params = init(rng, cfg)
     opt = optim.adam(learning_rate)
     state = opt.init(params)
-    step = tapeml.jit(tapeml.value_and_grad(lambda p, x, y: loss(p, x, y, cfg.heads)))
-    update = tapeml.jit(opt.update)
+
+    @tapeml.jit  # loss, gradient and Adam's update: one program, compiled on the first call
+    def step(params, state, x, y):
+        value, grads = tapeml.value_and_grad(
+            lambda p, x, y: loss(p, x, y, cfg.heads))(params, x, y)
+        params, state = opt.update(params, grads, state)
+        return params, state, value
+
     evaluate = tapeml.jit(lambda p, x, y: loss(p, x, y, cfg.heads))
     held_x, held_y = windows(held_ids, rng.integers(0, len(held_ids) - cfg.context - 1,
                                                     8 * batch), cfg.context)
@@ -181,8 +187,7 @@ def train(cfg: Config, train_ids: np.ndarray, held_ids: np.ndarray, epochs: int,
             x, y = windows(train_ids, rng.integers(0, len(train_ids) - cfg.context - 1, batch),
                            cfg.context)
             started = time.perf_counter()
-            value, grads = step(params, x, y)
-            params, state = update(params, grads, state)
+            params, state, value = step(params, state, x, y)
             elapsed = time.perf_counter() - started
             if record["first_s"] is None:
                 record["first_s"] = elapsed

@@ -49,12 +49,15 @@ def train(x: np.ndarray, y: np.ndarray, steps: int, seed: int = 0,
     params = nn.mlp_init(np.random.default_rng(seed), [2, 16, 16, 1])
     opt = optim.adam(learning_rate)
     state = opt.init(params)
-    step = tapeml.jit(tapeml.value_and_grad(loss))  # compiled on the first call
-    update = tapeml.jit(opt.update)  # Adam compiled too: one call, not ~180 eager ops
+    @tapeml.jit  # loss, gradient and Adam's update: one program, compiled on the first call
+    def step(params, state, x, y):
+        value, grads = tapeml.value_and_grad(loss)(params, x, y)
+        params, state = opt.update(params, grads, state)
+        return params, state, value
+
     losses = []
     for _ in range(steps):
-        value, grads = step(params, x, y)
-        params, state = update(params, grads, state)
+        params, state, value = step(params, state, x, y)
         losses.append(float(value))
     return params, losses
 
