@@ -7,7 +7,7 @@ them directly. They keep the element type (f32 in, f32 out) and never mutate the
 One module per op family (those of `tapeml/dialects/tape/`), each registering its ops'
 semantics with `@semantics(Op)`:
 
-    registry.py      SEMANTICS, semantics(), evaluate()
+    registry.py      SEMANTICS, semantics(), evaluate(), ieee(), is_ufunc()
     elementwise.py   arithmetic (IEEE maximum, minimum), cmp, select, constant, cast
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max (max_over)
@@ -29,7 +29,14 @@ import numpy as np
 from xdsl.interpreter import Interpreter, InterpreterFunctions, impl, register_impls
 
 from tapeml.dialects.base import TapeOp
-from tapeml.interpreters.tape.registry import SEMANTICS, Semantics, evaluate, semantics
+from tapeml.interpreters.tape.registry import (
+    SEMANTICS,
+    Semantics,
+    evaluate,
+    ieee,
+    is_ufunc,
+    semantics,
+)
 
 # The families in the old file's order, which SEMANTICS (and TapeFunctions) keep.
 # isort: off
@@ -98,7 +105,9 @@ __all__ = [
     "evaluate",
     "fold",
     "fused",
+    "ieee",
     "iota",
+    "is_ufunc",
     "matmul",
     "max_",
     "max_over",

@@ -15,7 +15,7 @@ from tapeml.interpreters.tape.registry import semantics
 
 
 def _elementwise(op: type[TapeOp], fn: Callable[..., Any]) -> None:
-    semantics(op)(lambda *xs: np.asarray(fn(*xs)))
+    semantics(op)(fn)  # as it is: evaluate makes a rank-0 result (a numpy scalar) an array
 
 
 # maximum and minimum are IEEE 754-2019's: NaN if either side is NaN, and -0 < +0. numpy's own

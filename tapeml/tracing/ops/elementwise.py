@@ -12,7 +12,7 @@ import numpy as np
 
 from tapeml.dialects import tape
 from tapeml.dialects.tape.types import BOOL, FLOAT, INT
-from tapeml.interpreters.tape import evaluate
+from tapeml.interpreters.tape import ieee, is_ufunc
 from tapeml.tracing.ops.promotion import (
     Array,
     astype,
@@ -44,20 +44,31 @@ def _refuse(name: str, dtype: np.dtype, advice: str = "") -> TypeError:
 
 _EAGER_KINDS = {np.dtype(t): _kind(np.dtype(t))
                 for t in (np.bool_, np.int32, np.int64, np.float32, np.float64)}
+_AS_IT_IS: dict[tuple[type, np.dtype, bool], bool] = {}
+"""(op, dtype, whether bools take another op): the op takes arrays of that dtype as they are,
+with nothing to promote or convert (filled as eager calls meet them)."""
+
+
+def _as_it_is(op: type[tape.TapeOp], dtype: np.dtype, on_bool: Any) -> bool:
+    key = (op, dtype, on_bool is None)
+    found = _AS_IT_IS.get(key)
+    if found is None:
+        kind = _EAGER_KINDS.get(dtype)
+        floating = FLOAT in op.ELEMENTS and INT not in op.ELEMENTS
+        found = _AS_IT_IS[key] = (kind in op.ELEMENTS and (kind == FLOAT or not floating)
+                                  and (kind != BOOL or on_bool is None))
+    return found
+
+
+def _taken_as_they_are(op: type[tape.TapeOp], on_bool: Any) -> frozenset[np.dtype]:
+    """The dtypes whose arrays `op` takes with nothing to promote or convert."""
+    return frozenset(dtype for dtype in _EAGER_KINDS if _as_it_is(op, dtype, on_bool))
 
 
 def _apply(name: str, op: type[tape.TapeOp], operands: list[Any], on_bool: Any,
            advice: str) -> Array:
     """Promote `operands` for `op` and record it (or `on_bool`, the op a bool result takes)."""
     floating = FLOAT in op.ELEMENTS and INT not in op.ELEMENTS
-    first = operands[0]
-    if type(first) is np.ndarray:  # eager on arrays of one dtype and shape: nothing to promote
-        kind = _EAGER_KINDS.get(first.dtype)
-        if (kind in op.ELEMENTS and (kind == FLOAT or not floating)
-                and (kind != BOOL or on_bool is None)
-                and all(type(x) is np.ndarray and x.dtype == first.dtype
-                        and x.shape == first.shape for x in operands[1:])):
-            return evaluate(op, *operands)
     operands, weak = common(name, *operands, floating=floating)
     dtype = np.dtype(operands[0].dtype)
     if dtype == np.bool_ and on_bool is not None:
@@ -68,7 +79,21 @@ def _apply(name: str, op: type[tape.TapeOp], operands: list[Any], on_bool: Any,
 
 
 def _binary(op: type[tape.TapeOp], name: str, on_bool: Any = None, advice: str = ""):
+    run, takes = ieee(op), _taken_as_they_are(op, on_bool)
+    floats = frozenset(d for d in takes if d.kind == "f") if is_ufunc(op) else frozenset()
+
     def fn(x: Any, y: Any) -> Array:
+        # eager with nothing to promote, at once: arrays of one dtype and shape, or, where the
+        # op is a numpy ufunc, a float array and a Python float (a weak scalar: numpy's rule,
+        # as JAX's, casts it to the array's dtype)
+        if type(x) is np.ndarray:
+            if type(y) is np.ndarray:
+                if (dtype := x.dtype) in takes and dtype == y.dtype and x.shape == y.shape:
+                    return run(x, y)
+            elif type(y) is float and x.dtype in floats:
+                return run(x, y)
+        elif type(x) is float and type(y) is np.ndarray and y.dtype in floats:
+            return run(x, y)
         return _apply(name, op, [x, y], on_bool, advice)
 
     fn.__name__ = fn.__qualname__ = name
@@ -77,7 +102,11 @@ def _binary(op: type[tape.TapeOp], name: str, on_bool: Any = None, advice: str =
 
 
 def _unary(op: type[tape.TapeOp], name: str, on_bool: Any = None, advice: str = ""):
+    run, takes = ieee(op), _taken_as_they_are(op, on_bool)
+
     def fn(x: Any) -> Array:
+        if type(x) is np.ndarray and x.dtype in takes:
+            return run(x)  # eager, nothing to promote: at once
         return _apply(name, op, [x], on_bool, advice)
 
     fn.__name__ = fn.__qualname__ = name

@@ -92,8 +92,9 @@ def to_dtype(name: str, x: Any, dtype: np.dtype) -> Array:
     if is_array(x):
         return x if np.dtype(x.dtype) == dtype else astype(x, dtype)
     try:
-        return as_array(np.asarray(x, dtype=dtype))
-    except OverflowError:
+        with np.errstate(over="ignore"):  # a float past the dtype's range is its inf (IEEE)
+            return as_array(np.asarray(x, dtype=dtype))
+    except OverflowError:  # an int past it is an error (numpy's and JAX's rule)
         raise OverflowError(at_user_line(f"{name}: the Python integer {x} does not fit in "
                                          f"{dtype}, the dtype it meets")) from None
 
