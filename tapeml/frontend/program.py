@@ -26,7 +26,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
 )
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.parser import Parser
 
 import tapeml.tracing.ops  # noqa: F401 (gives tracers numpy's operators)
@@ -296,15 +296,23 @@ class Program:
                 results = [Tracer(v, trace) for v in op.arguments]
                 block.erase_op(op)
                 return results
-            if not isinstance(op, tape.TapeOp):
-                raise TracingError(f"@{self.name}: cannot replay {op.name} inside a trace")
-            block.detach_op(op)
-            for result in op.results:  # named in the outer trace, as bound ops are
-                result.name_hint = None
-            if trace.location is not None:
-                op.location = trace.location
-            trace.builder.insert(op)
+            self._insert(trace, block.detach_op(self._replayable(op)))
         raise TracingError(f"@{self.name} does not end in func.return")
+
+    def _replayable(self, op: Operation) -> Operation:
+        if not isinstance(op, tape.TapeOp):
+            raise TracingError(f"@{self.name}: cannot replay {op.name} inside a trace")
+        return op
+
+    @staticmethod
+    def _insert(trace: Any, op: Operation) -> None:
+        """`op` (moved or cloned) at the end of `trace`: its results named there, as bound
+        ops are; at the trace's location where it has one."""
+        for result in op.results:
+            result.name_hint = None
+        if trace.location is not None:
+            op.location = trace.location
+        trace.builder.insert(op)
 
     def _replay(self, leaves: list[Any]) -> list[Any]:
         """Apply the program's ops to `leaves` (tracers or arrays): cloned into the tracers'
@@ -322,8 +330,7 @@ class Program:
         for op in block.ops:
             if isinstance(op, func.ReturnOp):
                 return [env[v] for v in op.arguments]
-            if not isinstance(op, tape.TapeOp):
-                raise TracingError(f"@{self.name}: cannot replay {op.name} inside a trace")
+            self._replayable(op)
             env[op.results[0]] = bind(type(op), *(env[o] for o in op.operands), **op.params)
         raise TracingError(f"@{self.name} does not end in func.return")
 
@@ -335,14 +342,8 @@ class Program:
         for op in block.ops:
             if isinstance(op, func.ReturnOp):
                 return [Tracer(mapping[v], trace) for v in op.arguments]
-            if not isinstance(op, tape.TapeOp):
-                raise TracingError(f"@{self.name}: cannot replay {op.name} inside a trace")
-            clone = op.clone(value_mapper=mapping)  # which maps the results too, from here
-            for result in clone.results:  # named in the outer trace, as bound ops are
-                result.name_hint = None
-            if trace.location is not None:
-                clone.location = trace.location
-            trace.builder.insert(clone)
+            # the clone maps its results too, for the ops after it
+            self._insert(trace, self._replayable(op).clone(value_mapper=mapping))
         raise TracingError(f"@{self.name} does not end in func.return")
 
     def set_trees(self, in_tree: TreeDef, out_tree: TreeDef) -> None:
