@@ -57,8 +57,7 @@ def test_a_caller_refused_heap_scratch_waits_for_the_kept_one():
         import llvmlite.binding as llvm
         import numpy as np
         from concurrency import at_once
-        from tapeml.codegen import pool
-        from tapeml.codegen.cpu import bind_scratch, target_machine
+        from tapeml.codegen.cpu import bind_scratch, load_pool, target_machine
         from tapeml.codegen.gemm import GemmSpec, Target, definition
 
         spec = GemmSpec("f32", 1, 96, 200, 300, (0, 300, 1), (0, 200, 1), 96 * 200, False)
@@ -71,7 +70,7 @@ def test_a_caller_refused_heap_scratch_waits_for_the_kept_one():
           atomicrmw add ptr @refusals, i64 1 monotonic
           ret ptr null
         }'''
-        pool.load(target_machine)
+        load_pool()
         machine = target_machine()
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(text), machine)
         engine.finalize_object()
