@@ -3,6 +3,7 @@ family's lowering (tapeml/transforms/loops/) writes its op with."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
 INDEX = IndexType()
+_NO_FLAGS = arith.IntegerOverflowAttr("none")  # what arith.AddiOp(a, b) gives by default
 
 
 class LoweringError(DiagnosticException):
@@ -30,7 +32,19 @@ class LoweringError(DiagnosticException):
 
 def buffer_type(t: TensorType) -> MemRefType:
     """The flat buffer holding a tensor of type `t`."""
-    return MemRefType(t.get_element_type(), [math.prod(t.get_shape())])  # rank 0: one element
+    return _flat(t.get_element_type(), math.prod(t.get_shape()))  # rank 0: one element
+
+
+@functools.cache
+def _flat(element: Attribute, size: int) -> MemRefType:
+    """A memref<size x element>, built (and its parameters checked) once per process."""
+    return MemRefType(element, [size])
+
+
+@functools.cache
+def _index_attr(value: int) -> IntegerAttr:
+    """An index constant's value, built once per process (attributes are immutable)."""
+    return IntegerAttr(value, INDEX)
 
 
 def strides(shape: Sequence[int]) -> list[int]:
@@ -59,7 +73,8 @@ class Emitter:
         return op.results[0] if op.results else None
 
     def index(self, value: int) -> SSAValue:
-        return self.insert(arith.ConstantOp.from_int_and_width(value, INDEX))
+        return self.insert(arith.ConstantOp.create(result_types=[INDEX],
+                                                   properties={"value": _index_attr(value)}))
 
     def scalar(self, value: float | int | bool, t: Attribute) -> SSAValue:
         """A constant of element type `t` (an integer type wraps `value` to its width)."""
@@ -68,6 +83,16 @@ class Emitter:
         if isinstance(t, IntegerType):
             return self.insert(arith.ConstantOp(IntegerAttr(int(value), t, truncate_bits=True)))
         return self.insert(arith.ConstantOp(FloatAttr(float(value), t)))
+
+    def addi(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        """a + b on indices (what arith.AddiOp(a, b) builds, without its argument checks)."""
+        return self.insert(arith.AddiOp.create(operands=[a, b], result_types=[a.type],
+                                               properties={"overflowFlags": _NO_FLAGS}))
+
+    def muli(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        """a * b on indices (as `addi`)."""
+        return self.insert(arith.MuliOp.create(operands=[a, b], result_types=[a.type],
+                                               properties={"overflowFlags": _NO_FLAGS}))
 
     def linear(self, ivs: Sequence[SSAValue | int], steps: Sequence[int],
                offset: int = 0) -> SSAValue:
@@ -80,11 +105,11 @@ class Emitter:
             if isinstance(iv, int):
                 constant += iv * step
                 continue
-            term = iv if step == 1 else self.insert(arith.MuliOp(iv, self.index(step)))
-            total = term if total is None else self.insert(arith.AddiOp(total, term))
+            term = iv if step == 1 else self.muli(iv, self.index(step))
+            total = term if total is None else self.addi(total, term)
         if total is None:
             return self.index(constant)
-        return total if constant == 0 else self.insert(arith.AddiOp(total, self.index(constant)))
+        return total if constant == 0 else self.addi(total, self.index(constant))
 
     def loops(self, shape: Sequence[int], body: Callable[[Emitter, list[SSAValue]], None],
               parallel: bool = False) -> None:
@@ -146,10 +171,12 @@ class Emitter:
                                          self.index(max(size - 1, 0))))
 
     def load(self, buffer: SSAValue, index: SSAValue) -> SSAValue:
-        return self.insert(memref.LoadOp.get(buffer, [index]))
+        # create, not get: the buffer is a flat memref (no type to check at every load)
+        return self.insert(memref.LoadOp.create(operands=[buffer, index],
+                                                result_types=[buffer.type.element_type]))
 
     def store(self, value: SSAValue, buffer: SSAValue, index: SSAValue) -> None:
-        self.insert(memref.StoreOp.get(value, buffer, [index]))
+        self.insert(memref.StoreOp.create(operands=[value, buffer, index]))
 
 
 def zero(e: Emitter, out: SSAValue, size: int, t: Attribute) -> None:
