@@ -4,6 +4,7 @@ one, and the program computes the same bits before and after, interpreted and co
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -22,16 +23,21 @@ from tapeml.transforms import pipelines
 from tapeml.transforms.merge_nests import merge_loop_nests
 from tapeml.transforms.outline_parallel import OutlineParallelLoopsPass
 from tapeml.transforms.pipelines import cpu_pipeline
+from tapeml.transforms.to_loops import ToLoopsPass
 
 
 def _arena_form(fn, args, threads=1):
     """`fn` traced and lowered to the CPU's loops (and parts, on threads): the pipeline up
-    to this pass, but plan-arena, so that the interpreter can run it (it reads no arena)."""
+    to this pass, but plan-arena, so that the interpreter can run it (it reads no arena);
+    tape-to-loops not sharing the ops whose loops are the same, so that this pass finds
+    every repeated nest (tests/test_to_loops_share.py tests the sharing)."""
     program = tapeml.trace(fn, *args)
     module = program.module.clone()
     for step in cpu_pipeline(threads=threads):
         if step.pass_.name == "plan-arena":
             break
+        if isinstance(step.pass_, ToLoopsPass):
+            step = step._replace(pass_=dataclasses.replace(step.pass_, share=False))
         run = getattr(step.pass_, "run", None)
         run(module) if run is not None else step.pass_.apply(Context(), module)
     return program, module

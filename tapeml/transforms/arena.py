@@ -100,9 +100,11 @@ def plan_arena(f: func.FuncOp) -> int:
 
 
 def plan_module(module: ModuleOp) -> dict[str, int]:
-    """`plan_arena` on every function the host calls; each one's arena bytes, by name."""
+    """`plan_arena` on every function the host calls (not the thread pool's parts, nor the
+    functions the host function calls: they take its buffers); each one's arena bytes, by
+    name."""
     callees = {op.callee.root_reference.data for op in module.walk()
-               if isinstance(op, kernel.ParallelForOp)}
+               if isinstance(op, kernel.ParallelForOp | func.CallOp)}
     return {f.sym_name.data: plan_arena(f) for f in list(module.ops)
             if isinstance(f, func.FuncOp) and not f.is_declaration
             and f.sym_name.data not in callees}

@@ -101,9 +101,10 @@ def merge_loop_nests(module: ModuleOp) -> tuple[int, int, int]:
     for another the same."""
     functions = [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]
     merged_parts = _merge_functions(module, functions)
+    called = _called(module)
     calls = outlined = 0
     for function in functions:
-        if function.sym_name.data not in _called(module):
+        if function.parent is not None and function.sym_name.data not in called:
             groups: defaultdict[tuple, list[tuple[Operation, list[SSAValue]]]] = \
                 defaultdict(list)
             for op in function.body.block.ops:
@@ -140,7 +141,8 @@ def _called(module: ModuleOp) -> set[str]:
 def _merge_functions(module: ModuleOp, functions: list[func.FuncOp]) -> int:
     """Point every kernel.parallel_for at the first of the parts that are the same function;
     drop the others; how many were dropped."""
-    parts = {f.sym_name.data: f for f in functions if f.sym_name.data in _called(module)}
+    called = _called(module)
+    parts = {f.sym_name.data: f for f in functions if f.sym_name.data in called}
     first: dict[tuple, str] = {}
     same: dict[str, str] = {}
     for name, f in parts.items():

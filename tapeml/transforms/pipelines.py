@@ -45,7 +45,7 @@ def cpu_pipeline(fuse: bool = True, libm: bool = False, threads: int = 1, tidy: 
     reader (LLVM does that work again, so the backend does not)."""
     return [
         *([Step(FusePass(), "fused tape")] if fuse else []),
-        Step(ToLoopsPass(libm=libm, row_reductions=True), "loops"),
+        Step(ToLoopsPass(libm=libm, row_reductions=True, share=True), "loops"),
         *([Step(OutlineParallelLoopsPass(), "outlined loops")] if threads > 1 else []),
         Step(PlanArenaPass(), "arena"),
         Step(MergeLoopNestsPass()),

@@ -28,13 +28,16 @@ liveness plan). This module is the pass: the function's signature, buffers and o
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context as PassContext
 from xdsl.dialects import func, memref
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, ModuleOp, StringAttr
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from tapeml.dialects import tape
@@ -56,9 +59,64 @@ from tapeml.transforms.loops.emitter import Emitter, LoweringError, buffer_type
 from tapeml.transforms.loops.layout import alias
 from tapeml.transforms.loops.registry import LOWERINGS, Context
 
+SHAREABLE: tuple[type[Operation], ...] = (
+    *(op for op in tape.ELEMENTWISE if op is not tape.ConstantOp), tape.FusedOp,
+    tape.BroadcastOp, tape.PermuteOp, tape.SliceOp, tape.PadOp, tape.ConcatOp,
+    tape.UnfoldOp, tape.FoldOp, tape.MaxPool2dOp, tape.AvgPool2dOp, tape.MaxPool2dBackwardOp,
+    tape.AvgPool2dBackwardOp, tape.TakeOp, tape.ScatterOp, tape.ArgMaxOp, tape.ArgMinOp,
+    tape.CumsumOp, tape.IotaOp)
+"""The ops whose loops `share` may lower once into a function: their lowering is loops over
+their operands' and result's buffers alone (no scratch buffer of its own to plan, no global,
+no GEMM kernel call: those stay where they are, and merge-loop-nests still merges their
+nests)."""
+
+
+def _hashable(attribute: Any) -> Hashable:
+    try:
+        hash(attribute)
+        return attribute
+    except TypeError:
+        return str(attribute)
+
+
+def _lowering_key(op: Operation, views: dict[SSAValue, list[int]]) -> Hashable:
+    """Equal for two ops exactly when their lowerings are the same loops over their buffers:
+    the op and everything in its regions (op names, properties, attributes, types, operands
+    numbered as they are defined), its operands' types, which of them are the same value and
+    which are transposes read in place (and how)."""
+    local: dict[SSAValue, int] = {}
+    inner = []
+    for nested in op.walk():
+        if nested is not op:
+            inner.append((nested.name, tuple(local.get(o, -1) for o in nested.operands),
+                          tuple(r.type for r in nested.results)))
+        inner.append((tuple((k, _hashable(v)) for k, v in sorted(nested.properties.items())),
+                      tuple((k, _hashable(v)) for k, v in sorted(nested.attributes.items()))))
+        for value in nested.results:
+            local[value] = len(local)
+        for region in nested.regions:
+            for block in region.blocks:
+                inner.append(tuple(a.type for a in block.args))
+                for arg in block.args:
+                    local[arg] = len(local)
+    first: dict[SSAValue, int] = {}
+    return (type(op), tuple(o.type for o in op.operands), op.results[0].type,
+            tuple(first.setdefault(o, i) for i, o in enumerate(op.operands)),
+            tuple(tuple(views[o]) if o in views else None for o in op.operands), tuple(inner))
+
+
+def _shared(block: Block, views: dict[SSAValue, list[int]]) -> dict[Operation, Hashable]:
+    """The ops of `block` that `share` lowers once: those whose lowering another op of the
+    block has too; each one's key."""
+    keys = {op: _lowering_key(op, views) for op in block.ops
+            if isinstance(op, SHAREABLE) and op.results[0] not in views}
+    counts = Counter(keys.values())
+    return {op: key for op, key in keys.items() if counts[key] > 1}
+
 
 def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
-                   libm: bool = False, row_reductions: bool = False) -> None:
+                   libm: bool = False, row_reductions: bool = False,
+                   share: bool = False) -> None:
     if len(f.body.blocks) != 1 or not isinstance(f.body.block.last_op, func.ReturnOp):
         raise LoweringError(f"tape-to-loops: @{f.sym_name.data} must be one block of tape ops "
                             "ending in func.return")
@@ -88,6 +146,8 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     counter = iter(range(1 << 30))
     cx = Context(module, report, views, row_reductions,
                  lambda: f"{f.sym_name.data}_constant_{next(counter)}")
+    shared = _shared(block, views) if share else {}
+    functions: dict[Hashable, str] = {}  # a shared lowering's key -> its function
 
     for op in block.ops:
         if isinstance(op, func.ReturnOp):
@@ -104,6 +164,16 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                                               shape=buffer_type(result.type).get_shape()))
             out.name_hint = result.name_hint
         ins = [env[o] for o in op.operands]
+        if op in shared:  # its loops in a function, lowered once for every op of its key
+            key = shared[op]
+            if key not in functions:
+                functions[key] = _lowered_once(f, op, [*ins, out], len(functions), lower, cx,
+                                               libm)
+            e.insert(func.CallOp(functions[key], [*ins, out], []))
+            env[result] = out
+            if result not in direct:
+                allocated.append(out)
+            continue
         written = lower(e, op, ins, out, cx)
         if written is not None and written is not out:  # held elsewhere (a global)
             new_block.erase_op(out.owner)
@@ -135,16 +205,33 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     f.res_attrs = None
 
 
-def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False
-                 ) -> PlanReport:
+def _lowered_once(f: func.FuncOp, op: Operation, buffers: list[SSAValue], number: int,
+                  lower: Any, cx: Context, libm: bool) -> str:
+    """A function of `buffers`' types (the operands', then the result's) holding `op`'s
+    loops, placed after `f`; its name."""
+    name = f"{f.sym_name.data}_op{number}"
+    entry = Block(arg_types=[b.type for b in buffers])
+    inner = Emitter(Builder(InsertPoint.at_end(entry)), libm)
+    *ins, out = entry.args
+    lower(inner, op, list(ins), out, cx)
+    inner.insert(func.ReturnOp())
+    f.parent_block().insert_op_after(
+        func.FuncOp(name, ([b.type for b in buffers], []), Region(entry)), f)
+    return name
+
+
+def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False,
+                 share: bool = False) -> PlanReport:
     """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
     call libm for exp, log, tanh and sigmoid (default: vectorizable arithmetic, see
     transcendentals.py). `row_reductions`: reductions that keep the input's last axes fold a
     row of accumulators at a time (the CPU's choice, see `lower_reduction`; a GPU wants one
-    thread per output)."""
+    thread per output). `share`: ops whose loops are the same (a model's repeated layers')
+    call one function holding them (`SHAREABLE`), lowered once (the CPU's choice: later
+    passes see each distinct op once)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
-        lower_function(f, module, report, libm, row_reductions)
+        lower_function(f, module, report, libm, row_reductions, share)
     return report
 
 
@@ -158,9 +245,11 @@ class ToLoopsPass(ModulePass):
     """Call libm for exp, log, tanh and sigmoid (default: vectorizable arithmetic)."""
     row_reductions: bool = False
     """Reductions that keep the last axes fold a row of accumulators at a time (the CPU's)."""
+    share: bool = False
+    """Ops whose loops are the same call one function holding them (the CPU's)."""
 
     def apply(self, ctx: PassContext, op: ModuleOp) -> None:
         self.run(op)
 
     def run(self, module: ModuleOp) -> PlanReport:
-        return lower_module(module, self.libm, self.row_reductions)
+        return lower_module(module, self.libm, self.row_reductions, self.share)

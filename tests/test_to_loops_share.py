@@ -1,0 +1,111 @@
+"""tape-to-loops' `share` (the CPU pipeline's): ops whose loops are the same (a model's repeated
+layers) call one function holding them, lowered once; ops that differ in anything their loops
+depend on (an op, a shape, a parameter, which operands are the same value, a fused group's body)
+are lowered apart; the loops compute the same bits shared or not, interpreted and compiled."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from xdsl.dialects import func
+
+import tapeml
+from tapeml import nn, ops
+from tapeml.tracing.pytree import flatten
+from tapeml.transforms.fuse import fuse
+from tapeml.transforms.to_loops import lower_module
+
+
+def _layers(count=3):
+    rng = np.random.default_rng(0)
+    params = [nn.linear_init(rng, 8, 8) for _ in range(count)]
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+
+    def f(params, x):
+        for p in params:  # the same layer again: the same ops over other buffers
+            x = ops.tanh(nn.linear(p, x)) * 0.5 + ops.transpose(x.T)
+        return ops.sum(x * x)
+
+    return tapeml.value_and_grad(f), (params, x)
+
+
+def _loops(fn, args, share, fused=True):
+    program = tapeml.trace(fn, *args)
+    module = program.module.clone()
+    if fused:
+        fuse(module)
+    lower_module(module, row_reductions=True, share=share)
+    module.verify()
+    return program, module
+
+
+def _calls(module):
+    return [op.callee.root_reference.data for op in module.walk() if isinstance(op, func.CallOp)]
+
+
+def _interpret(program, module, args):
+    shapes = flatten(program.shapes)[0]
+    leaves = [np.ascontiguousarray(a).reshape(-1) for a in flatten(args)[0]]
+    outs = [np.zeros(max(1, math.prod(s.shape)), s.dtype) for s in shapes]
+    tapeml.interpret(module, program.name, *leaves, *outs)
+    return [o.tobytes() for o in outs]
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_repeated_layers_call_one_function_per_distinct_op(fused):
+    fn, args = _layers()
+    program, shared = _loops(fn, args, share=True, fused=fused)
+    _, apart = _loops(fn, args, share=False, fused=fused)
+    calls = _calls(shared)
+    assert calls and len(set(calls)) < len(calls)  # each function called more than once
+    assert all(calls.count(name) >= 2 for name in set(calls))
+    assert not _calls(apart)
+    functions = [op for op in shared.ops if isinstance(op, func.FuncOp)]
+    assert len(functions) == 1 + len(set(calls))
+    assert sum(1 for _ in shared.walk()) < sum(1 for _ in apart.walk())
+    assert _interpret(program, shared, args) == _interpret(program, apart, args)
+
+
+def _shared_ops(fn, *args):
+    """How many of `fn`'s ops tape-to-loops shares, unfused (each op its own loops)."""
+    _, module = _loops(fn, args, share=True, fused=False)
+    return len(_calls(module))
+
+
+def test_ops_whose_loops_differ_are_lowered_apart():
+    x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
+    y = x[::-1].copy()
+    assert _shared_ops(lambda x, y: (ops.tanh(x), ops.tanh(y)), x, y) == 2  # the same op
+    assert _shared_ops(lambda x, y: (ops.tanh(x), ops.exp(y)), x, y) == 0  # another op
+    assert _shared_ops(lambda x, y: (ops.tanh(x), ops.tanh(y[:2])), x, y) == 0  # a shape
+    assert _shared_ops(lambda x, y: (x * x, x * y), x, y) == 0  # the same value twice
+    assert _shared_ops(lambda x, y: (x * y, y * x), x, y) == 2  # (other values, same places)
+    assert _shared_ops(lambda x, y: (ops.sum(x, axis=0), ops.sum(y, axis=0)), x, y) == 0
+    cube = np.ones((2, 3, 4), np.float32)
+    assert _shared_ops(lambda a, b: (ops.transpose(a, (1, 0, 2)), ops.transpose(b, (2, 1, 0))),
+                       cube, cube) == 0  # a parameter
+    assert _shared_ops(lambda a, b: (ops.transpose(a, (1, 0, 2)), ops.transpose(b, (1, 0, 2))),
+                       cube, cube) == 2
+
+
+def test_fused_groups_with_other_bodies_are_lowered_apart():
+    x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
+    same = lambda x, y: (ops.tanh(x) * 2.0 + y, ops.tanh(y) * 2.0 + x)  # noqa: E731
+    other = lambda x, y: (ops.tanh(x) * 2.0 + y, ops.tanh(y) * 3.0 + x)  # noqa: E731
+    counts = []
+    for fn in (same, other):
+        _, module = _loops(fn, (x, x + 1), share=True)
+        counts.append(len(_calls(module)))
+    assert counts == [2, 0]
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_the_compiled_program_computes_what_the_interpreter_does(threads, monkeypatch):
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    fn, args = _layers(4)
+    compiled = tapeml.jit(fn)(*args)
+    expected = tapeml.jit(fn, backend="interp")(*args)
+    for got, want in zip(flatten(compiled)[0], flatten(expected)[0], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
