@@ -82,12 +82,35 @@ def test_ops_whose_loops_differ_are_lowered_apart():
     assert _shared_ops(lambda x, y: (ops.tanh(x), ops.tanh(y[:2])), x, y) == 0  # a shape
     assert _shared_ops(lambda x, y: (x * x, x * y), x, y) == 0  # the same value twice
     assert _shared_ops(lambda x, y: (x * y, y * x), x, y) == 2  # (other values, same places)
-    assert _shared_ops(lambda x, y: (ops.sum(x, axis=0), ops.sum(y, axis=0)), x, y) == 0
+    assert _shared_ops(lambda x, y: (ops.sum(x, axis=0), ops.sum(y, axis=1)), x, y) == 0
+    assert _shared_ops(lambda x, y: (ops.max(x, axis=0), ops.max(y, axis=0)), x, y) == 2
     cube = np.ones((2, 3, 4), np.float32)
     assert _shared_ops(lambda a, b: (ops.transpose(a, (1, 0, 2)), ops.transpose(b, (2, 1, 0))),
                        cube, cube) == 0  # a parameter
     assert _shared_ops(lambda a, b: (ops.transpose(a, (1, 0, 2)), ops.transpose(b, (1, 0, 2))),
                        cube, cube) == 2
+
+
+def test_a_shared_reduction_takes_its_scratch_from_each_call():
+    """A reduction's row of accumulators is an argument of its function, allocated (and
+    freed) around each call in the host function, where plan-arena places it."""
+    from xdsl.dialects import memref
+
+    x = np.linspace(-1, 1, 2 * 5 * 64, dtype=np.float32).reshape(2, 5, 64)  # a row of 64
+    program, module = _loops(lambda x, y: (ops.sum(x, axis=1), ops.sum(y, axis=1)), (x, x[::-1]),
+                             share=True, fused=False)
+    host, shared = [op for op in module.ops if isinstance(op, func.FuncOp)]
+    calls = [op for op in host.walk() if isinstance(op, func.CallOp)]
+    assert len(calls) == 2 and all(len(c.arguments) == 3 for c in calls)  # x, out, scratch
+    assert len(shared.body.block.args) == 3
+    assert not any(isinstance(op, memref.AllocOp | memref.DeallocOp) for op in shared.walk())
+    for call in calls:
+        scratch = call.arguments[2]
+        assert isinstance(scratch.owner, memref.AllocOp)
+        assert any(isinstance(u.operation, memref.DeallocOp) for u in scratch.uses)
+    _, apart = _loops(lambda x, y: (ops.sum(x, axis=1), ops.sum(y, axis=1)), (x, x[::-1]),
+                      share=False, fused=False)
+    assert _interpret(program, module, (x, x[::-1])) == _interpret(program, apart, (x, x[::-1]))
 
 
 def test_fused_groups_with_other_bodies_are_lowered_apart():

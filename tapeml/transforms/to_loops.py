@@ -36,7 +36,14 @@ from typing import Any
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context as PassContext
 from xdsl.dialects import func, memref
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, ModuleOp, StringAttr
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    FunctionType,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+)
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
@@ -64,11 +71,12 @@ SHAREABLE: tuple[type[Operation], ...] = (
     tape.BroadcastOp, tape.PermuteOp, tape.SliceOp, tape.PadOp, tape.ConcatOp,
     tape.UnfoldOp, tape.FoldOp, tape.MaxPool2dOp, tape.AvgPool2dOp, tape.MaxPool2dBackwardOp,
     tape.AvgPool2dBackwardOp, tape.TakeOp, tape.ScatterOp, tape.ArgMaxOp, tape.ArgMinOp,
-    tape.CumsumOp, tape.IotaOp)
+    tape.CumsumOp, tape.IotaOp, tape.SumOp, tape.MaxOp)
 """The ops whose loops `share` may lower once into a function: their lowering is loops over
-their operands' and result's buffers alone (no scratch buffer of its own to plan, no global,
-no GEMM kernel call: those stay where they are, and merge-loop-nests still merges their
-nests)."""
+their operands' and result's buffers, and scratch buffers of their own (a reduction's row of
+accumulators: the function takes it as an argument, allocated where it is called, so the
+arena holds it); not constants (globals) nor contractions and convolutions (GEMM kernel calls
+already, and merge-loop-nests still merges the loops around them)."""
 
 
 def _hashable(attribute: Any) -> Hashable:
@@ -147,7 +155,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     cx = Context(module, report, views, row_reductions,
                  lambda: f"{f.sym_name.data}_constant_{next(counter)}")
     shared = _shared(block, views) if share else {}
-    functions: dict[Hashable, str] = {}  # a shared lowering's key -> its function
+    functions: dict[Hashable, tuple[str, list[MemRefType]]] = {}  # a key -> its function
 
     for op in block.ops:
         if isinstance(op, func.ReturnOp):
@@ -169,7 +177,12 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
             if key not in functions:
                 functions[key] = _lowered_once(f, op, [*ins, out], len(functions), lower, cx,
                                                libm)
-            e.insert(func.CallOp(functions[key], [*ins, out], []))
+            name, scratch_types = functions[key]
+            scratch = [e.insert(memref.AllocOp.get(t.element_type, shape=t.get_shape()))
+                       for t in scratch_types]
+            e.insert(func.CallOp(name, [*ins, out, *scratch], []))
+            for buffer in scratch:
+                e.insert(memref.DeallocOp.get(buffer))
             env[result] = out
             if result not in direct:
                 allocated.append(out)
@@ -206,18 +219,27 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
 
 
 def _lowered_once(f: func.FuncOp, op: Operation, buffers: list[SSAValue], number: int,
-                  lower: Any, cx: Context, libm: bool) -> str:
-    """A function of `buffers`' types (the operands', then the result's) holding `op`'s
-    loops, placed after `f`; its name."""
+                  lower: Any, cx: Context, libm: bool) -> tuple[str, list[MemRefType]]:
+    """A function of `buffers`' types (the operands', then the result's), then of the scratch
+    buffers its loops use, holding `op`'s loops, placed after `f`; its name and the scratch
+    buffers' types (each call's own to allocate)."""
     name = f"{f.sym_name.data}_op{number}"
     entry = Block(arg_types=[b.type for b in buffers])
     inner = Emitter(Builder(InsertPoint.at_end(entry)), libm)
     *ins, out = entry.args
     lower(inner, op, list(ins), out, cx)
+    scratch: list[MemRefType] = []
+    for alloc in [o for o in entry.ops if isinstance(o, memref.AllocOp)]:  # an argument
+        for use in list(alloc.memref.uses):
+            if isinstance(use.operation, memref.DeallocOp):
+                entry.erase_op(use.operation)
+        alloc.memref.replace_all_uses_with(entry.insert_arg(alloc.memref.type, len(entry.args)))
+        scratch.append(alloc.memref.type)
+        entry.erase_op(alloc)
     inner.insert(func.ReturnOp())
     f.parent_block().insert_op_after(
-        func.FuncOp(name, ([b.type for b in buffers], []), Region(entry)), f)
-    return name
+        func.FuncOp(name, ([a.type for a in entry.args], []), Region(entry)), f)
+    return name, scratch
 
 
 def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False,
