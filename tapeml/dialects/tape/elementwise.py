@@ -26,6 +26,7 @@ from tapeml.dialects.tape.types import (
     element_type,
     same_type,
     tensor_of,
+    tensor_type,
 )
 
 __all__ = [
@@ -352,7 +353,7 @@ class CmpOp(TapeOp):
               lambda: f"predicate must be one of {', '.join(CMP_PREDICATES)}, got {predicate!r}")
         types = [any_tensor(cls.name, lhs, "lhs"), any_tensor(cls.name, rhs, "rhs")]
         same_type(cls.name, types, "operands must have the same type (broadcast explicitly)")
-        return TensorType(i1, lhs.get_shape())
+        return tensor_type(lhs.get_shape(), i1)
 
 
 @irdl_op_definition
@@ -394,7 +395,7 @@ class CastOp(TapeOp):
     @classmethod
     def infer(cls, input: Attribute, *, dtype: Any) -> Attribute:
         t = any_tensor(cls.name, input)
-        return TensorType(element_type(dtype), t.get_shape())
+        return tensor_type(t.get_shape(), element_type(dtype))
 
     def derived_params(self) -> dict[str, Any]:
         return {"dtype": dtype_of(self.result.type)}

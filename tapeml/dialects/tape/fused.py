@@ -26,7 +26,15 @@ from xdsl.traits import HasParent, IsTerminator, Pure
 
 from tapeml.dialects.base import Int, TapeOp
 from tapeml.dialects.tape.elementwise import ELEMENTWISE
-from tapeml.dialects.tape.types import NUMBERS, any_tensor, check, dtype_of, element_type, tensor_of
+from tapeml.dialects.tape.types import (
+    NUMBERS,
+    any_tensor,
+    check,
+    dtype_of,
+    element_type,
+    tensor_of,
+    tensor_type,
+)
 from tapeml.errors import ShapeError
 
 __all__ = [
@@ -67,7 +75,7 @@ class IndexOp(TapeOp):
 
     @classmethod
     def infer(cls, *, axis: int, dtype: Any) -> Attribute:
-        t = TensorType(element_type(dtype), [])
+        t = tensor_type((), element_type(dtype))
         tensor_of(cls.name, t, NUMBERS, "result")
         check(axis >= 0, cls.name, lambda: f"axis {axis} must be a dim of the group's result")
         return t
@@ -126,7 +134,7 @@ class FusedOp(TapeOp):
         check(len(body.args) == len(types), cls.name,
               lambda: f"the body takes {len(body.args)} elements for {len(types)} inputs")
         for arg, t in zip(body.args, types, strict=True):
-            check(arg.type == TensorType(t.get_element_type(), []), cls.name,
+            check(arg.type == tensor_type((), t.get_element_type()), cls.name,
                   lambda arg=arg, t=t: f"body argument {arg.type} must be the rank-0 "
                   f"{t.get_element_type()} of input {t}")
         last = body.last_op
@@ -140,7 +148,7 @@ class FusedOp(TapeOp):
                 r.type.get_shape() == () for r in op.results), cls.name,
                 lambda op=op: f"the body holds rank-0 elementwise ops only, not {op.name}")
         out = last.value.type
-        return TensorType(out.get_element_type(), shape)
+        return tensor_type(shape, out.get_element_type())
 
     def derived_params(self) -> dict[str, Any]:
         return {"body": self.body.block}

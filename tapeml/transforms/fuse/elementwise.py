@@ -26,7 +26,7 @@ from tapeml.transforms.fuse.matching import FusionPattern
 
 
 def _element(t: Any) -> TensorType:
-    return TensorType(t.get_element_type(), [])
+    return tape.tensor_type((), t.get_element_type())
 
 
 def _splat(value: np.ndarray) -> bool:
