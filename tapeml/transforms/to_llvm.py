@@ -27,6 +27,7 @@ No fast-math flags are set: float semantics stay IEEE, as the interpreter's.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -304,22 +305,37 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
     `extra` patterns run first (the GPU's: gpu_to_nvvm.py); `threads`: how many threads each
     kernel.parallel_for is shared by (the CPU backend passes the host's); `prefix`: before
     each function's symbol (SYMBOL_PREFIX; the GPU keeps its kernels' names)."""
-    leftover = {op.name for op in module.walk() if op.dialect_name() in ("scf", "tape")}
+    leftover: set[str] = set()
+    sizes: dict[memref.AllocOp, int] = {}
+    symbols: dict[kernel.GemmOp, str] = {}
+    entries: dict[str, int] = {}
+    for op in module.walk():  # once: what the patterns and the declarations need
+        if op.dialect_name() in ("scf", "tape"):
+            leftover.add(op.name)
+        elif isinstance(op, memref.AllocOp):
+            sizes[op] = op.memref.type.get_shape()[0] * element_bytes(op.memref.type.element_type)
+        elif isinstance(op, kernel.GemmOp):
+            symbols[op] = op.spec.symbol
+        elif isinstance(op, kernel.ParallelForOp):
+            entries[prefix + op.callee.root_reference.data] = len(op.buffers)
     if leftover:
         raise LoweringError(f"convert-loops-to-llvm: {', '.join(sorted(leftover))} must be "
                             "lowered first (tape-to-loops, convert-scf-to-cf)")
-    sizes = {op: op.memref.type.get_shape()[0] * element_bytes(op.memref.type.element_type)
-             for op in module.walk() if isinstance(op, memref.AllocOp)}
-    symbols = {op: op.spec.symbol for op in module.walk() if isinstance(op, kernel.GemmOp)}
     specs = {op.spec.symbol: op.spec for op in symbols}
-    entries = {prefix + op.callee.root_reference.data: len(op.buffers) for op in module.walk()
-               if isinstance(op, kernel.ParallelForOp)}
     convert_types(module)
     PatternRewriteWalker(GreedyRewritePatternApplier([
         *extra, ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes), FuncToLLVM(prefix),
         KernelToLLVM(symbols, threads, prefix),
     ]), apply_recursively=False).rewrite_module(module)
-    uses = {op.callee.root_reference.data for op in module.walk() if isinstance(op, llvm.CallOp)}
+    uses: set[str] = set()
+    bad: set[str] = set()
+    for op in module.walk():  # once: what is called, and anything left unconverted
+        if isinstance(op, llvm.CallOp):
+            uses.add(op.callee.root_reference.data)
+        elif op.dialect_name() not in ("llvm", "builtin"):
+            bad.add(op.name)
+    if bad:
+        raise LoweringError(f"convert-loops-to-llvm: no conversion for {', '.join(sorted(bad))}")
     kernels = sorted(set(specs) & uses)
     for callee, buffers in entries.items():
         module.body.block.add_op(_entry(callee, buffers))
@@ -335,9 +351,6 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
                 declaration.attributes[kernel.DECLARATION_ATTR] = \
                     specs[name].declaration_attribute()
             module.body.block.add_op(declaration)
-    bad = {op.name for op in module.walk() if op.dialect_name() not in ("llvm", "builtin")}
-    if bad:
-        raise LoweringError(f"convert-loops-to-llvm: no conversion for {', '.join(sorted(bad))}")
 
 
 @dataclass(frozen=True)
@@ -354,8 +367,8 @@ class ConvertLoopsToLLVMPass(ModulePass):
         self.run(op)
 
     def run(self, module: ModuleOp) -> str | None:
-        loops = sum(1 for op in module.walk() if isinstance(op, kernel.ParallelForOp))
-        kernels = sum(1 for op in module.walk() if isinstance(op, kernel.GemmOp))
+        counts = Counter(type(op) for op in module.walk())
+        loops, kernels = counts[kernel.ParallelForOp], counts[kernel.GemmOp]
         convert_to_llvm(module, threads=self.threads)
         shared = f"{loops} outlined loops shared by {self.threads} threads" if loops else ""
         called = f"{kernels} calls of generated kernels" if kernels else ""
