@@ -180,3 +180,43 @@ def test_generated_programs_lower_to_the_same_values(data, dtype, gpu):
     if data.draw(st.booleans()):
         fuse(program.module)
     check(program, *inputs, exact=False, gpu=gpu)
+
+
+def test_coalesce_merges_dims_that_every_buffer_runs_on_across():
+    """A walk over fewer dims, the same elements in the same order: dims merge where each
+    buffer's step runs on (contiguous, or broadcast along both), ones drop, kept dims stay."""
+    from tapeml.transforms.loops.emitter import coalesce, strides
+
+    shape = [2, 3, 4]
+    assert coalesce(shape, [strides(shape), strides(shape)]) == ([24], [[1], [1]], {})
+    bias = [0, 0, 1]  # a row broadcast down the first two dims
+    assert coalesce(shape, [bias, strides(shape)]) == ([6, 4], [[0, 1], [4, 1]], {})
+    column = [1, 0, 0]  # one element per leading index
+    assert coalesce(shape, [column, strides(shape)]) == ([2, 12], [[1, 0], [12, 1]], {})
+    assert coalesce([1, 5, 1], [[5, 1, 1]]) == ([5], [[1]], {})
+    assert coalesce([1, 5, 1], [[5, 1, 1]], keep=[0]) == ([1, 5], [[5, 1]], {0: 0})
+    assert coalesce(shape, [strides(shape)], keep=[1]) == ([2, 3, 4], [[12, 4, 1]], {1: 1})
+    assert coalesce([], [[]]) == ([], [[]], {})
+
+    def visits(shape, steps):  # the offsets a row-major walk reads, in order
+        return [sum(i * s for i, s in zip(index, steps, strict=True))
+                for index in np.ndindex(*shape)]
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        shape = [int(d) for d in rng.integers(1, 4, rng.integers(0, 5))]
+        buffers = [[int(s) if rng.random() < 0.7 else 0 for s in strides(shape)]
+                   for _ in range(3)]
+        merged, steps, _ = coalesce(shape, buffers)
+        for before, after in zip(buffers, steps, strict=True):
+            assert visits(merged, after) == visits(shape, before)
+
+
+def test_an_elementwise_chain_over_one_shape_is_one_loop():
+    x = np.ones((4, 5, 6), np.float32)
+    program = tapeml.trace(lambda x, y: ops.tanh(x * y + 1.0), x, x)
+    module = program.module.clone()
+    fuse(module)
+    lower_module(module)
+    loops = [op for op in module.walk() if op.name in ("scf.parallel", "scf.for")]
+    assert len(loops) == 1 and len(loops[0].body.block.args) == 1

@@ -25,7 +25,14 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from tapeml.dialects import tape
 from tapeml.dialects.registry import OpTable
 from tapeml.dialects.tape import numpy_to_dense
-from tapeml.transforms.loops.emitter import Emitter, LoweringError, buffer_type, shape_of, strides
+from tapeml.transforms.loops.emitter import (
+    Emitter,
+    LoweringError,
+    buffer_type,
+    coalesce,
+    shape_of,
+    strides,
+)
 from tapeml.transforms.loops.registry import Context, lowering
 from tapeml.transforms.transcendentals import Math
 
@@ -277,22 +284,31 @@ def broadcast_steps(source: Sequence[int], target: Sequence[int]) -> list[int]:
 @lowering(*(op for op in tape.ELEMENTWISE if op is not tape.ConstantOp), tape.FusedOp)
 def lower_elementwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
                       cx: Context) -> None:
-    shape = shape_of(op.results[0])
-    steps = [broadcast_steps(shape_of(v), shape) for v in op.operands]
+    """One parallel loop nest over the result, its dims merged where every operand reads on
+    contiguously (`coalesce`: an elementwise chain over same-shaped tensors is one loop)."""
+    full = shape_of(op.results[0])
+    positions = sorted({inner.params["axis"] for inner in op.body.block.ops
+                        if isinstance(inner, tape.IndexOp)}) if isinstance(op, tape.FusedOp) \
+        else []
+    shape, (*steps, out_steps), axes = coalesce(
+        full, [*(broadcast_steps(shape_of(v), full) for v in op.operands), strides(full)],
+        positions)
 
     def body(e: Emitter, ivs: list[SSAValue]) -> None:
         elements = [e.load(buf, e.linear(ivs, s)) for buf, s in zip(ins, steps, strict=True)]
         if isinstance(op, tape.FusedOp):
-            value = _fused_body(e, op.body.block, elements, ivs)
+            value = _fused_body(e, op.body.block, elements, {a: ivs[n] for a, n in axes.items()})
         else:
             value = scalar_op(e, op, elements)
-        e.store(value, out, e.linear(ivs, strides(shape)))
+        e.store(value, out, e.linear(ivs, out_steps))
 
     e.loops(shape, body, parallel=True)
 
 
 def _fused_body(e: Emitter, block: Block, elements: list[SSAValue],
-                ivs: list[SSAValue]) -> SSAValue:
+                ivs: dict[int, SSAValue]) -> SSAValue:
+    """The group's body on one element; `ivs`: the loop's position along each dim its
+    tape.index ops read."""
     env: dict[SSAValue, SSAValue] = dict(zip(block.args, elements, strict=True))
     for inner in block.ops:
         if isinstance(inner, tape.YieldOp):

@@ -55,6 +55,28 @@ def strides(shape: Sequence[int]) -> list[int]:
     return out[::-1]
 
 
+def coalesce(shape: Sequence[int], steps: Sequence[Sequence[int]], keep: Sequence[int] = ()
+             ) -> tuple[list[int], list[list[int]], dict[int, int]]:
+    """The same walk over fewer dims: adjacent dims merge where every buffer's steps run on
+    across them (step[i] == step[i + 1] * shape[i + 1]: contiguous, or broadcast along both),
+    dims of one element drop, except the dims in `keep` (whose positions the loop body reads);
+    row-major order is kept, so each element is visited when it was. The merged shape, each
+    buffer's steps over it, and where each kept dim went."""
+    dims: list[tuple[int, list[int], int | None]] = []  # (size, steps, the kept dim it is)
+    for i, size in enumerate(shape):
+        if size == 1 and i not in keep:
+            continue
+        here = [s[i] for s in steps]
+        if dims and i not in keep and dims[-1][2] is None and all(
+                before == step * size for before, step in zip(dims[-1][1], here, strict=True)):
+            dims[-1] = (dims[-1][0] * size, here, None)
+            continue
+        dims.append((size, here, i if i in keep else None))
+    merged = [size for size, _, _ in dims]
+    by_buffer = [[d[1][b] for d in dims] for b in range(len(steps))]
+    return merged, by_buffer, {kept: n for n, (_, _, kept) in enumerate(dims) if kept is not None}
+
+
 def shape_of(v: SSAValue) -> tuple[int, ...]:
     return v.type.get_shape()
 

@@ -12,7 +12,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from tapeml.dialects import tape
 from tapeml.transforms.loops.buffers import PlanReport
-from tapeml.transforms.loops.emitter import Emitter, shape_of, strides
+from tapeml.transforms.loops.emitter import Emitter, coalesce, shape_of, strides
 from tapeml.transforms.loops.registry import Context, lowering
 
 ROW_WIDTH = 8
@@ -46,26 +46,28 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
         _row_reduction(e, op, ins[0], out, rows, wide, combine, identity)
         return
 
+    # the kept dims and the reduced ones each merged where the input runs on across them
+    # (coalesce: the same elements in the same order, in fewer loops)
+    kept_shape, (kept_src, kept_out), _ = coalesce(
+        out_shape, [[src[i] for i in kept], strides(out_shape)])
+    reduced_shape, (reduced_src,), _ = coalesce([shape[a] for a in axes],
+                                                [[src[a] for a in axes]])
+
     def body(e: Emitter, ivs: list[SSAValue]) -> None:
         init = e.scalar(identity, wide)
 
         def step(e: Emitter, inner: list[SSAValue], acc: SSAValue) -> SSAValue:
-            index: list[SSAValue] = [None] * len(shape)
-            for i, iv in zip(kept, ivs, strict=True):
-                index[i] = iv
-            for i, iv in zip(axes, inner, strict=True):
-                index[i] = iv
-            x = e.load(ins[0], e.linear(index, src))
+            x = e.load(ins[0], e.linear([*ivs, *inner], [*kept_src, *reduced_src]))
             if wide != t:
                 x = e.insert(arith.ExtFOp(x, wide))
             return e.insert(combine(acc, x))
 
-        total = e.reduce([shape[a] for a in axes], init, step)
+        total = e.reduce(reduced_shape, init, step)
         if wide != t:
             total = e.insert(arith.TruncFOp(total, t))
-        e.store(total, out, e.linear(ivs, strides(out_shape)))
+        e.store(total, out, e.linear(ivs, kept_out))
 
-    e.loops(out_shape, body, parallel=True)
+    e.loops(kept_shape, body, parallel=True)
 
 
 def _combine(op: tape.SumOp | tape.MaxOp, t: Attribute) -> tuple[type[Operation], float | int]:
@@ -95,17 +97,19 @@ def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SS
     acc = e.insert(memref.AllocOp.get(wide, shape=[size]))
     report.scratch_bytes = max(report.scratch_bytes, size * (wide.bitwidth // 8))
     src = strides(shape)
+    # the outer dims and the reduced ones each merged where the input runs on across them
+    # (coalesce: the same rows folded in the same order, in fewer loops)
+    outer_shape, (outer_src, outer_rows), _ = coalesce(
+        [shape[i] for i in outer],
+        [[src[i] for i in outer], [s * width for s in strides([shape[i] for i in outer])]])
+    reduced_shape, (reduced_src,), _ = coalesce([shape[a] for a in axes],
+                                                [[src[a] for a in axes]])
 
     def row(e: Emitter, outer_ivs: list[SSAValue]) -> None:
-        start = e.linear(outer_ivs, [s * width for s in strides([shape[i] for i in outer])])
+        start = e.linear(outer_ivs, outer_rows)
 
         def fold(e: Emitter, reduced: list[SSAValue]) -> None:
-            index: list[SSAValue | int] = [0] * (last + 1)
-            for i, iv in zip(outer, outer_ivs, strict=True):
-                index[i] = iv
-            for i, iv in zip(axes, reduced, strict=True):
-                index[i] = iv
-            base = e.linear(index, src[:last + 1])
+            base = e.linear([*outer_ivs, *reduced], [*outer_src, *reduced_src])
 
             def one(e: Emitter, w: list[SSAValue]) -> None:
                 at = e.insert(arith.AddiOp(start, w[0]))
@@ -118,7 +122,7 @@ def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SS
 
         e.loops([width], lambda e, w: e.store(e.scalar(init, wide), acc,
                                               e.insert(arith.AddiOp(start, w[0]))))
-        e.loops([shape[a] for a in axes], fold)
+        e.loops(reduced_shape, fold)
 
         def store(e: Emitter, w: list[SSAValue]) -> None:
             at = e.insert(arith.AddiOp(start, w[0]))
@@ -127,5 +131,5 @@ def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SS
 
         e.loops([width], store)
 
-    e.loops([shape[i] for i in outer], row, parallel=True)
+    e.loops(outer_shape, row, parallel=True)
     e.insert(memref.DeallocOp.get(acc))
