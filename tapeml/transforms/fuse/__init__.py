@@ -39,6 +39,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
+    PatternRewriter,
     PatternRewriteWalker,
     RewritePattern,
 )
@@ -88,15 +89,24 @@ def _run(module: ModuleOp, patterns: list[RewritePattern]) -> None:
     PatternRewriteWalker(GreedyRewritePatternApplier(patterns)).rewrite_module(module)
 
 
+def _run_once(module: ModuleOp, pattern: RewritePattern) -> None:
+    """`pattern` on every op there is now, once: for a pattern whose rewrites it never
+    matches again (wrapping an op in a group, unwrapping a group of one), what the greedy
+    walker reaches without its second, confirming walk over every op."""
+    for op in list(module.walk()):
+        if op.parent is not None:  # (not inside an op replaced meanwhile)
+            pattern.match_and_rewrite(op, PatternRewriter(op))
+
+
 def fuse(module: ModuleOp) -> FusionReport:
     """Apply the catalog to `module` in place; returns what fired."""
     report = FusionReport()
     make: Callable[[type[FusionPattern]], FusionPattern] = lambda p: p(report.fired)  # noqa: E731
     _run(module, [*LAYOUT_PATTERNS, *map(make, BACKWARD)])
     _run(module, [*LAYOUT_PATTERNS, *map(make, FORWARD)])
-    _run(module, [make(WrapElementwise)])
+    _run_once(module, make(WrapElementwise))
     _run(module, [make(GrowGroup)])
-    _run(module, [make(UnwrapSingle)])
+    _run_once(module, make(UnwrapSingle))
     _count_groups(module, report)
     return report
 

@@ -86,10 +86,12 @@ class WrapElementwise(FusionPattern):
         if not isinstance(op, tape.ELEMENTWISE) or isinstance(op, tape.ConstantOp) or \
                 isinstance(op.parent_op(), tape.FusedOp):
             return
-        body, args = _fused_body(op.operands)
-        inner = type(op).build(*args, **op.params)
+        inputs = list(dict.fromkeys(op.operands))  # a value repeated (x * x) read once
+        body, args = _fused_body(inputs)
+        by_value = dict(zip(inputs, args, strict=True))
+        inner = type(op).build(*(by_value[v] for v in op.operands), **op.params)
         body.add_ops([inner, tape.YieldOp(inner.results[0])])
-        fused = tape.FusedOp.build(*op.operands, body=body)
+        fused = tape.FusedOp.build(*inputs, body=body)
         fused.location = op.location
         rewriter.replace(op, fused)
 
