@@ -8,6 +8,7 @@ shape rule is a `ShapeError` that names the user's source line.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -39,18 +40,34 @@ class SourceLine:
         return f"{where}: {self.text}" if self.text else where
 
 
+@functools.lru_cache(maxsize=4096)
+def _in_package(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
+
+
+def _user_frame() -> Any:
+    """The innermost stack frame outside the tapeml package (None: there is none)."""
+    frame = sys._getframe(1)  # (its caller: tapeml's own, as every frame up to the user's)
+    while frame is not None and _in_package(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
 def user_frame() -> SourceLine | None:
     """The innermost stack frame outside the tapeml package: the user's line."""
     import linecache
 
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(_PACKAGE_DIR + os.sep):
-            text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-            return SourceLine(frame.f_code.co_filename, frame.f_lineno, text)
-        frame = frame.f_back
-    return None
+    frame = _user_frame()
+    if frame is None:
+        return None
+    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return SourceLine(frame.f_code.co_filename, frame.f_lineno, text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _location(filename: str, line: int) -> FileLineColLoc:
+    """A traced op's location, one attribute per line (attributes are immutable)."""
+    return FileLineColLoc(StringAttr(filename), IntAttr(line), IntAttr(0))
 
 
 def at_user_line(message: str) -> str:
@@ -77,9 +94,8 @@ class Trace:
     def insert(self, op: TapeOp) -> Tracer:
         if self.location is not None:
             op.location = self.location
-        elif (where := user_frame()) is not None:
-            op.location = FileLineColLoc(StringAttr(where.filename), IntAttr(where.line),
-                                         IntAttr(0))
+        elif (frame := _user_frame()) is not None:
+            op.location = _location(frame.f_code.co_filename, frame.f_lineno)
         self.builder.insert(op)
         return Tracer(op.results[0], self)
 
