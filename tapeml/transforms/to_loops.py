@@ -62,7 +62,7 @@ from tapeml.transforms.loops import (  # noqa: F401
 )
 from tapeml.transforms.loops.buffers import PlanReport, free_after_last_use
 from tapeml.transforms.loops.contractions import transposes_read_in_place
-from tapeml.transforms.loops.emitter import Emitter, LoweringError, buffer_type
+from tapeml.transforms.loops.emitter import Emitter, LoweringError, alloc, buffer_type, dealloc
 from tapeml.transforms.loops.layout import alias
 from tapeml.transforms.loops.registry import LOWERINGS, Context
 
@@ -168,8 +168,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         if result in direct:  # a result the caller keeps: computed in its buffer
             out = direct[result]
         else:
-            out = e.insert(memref.AllocOp.get(buffer_type(result.type).element_type,
-                                              shape=buffer_type(result.type).get_shape()))
+            out = e.insert(alloc(buffer_type(result.type)))
             out.name_hint = result.name_hint
         ins = [env[o] for o in op.operands]
         if op in shared:  # its loops in a function, lowered once for every op of its key
@@ -178,11 +177,10 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                 functions[key] = _lowered_once(f, op, [*ins, out], len(functions), lower, cx,
                                                libm)
             name, scratch_types = functions[key]
-            scratch = [e.insert(memref.AllocOp.get(t.element_type, shape=t.get_shape()))
-                       for t in scratch_types]
+            scratch = [e.insert(alloc(t)) for t in scratch_types]
             e.insert(func.CallOp(name, [*ins, out, *scratch], []))
             for buffer in scratch:
-                e.insert(memref.DeallocOp.get(buffer))
+                e.insert(dealloc(buffer))
             env[result] = out
             if result not in direct:
                 allocated.append(out)
@@ -229,13 +227,14 @@ def _lowered_once(f: func.FuncOp, op: Operation, buffers: list[SSAValue], number
     *ins, out = entry.args
     lower(inner, op, list(ins), out, cx)
     scratch: list[MemRefType] = []
-    for alloc in [o for o in entry.ops if isinstance(o, memref.AllocOp)]:  # an argument
-        for use in list(alloc.memref.uses):
+    for allocation in [o for o in entry.ops if isinstance(o, memref.AllocOp)]:  # an argument
+        buffer = allocation.memref
+        for use in list(buffer.uses):
             if isinstance(use.operation, memref.DeallocOp):
                 entry.erase_op(use.operation)
-        alloc.memref.replace_all_uses_with(entry.insert_arg(alloc.memref.type, len(entry.args)))
-        scratch.append(alloc.memref.type)
-        entry.erase_op(alloc)
+        buffer.replace_all_uses_with(entry.insert_arg(buffer.type, len(entry.args)))
+        scratch.append(buffer.type)
+        entry.erase_op(allocation)
     inner.insert(func.ReturnOp())
     f.parent_block().insert_op_after(
         func.FuncOp(name, ([a.type for a in entry.args], []), Region(entry)), f)

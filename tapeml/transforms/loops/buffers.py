@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.dialects import memref
 from xdsl.ir import Block, SSAValue
+
+from tapeml.transforms.loops.emitter import dealloc
 
 
 @dataclass
@@ -38,7 +39,7 @@ def free_after_last_use(block: Block, allocated: list[SSAValue], report: PlanRep
             last = max(last, position[top])
         live_ranges.append((position[buffer.owner], last, buffer))
     for _, last, buffer in live_ranges:
-        block.insert_op_after(memref.DeallocOp.get(buffer), ops[last])
+        block.insert_op_after(dealloc(buffer), ops[last])
     sizes = {b: b.type.get_shape()[0] * max(1, (b.type.element_type.bitwidth + 7) // 8)
              for _, _, b in live_ranges}
     events = sorted([(start, 1, b) for start, _, b in live_ranges]

@@ -8,14 +8,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xdsl.dialects import arith, memref
-from xdsl.dialects.builtin import f32
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import MemRefType, f32
 from xdsl.ir import Operation, SSAValue
 
 from tapeml.dialects import kernel, tape
 from tapeml.dialects.kernel import GemmSpec
 from tapeml.transforms.loops.buffers import PlanReport
-from tapeml.transforms.loops.emitter import Emitter, accumulate, shape_of, zero
+from tapeml.transforms.loops.emitter import (
+    Emitter,
+    accumulate,
+    alloc,
+    dealloc,
+    shape_of,
+    zero,
+)
 from tapeml.transforms.loops.registry import Context, lowering
 
 
@@ -251,7 +258,7 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     dtype = "f32" if t == f32 else "f64"
     ckk, ohw = geo.c * geo.kh * geo.kw, geo.oh * geo.ow
     size = geo.n * ckk * ohw
-    cols = e.insert(memref.AllocOp.get(t, shape=[size]))
+    cols = e.insert(alloc(MemRefType(t, [size])))
     report.scratch_bytes = max(report.scratch_bytes, size * (t.bitwidth // 8))
     (sh, sw), (dh, dw) = op.params["stride"], op.params["dilation"]
     top, left = op.params["padding"][:2]
@@ -295,4 +302,4 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
         e.insert(kernel.GemmOp(ct, cols, out, GemmSpec(  # out = sum over n of ct[n] @ cols[n]^T
             dtype=dtype, batch=geo.n, m=geo.o, n=ckk, k=ohw, a=(geo.o * ohw, ohw, 1),
             b=(ckk * ohw, 1, ohw), c0=0, accumulate=False)))
-    e.insert(memref.DeallocOp.get(cols))
+    e.insert(dealloc(cols))

@@ -47,6 +47,24 @@ def _index_attr(value: int) -> IntegerAttr:
     return IntegerAttr(value, INDEX)
 
 
+@functools.cache
+def _alloc_properties() -> dict[str, Attribute]:
+    """What memref.AllocOp.get gives a static allocation (no dynamic sizes nor symbols), read
+    off one built so."""
+    return dict(memref.AllocOp.get(INDEX, shape=[1]).properties)
+
+
+def alloc(t: MemRefType) -> memref.AllocOp:
+    """memref.AllocOp.get(t.element_type, shape=t.get_shape()), without rebuilding `t` and
+    checking it each time (64 us against 5)."""
+    return memref.AllocOp.create(result_types=[t], properties=_alloc_properties())
+
+
+def dealloc(buffer: SSAValue) -> memref.DeallocOp:
+    """memref.DeallocOp.get(buffer), as `alloc`."""
+    return memref.DeallocOp.create(operands=[buffer])
+
+
 def strides(shape: Sequence[int]) -> list[int]:
     out, step = [], 1
     for d in reversed(shape):

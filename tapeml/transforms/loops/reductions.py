@@ -6,13 +6,20 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from xdsl.dialects import arith, memref
-from xdsl.dialects.builtin import IntegerType, f32, f64
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import IntegerType, MemRefType, f32, f64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tapeml.dialects import tape
 from tapeml.transforms.loops.buffers import PlanReport
-from tapeml.transforms.loops.emitter import Emitter, coalesce, shape_of, strides
+from tapeml.transforms.loops.emitter import (
+    Emitter,
+    alloc,
+    coalesce,
+    dealloc,
+    shape_of,
+    strides,
+)
 from tapeml.transforms.loops.registry import Context, lowering
 
 ROW_WIDTH = 8
@@ -94,7 +101,7 @@ def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SS
     outer = [i for i in range(last) if i not in axes]
     t = op.result.type.get_element_type()
     size = math.prod(shape[i] for i in outer) * width
-    acc = e.insert(memref.AllocOp.get(wide, shape=[size]))
+    acc = e.insert(alloc(MemRefType(wide, [size])))
     report.scratch_bytes = max(report.scratch_bytes, size * (wide.bitwidth // 8))
     src = strides(shape)
     # the outer dims and the reduced ones each merged where the input runs on across them
@@ -132,4 +139,4 @@ def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SS
         e.loops([width], store)
 
     e.loops(outer_shape, row, parallel=True)
-    e.insert(memref.DeallocOp.get(acc))
+    e.insert(dealloc(acc))
