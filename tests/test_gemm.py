@@ -390,3 +390,82 @@ def test_many_shapes_call_a_handful_of_kernels_compiled_once(monkeypatch):
     assert len(first.kernels) >= 6 and len(first.variants) < len(first.kernels)
     assert set(second.kernels).isdisjoint(first.kernels)  # other shapes: other callers
     assert set(second.variants) <= set(first.variants)   # the same kernels
+
+
+def _fresh_kernels(monkeypatch):
+    """load_kernel as in a new process (no kernel loaded), the disk cache off."""
+    from tapeml.codegen import cpu
+
+    monkeypatch.setenv("TAPEML_CACHE", "0")
+    kept: dict = {}
+    _ENGINES.append(kept)  # the kernels' code outlives the test, as a process's would
+    monkeypatch.setattr(cpu, "_KERNELS", kept)
+
+
+def _mlp_step():
+    from tapeml import nn, ops
+
+    rng = np.random.default_rng(3)
+    params = {f"l{i}": nn.linear_init(rng, m, n) for i, (m, n) in enumerate([(40, 72), (72, 9)])}
+    x = rng.standard_normal((33, 40)).astype(np.float32)
+
+    def loss(p, x):
+        return ops.sum(nn.linear(p["l1"], ops.tanh(nn.linear(p["l0"], x))) ** 2)
+
+    return tapeml.value_and_grad(loss), (params, x)
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_kernels_load_in_a_thread_of_their_own_where_there_is_a_second_core(cores,
+                                                                             monkeypatch):
+    """With two cores the kernels a program calls are compiled in a thread while the passes
+    after tape-to-loops run (the profile says so); with one, in line as before. Either way the
+    program computes what the interpreter does."""
+    from tapeml.codegen import cpu, get_backend
+
+    _fresh_kernels(monkeypatch)
+    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    step, args = _mlp_step()
+    program = tapeml.trace(step, *args)
+    with tapeml.profile() as stages:
+        native = get_backend("cpu").compile(program.module)
+    (report,) = [s for s in stages if s.name == "GEMM kernels"]
+    assert "compiled" in report.detail
+    assert ("in a thread of their own" in report.detail) == (cores > 1)
+    got = native(*flatten_leaves(args))
+    expected = tapeml.jit(step, backend="interp")(*args)
+    for g, e in zip(got, flatten_leaves(expected), strict=True):
+        np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5)
+
+
+def test_a_kernel_the_thread_could_not_load_is_loaded_again_in_line(monkeypatch):
+    """An error in the thread (here every load there fails) is not the program's: the link
+    loads the kernel itself, and says why if it cannot."""
+    import threading
+
+    from tapeml.codegen import cpu, get_backend
+
+    _fresh_kernels(monkeypatch)
+    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda pid: {0, 1})
+    real = cpu.load_kernel
+
+    def failing_in_the_thread(v):
+        if threading.current_thread().name == "tapeml-kernels":
+            raise MemoryError("no room in the thread")
+        return real(v)
+
+    monkeypatch.setattr(cpu, "load_kernel", failing_in_the_thread)
+    step, args = _mlp_step()
+    with tapeml.profile() as stages:
+        native = get_backend("cpu").compile(tapeml.trace(step, *args).module)
+    (report,) = [s for s in stages if s.name == "GEMM kernels"]
+    assert "compiled" in report.detail and "in a thread" not in report.detail
+    got = native(*flatten_leaves(args))
+    for g, e in zip(got, flatten_leaves(tapeml.jit(step, backend="interp")(*args)), strict=True):
+        np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5)
+
+
+def flatten_leaves(tree):
+    from tapeml.tracing.pytree import flatten
+
+    return flatten(tree)[0]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import json
+import os
 import re
 import struct
 import threading
@@ -37,6 +38,7 @@ from tapeml.codegen import disk_cache, pool
 from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.gemm import Target, Variant, caller, host_threads, kernel, variant
 from tapeml.codegen.stages import Stages, run_pipeline
+from tapeml.dialects import kernel as kernel_dialect
 from tapeml.dialects.kernel import GemmSpec, declared_kernels
 from tapeml.profile import profiling, record
 from tapeml.transforms.arena import ALIGN
@@ -200,6 +202,39 @@ def load_kernel(v: Variant) -> str:
         return origin
 
 
+class Prefetch:
+    """The GEMM kernels a lowered module's kernel.gemm ops call, loaded (load_kernel) in a
+    thread of its own while the passes after tape-to-loops run in the caller's: LLVM's work
+    there, Python's here (llvmlite lets go of the GIL in LLVM, and takes a lock of its own, so
+    the two overlap only where there is a second core to run on; with one, nothing starts)."""
+
+    def __init__(self, module: Any) -> None:
+        self.origins: dict[str, str] = {}
+        """Each kernel's symbol -> where it came from ("compiled", "disk cache", "loaded")."""
+        host = Target.host()
+        variants = sorted({variant(op.spec, host) for op in module.walk()
+                           if isinstance(op, kernel_dialect.GemmOp)}, key=lambda v: v.symbol)
+        self.thread = None
+        if variants and len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity")
+                            else range(os.cpu_count() or 1)) > 1:
+            self.thread = threading.Thread(target=self._load, args=(variants,), daemon=True,
+                                           name="tapeml-kernels")
+            self.thread.start()
+
+    def _load(self, variants: list[Variant]) -> None:
+        for v in variants:
+            try:
+                self.origins[v.symbol] = load_kernel(v)
+            except Exception:  # noqa: BLE001 (link_kernels loads it again, and says why not)
+                return
+
+    def join(self) -> dict[str, str]:
+        """Wait for the thread; each kernel's origin, for those it loaded."""
+        if self.thread is not None:
+            self.thread.join()
+        return self.origins
+
+
 def caller_module(spec: GemmSpec, machine: llvm_binding.TargetMachine, load: bool = True
                   ) -> Any:
     """The module defining `spec.symbol(A, B, C)` (the call of its kernel with its plan and its
@@ -213,18 +248,21 @@ def caller_module(spec: GemmSpec, machine: llvm_binding.TargetMachine, load: boo
 
 
 def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
-                 standalone: bool = False, optimized: bool = True
-                 ) -> tuple[list[str], list[Variant]]:
+                 standalone: bool = False, optimized: bool = True,
+                 prefetched: dict[str, str] | None = None) -> tuple[list[str], list[Variant]]:
     """Link into `parsed` (the llvm-dialect `module` as LLVM IR) the caller of every GEMM
     `module` declares, from the spec on its declaration, each kernel they call loaded
-    (load_kernel), or, `standalone`, linked in too (as the CLI prints it; `optimized` or not);
-    the callers' names and the kernels."""
+    (load_kernel; `prefetched`: where a Prefetch found those it loaded), or, `standalone`,
+    linked in too (as the CLI prints it; `optimized` or not); the callers' names and the
+    kernels."""
     started = time.perf_counter()
     host = Target.host()
     kernels = declared_kernels(module)
     variants = sorted({variant(spec, host) for spec in kernels.values()},
                       key=lambda v: v.symbol)
-    origins = Counter(load_kernel(v) for v in variants) if not standalone else Counter()
+    found = prefetched or {}
+    origins = Counter(found.get(v.symbol) or load_kernel(v) for v in variants) \
+        if not standalone else Counter()
     for v in variants if standalone else ():
         parsed.link_in(kernel_ir(v, machine, optimized))
     for spec in kernels.values():
@@ -232,7 +270,8 @@ def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
     if variants and profiling():
         record("GEMM kernels", len(variants), started,
                f"(kernels) called by {len(kernels)} shapes; " + ", ".join(
-                   f"{count} {origin}" for origin, count in sorted(origins.items())))
+                   f"{count} {origin}" for origin, count in sorted(origins.items()))
+               + ("; in a thread of their own, during the passes above" if found else ""))
     return list(kernels), variants
 
 
@@ -423,7 +462,14 @@ class CPUBackend:
                  ) -> tuple[Native, bytes | None]:
         """Compiled through the pipeline; with the object code MCJIT made, if asked for."""
         keep = kept.keep
-        module, reports = run_pipeline(module, cpu_pipeline(self.fuse, self.libm, threads), kept)
+        prefetch: list[Prefetch] = []
+
+        def after(step: str, lowered: ModuleOp) -> None:  # the kernels, while the rest runs
+            if step == "tape-to-loops":
+                prefetch.append(Prefetch(lowered))
+
+        module, reports = run_pipeline(module, cpu_pipeline(self.fuse, self.libm, threads), kept,
+                                       after)
         arena_bytes = reports["plan-arena"].sizes[name]
         objects: list[bytes] = []
         with _LLVM_LOCK:
@@ -432,7 +478,8 @@ class CPUBackend:
             ir_text, parsed = optimize(module, machine)
             if profiling():
                 record("LLVM O2", _instructions(parsed), started, "(LLVM instructions)")
-            kernels, variants = link_kernels(module, parsed, machine)
+            prefetched = prefetch[0].join() if prefetch else {}
+            kernels, variants = link_kernels(module, parsed, machine, prefetched=prefetched)
             keep("llvm ir", lambda: ir_text)
             keep("optimized llvm ir", lambda: str(parsed))
             keep("assembly", lambda: machine.emit_assembly(parsed))

@@ -27,11 +27,14 @@ class Stages:
             self.texts[stage] = text()
 
 
-def run_pipeline(module: ModuleOp, steps: list[Step], stages: Stages) -> tuple[ModuleOp,
-                                                                               dict[str, Any]]:
+def run_pipeline(module: ModuleOp, steps: list[Step], stages: Stages,
+                 after: Callable[[str, ModuleOp], None] | None = None
+                 ) -> tuple[ModuleOp, dict[str, Any]]:
     """A copy of `module` (which stays as it was) through `steps`; and what each pass that
     reports returned (`run`), by pass name. The module's text is kept as stage "tape" first,
-    then under each step's stage name, headed by its report."""
+    then under each step's stage name, headed by its report. `after(pass name, module)` is
+    called after each pass (a backend starting work the rest of the pipeline need not wait
+    for)."""
     stages.keep("tape", lambda: str(module))
     module = module.clone()
     ctx = Context()
@@ -48,4 +51,6 @@ def run_pipeline(module: ModuleOp, steps: list[Step], stages: Stages) -> tuple[M
         record(name, count_ops(module, top_level=isinstance(step.pass_, FusePass)), started,
                detail)
         reports[name] = report
+        if after is not None:
+            after(name, module)
     return module, reports
