@@ -214,6 +214,7 @@ class Prefetch:
         host = Target.host()
         variants = sorted({variant(op.spec, host) for op in module.walk()
                            if isinstance(op, kernel_dialect.GemmOp)}, key=lambda v: v.symbol)
+        variants = [v for v in variants if v.symbol not in _KERNELS]  # (not loaded yet)
         self.thread = None
         if variants and len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity")
                             else range(os.cpu_count() or 1)) > 1:
@@ -269,9 +270,11 @@ def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
         parsed.link_in(caller_module(spec, machine, load=False))
     if variants and profiling():
         record("GEMM kernels", len(variants), started,
-               f"(kernels) called by {len(kernels)} shapes; " + ", ".join(
-                   f"{count} {origin}" for origin, count in sorted(origins.items()))
-               + ("; in a thread of their own, during the passes above" if found else ""))
+               f"(kernels) called by {len(kernels)} shapes"
+               + (", loaded in a thread of their own during the passes above"
+                  if any(origin != "loaded" for origin in found.values()) else "")
+               + "; " + ", ".join(f"{count} {origin}"
+                                  for origin, count in sorted(origins.items())))
     return list(kernels), variants
 
 
