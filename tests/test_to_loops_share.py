@@ -5,10 +5,9 @@ are lowered apart; the loops compute the same bits shared or not, interpreted an
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
+from test_merge_nests import _interpret  # the loops form on the interpreter
 from xdsl.dialects import func
 
 import tapeml
@@ -43,14 +42,6 @@ def _loops(fn, args, share, fused=True):
 
 def _calls(module):
     return [op.callee.root_reference.data for op in module.walk() if isinstance(op, func.CallOp)]
-
-
-def _interpret(program, module, args):
-    shapes = flatten(program.shapes)[0]
-    leaves = [np.ascontiguousarray(a).reshape(-1) for a in flatten(args)[0]]
-    outs = [np.zeros(max(1, math.prod(s.shape)), s.dtype) for s in shapes]
-    tapeml.interpret(module, program.name, *leaves, *outs)
-    return [o.tobytes() for o in outs]
 
 
 @pytest.mark.parametrize("fused", [True, False])

@@ -35,7 +35,8 @@ from tapeml.dialects import kernel
 from tapeml.transforms.outlining import constant_op, external_values
 
 
-def _attribute_key(attribute: Attribute) -> Hashable:
+def attribute_key(attribute: Attribute) -> Hashable:
+    """`attribute` itself where it hashes, else its text: a part of a structural key."""
     try:
         hash(attribute)
         return attribute
@@ -65,8 +66,8 @@ def structure(ops: list[Operation], external: list[SSAValue]) -> tuple | None:
                     return None
             shape = tuple((tuple(b.arg_types) for b in r.blocks) for r in op.regions)
             key.append((op.name, tuple(operands), tuple(r.type for r in op.results),
-                        tuple((k, _attribute_key(v)) for k, v in op.properties.items()),
-                        tuple((k, _attribute_key(v)) for k, v in op.attributes.items()),
+                        tuple((k, attribute_key(v)) for k, v in op.properties.items()),
+                        tuple((k, attribute_key(v)) for k, v in op.attributes.items()),
                         tuple(len(list(b.ops)) for r in op.regions for b in r.blocks),
                         tuple(tuple(t) for t in shape)))
             for value in op.results:

@@ -65,6 +65,7 @@ from tapeml.transforms.loops.contractions import transposes_read_in_place
 from tapeml.transforms.loops.emitter import Emitter, LoweringError, alloc, buffer_type, dealloc
 from tapeml.transforms.loops.layout import alias
 from tapeml.transforms.loops.registry import LOWERINGS, Context
+from tapeml.transforms.merge_nests import attribute_key
 
 SHAREABLE: tuple[type[Operation], ...] = (
     *(op for op in tape.ELEMENTWISE if op is not tape.ConstantOp), tape.FusedOp,
@@ -79,14 +80,6 @@ arena holds it); not constants (globals) nor contractions and convolutions (GEMM
 already, and merge-loop-nests still merges the loops around them)."""
 
 
-def _hashable(attribute: Any) -> Hashable:
-    try:
-        hash(attribute)
-        return attribute
-    except TypeError:
-        return str(attribute)
-
-
 def _lowering_key(op: Operation, views: dict[SSAValue, list[int]]) -> Hashable:
     """Equal for two ops exactly when their lowerings are the same loops over their buffers:
     the op and everything in its regions (op names, properties, attributes, types, operands
@@ -98,8 +91,8 @@ def _lowering_key(op: Operation, views: dict[SSAValue, list[int]]) -> Hashable:
         if nested is not op:
             inner.append((nested.name, tuple(local.get(o, -1) for o in nested.operands),
                           tuple(r.type for r in nested.results)))
-        inner.append((tuple((k, _hashable(v)) for k, v in sorted(nested.properties.items())),
-                      tuple((k, _hashable(v)) for k, v in sorted(nested.attributes.items()))))
+        inner.append((tuple((k, attribute_key(v)) for k, v in sorted(nested.properties.items())),
+                      tuple((k, attribute_key(v)) for k, v in sorted(nested.attributes.items()))))
         for value in nested.results:
             local[value] = len(local)
         for region in nested.regions:
