@@ -4,7 +4,7 @@
 
 The workloads are ../shared/reference/workloads.md's (W1 elementwise chain, W2 matmul, W3 MLP
 training step, W4 CNN training step, W5 first-call latency, W6 per-call latency, W7 GPT
-training step); each checks tapeml's result against numpy's first. Run it pinned to one core
+training step; E is eager ops on small arrays); each checks tapeml's result against numpy's first. Run it pinned to one core
 for the single-thread figures: `OPENBLAS_NUM_THREADS=1 taskset -c 0 .venv/bin/python
 bench/run.py`. `--threads` compares one thread with all of them (W2 n=1024 and W4, in
 alternating blocks of calls in one process).
@@ -300,6 +300,30 @@ def w6(repeat: int) -> None:
         median_time(lambda: x * 2.0 + 1.0, repeat * 50) * 1e6)
 
 
+def eager(repeat: int) -> None:
+    """E: ops called outside any trace on 16 elements (4 x 4, f32) beside numpy's own call
+    for the same op (issue 18: at most 3x)."""
+    x = np.arange(16, dtype=np.float32).reshape(4, 4) / 7
+    y = x[::-1].copy()
+
+    def numpy_softmax(a):
+        e = np.exp(a - a.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    cases = [("add", lambda: ops.add(x, y), lambda: np.add(x, y)),
+             ("multiply by a float", lambda: ops.multiply(x, 0.5), lambda: x * np.float32(0.5)),
+             ("tanh", lambda: ops.tanh(x), lambda: np.tanh(x)),
+             ("greater", lambda: ops.greater(x, y), lambda: np.greater(x, y)),
+             ("sum", lambda: ops.sum(x), lambda: np.sum(x)),
+             ("matmul", lambda: ops.matmul(x, y), lambda: np.matmul(x, y)),
+             ("x[1:3]", lambda: ops.getitem(x, slice(1, 3)), lambda: x[1:3]),
+             ("softmax", lambda: ops.softmax(x), lambda: numpy_softmax(x)),
+             ("maximum (IEEE zeros)", lambda: ops.maximum(x, y), lambda: np.maximum(x, y))]
+    for name, ours, theirs in cases:
+        row(f"E eager {name}", "us", median_time(ours, repeat * 200) * 1e6,
+            median_time(theirs, repeat * 200) * 1e6)
+
+
 def threads(repeat: int) -> None:
     """One thread against all of them (TAPEML_NUM_THREADS, else the affinity mask), both
     compiled in this process and called in alternating blocks of 8 calls, so both see the same
@@ -340,7 +364,7 @@ def threads(repeat: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
-    parser.add_argument("--only", default="W1,W2,W3,W4,W6,W7",
+    parser.add_argument("--only", default="W1,W2,W3,W4,W6,E,W7",
                         help="comma-separated workload ids")
     parser.add_argument("--stages", action="store_true",
                         help="W7: also print the stages of tapeml's first call")
@@ -369,6 +393,8 @@ def main() -> None:
         w4(3 if args.quick else 5)
     if "W6" in only:
         w6(repeat)
+    if "E" in only:
+        eager(repeat)
     if "W7" in only:
         w7(3 if args.quick else 8, [2] if args.quick else [2, 4], args.stages)
 

@@ -90,3 +90,82 @@ def test_the_callers_error_state_is_left_as_it_was():
         with pytest.raises(FloatingPointError):
             np.multiply(x, x)  # numpy's own call still under the caller's state
     assert np.geterr() == before
+
+
+def _grid(dtype):
+    """EDGES in a (3, 4) grid, with a (3, 1) column and a (4,) row to broadcast against it."""
+    values = np.array(EDGES, dtype).reshape(3, 4)
+    return values, values[:, ::-1][:, :1].copy(), values[::-1][0].copy()
+
+
+@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide", "fmod"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_ufuncs_broadcast_at_once_as_the_traced_program(name, dtype):
+    fn = getattr(tapeml, name)
+    grid, column, row = _grid(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for args in ((grid, column), (row, grid), (column, row)):
+            assert_same_bits(fn(*args), _traced(fn, *args))
+    with pytest.raises(tapeml.ShapeError, match=rf"{name}: operands with shapes \(3, 4\), \(3,\)"):
+        fn(grid, row[:3])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_the_other_eager_shortcuts_compute_what_the_traced_program_does(dtype):
+    """Comparisons, where, basic indexing, reshape, transpose, astype, sum, max, min, matmul
+    and power by a float skip promotion on arrays that need none; each gives the traced
+    program's bits (NaN, -0.0 and the extremes among the values)."""
+    grid = (np.array(EDGES, dtype).reshape(3, 4) if np.dtype(dtype).kind == "f" else
+            np.array([0, -1, 7, np.iinfo(dtype).min, np.iinfo(dtype).max, 3] * 2,
+                     dtype).reshape(3, 4))
+    other = grid[::-1].copy()
+    cases = [
+        (tapeml.greater, grid, other), (tapeml.equal, grid, other),
+        (lambda c, a, b: tapeml.where(c, a, b), grid > other, grid, other),
+        (lambda a: a[1], grid), (lambda a: a[-1, 1:3], grid), (lambda a: a[::-2, None], grid),
+        (lambda a: tapeml.reshape(a, (4, -1)), grid), (tapeml.transpose, grid),
+        (lambda a: tapeml.astype(a, np.float64), grid),
+        (lambda a: tapeml.astype(a, np.int32), grid),
+        (tapeml.sum, grid), (lambda a: tapeml.sum(a, axis=-1, keepdims=True), grid),
+        (tapeml.max, grid), (lambda a: tapeml.max(a, axis=0), grid),
+        (lambda a: tapeml.min(a, axis=1), grid),
+    ]
+    if np.dtype(dtype).kind == "f":
+        cases += [(tapeml.matmul, grid, other.T.copy()), (lambda a: tapeml.power(a, 0.5), grid),
+                  (lambda a: tapeml.power(a, 1e39), grid), (tapeml.relu, grid),
+                  (lambda a: tapeml.maximum(a, -0.0), grid)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for fn, *args in cases:
+            got = fn(*args)
+            assert type(got) is np.ndarray
+            assert_same_bits(got, _traced(fn, *args))
+
+
+def test_eager_shortcuts_leave_mistakes_to_the_checks():
+    grid = np.zeros((3, 4), np.float32)
+    with pytest.raises(IndexError, match="index 3 is out of bounds for axis 0 with size 3"):
+        tapeml.getitem(grid, 3)
+    with pytest.raises(tapeml.ShapeError, match="reshape"):
+        tapeml.reshape(grid, (5, -1))
+    with pytest.raises(tapeml.ShapeError, match="axis 2 is out of range"):
+        tapeml.sum(grid, axis=2)
+    with pytest.raises(tapeml.ShapeError, match="empty axis"):
+        tapeml.max(np.zeros((0, 4), np.float32), axis=0)
+    with pytest.raises(tapeml.ShapeError, match="contraction dims differ"):
+        tapeml.matmul(grid, grid)
+    with pytest.raises(tapeml.ShapeError, match="greater: operands with shapes"):
+        tapeml.greater(grid, grid[:, :3])
+
+
+def test_remembered_checks_tell_apart_what_equality_does_not():
+    """An eager op's checks are remembered by its parameters: -0.0 and 0.0 (equal, one hash)
+    are two entries, so the padding value keeps its sign; and a failed check is not
+    remembered (the second bad call fails as the first)."""
+    x = np.ones(2, np.float32)
+    assert not np.signbit(tapeml.pad(x, 1, constant_values=0.0)[0])
+    assert np.signbit(tapeml.pad(x, 1, constant_values=-0.0)[0])
+    for _ in range(2):
+        with pytest.raises(tapeml.ShapeError):
+            tapeml.pad(x, -3)

@@ -24,7 +24,7 @@ from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 from tapeml.dialects import tape
 from tapeml.dialects.base import TapeOp
 from tapeml.errors import ShapeError, TracingError
-from tapeml.interpreters.tape import evaluate
+from tapeml.interpreters.tape import ieee
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tapeml/
 
@@ -143,6 +143,9 @@ def canonical_dtype(dtype: np.dtype) -> np.dtype:
                                  f"got {dtype}"))
 
 
+_TAPE_DTYPES = frozenset(map(np.dtype, (np.bool_, np.int32, np.int64, np.float32, np.float64)))
+
+
 def as_array(x: Any) -> np.ndarray:
     """`x` as a numpy array of a tape dtype (see `canonical_dtype`). Python scalars and lists
     keep their kind: bool, int64 or float32 (a Python float), as numpy makes them except for
@@ -197,19 +200,59 @@ def _type_of(x: Any) -> TensorType:
     return x.value.type if isinstance(x, Tracer) else tape.tensor_type(x.shape, x.dtype)
 
 
+_CHECKED: dict[tuple, dict[str, Any]] = {}
+
+
+def _checked(op_type: type[TapeOp], arrays: list[np.ndarray], params: dict[str, Any]
+             ) -> dict[str, Any]:
+    """`params` normalized, once the op is known to accept these operands (its verifier's
+    checks, on types); remembered by op, shapes, dtypes and params, so an eager op repeated on
+    arrays of one shape pays for the checks once (building the types costs more than a small
+    op)."""
+    try:
+        key = (op_type, *[(a.shape, a.dtype) for a in arrays],
+               *[(name, _exactly(value)) for name, value in params.items()])
+        found = _CHECKED.get(key)
+    except TypeError:  # an unhashable parameter: checked every time
+        key, found = None, None
+    if found is not None:
+        return found
+    types = [_type_of(a) for a in arrays]
+    try:
+        params = op_type.normalize(types, params)
+        op_type.infer(*types, **params)
+    except ShapeError as error:
+        raise ShapeError(at_user_line(str(error))) from None
+    if key is not None:
+        if len(_CHECKED) >= 4096:
+            _CHECKED.clear()
+        _CHECKED[key] = params
+    return params
+
+
+def _exactly(value: Any) -> Any:
+    """A key that tells apart what == does not: 1, 1.0 and True; 0.0 and -0.0."""
+    kind = type(value)
+    if kind is float:
+        return value.hex()
+    if kind is tuple or kind is list:
+        return (kind, *map(_exactly, value))
+    return (kind, value)
+
+
 def bind(op_type: type[TapeOp], *operands: Any, **params: Any) -> Any:
     """Apply a primitive: record it under a trace, or compute it on arrays."""
-    trace = next((x.trace for x in operands if isinstance(x, Tracer)), None)
-    if trace is None and not operands and _TRACES and _TRACES[-1].active:
-        trace = _TRACES[-1]  # an op of no operands (tape.iota) joins the trace it is called in
-    if trace is None:
-        arrays = [as_array(x) for x in operands]
-        try:
-            params = op_type.normalize([_type_of(a) for a in arrays], params)
-            op_type.infer(*(_type_of(a) for a in arrays), **params)
-        except ShapeError as error:
-            raise ShapeError(at_user_line(str(error))) from None
-        return evaluate(op_type, *arrays, **params)
+    for x in operands:
+        if type(x) is Tracer:
+            trace = x.trace
+            break
+    else:
+        if not operands and _TRACES and _TRACES[-1].active:
+            trace = _TRACES[-1]  # an op of no operands (tape.iota) joins the trace it is in
+        else:
+            arrays = [x if type(x) is np.ndarray and x.dtype in _TAPE_DTYPES else as_array(x)
+                      for x in operands]
+            return ieee(op_type)(*arrays, **_checked(op_type, arrays, params))
     values = [trace.operand(x) for x in operands]
     try:
         op = op_type.build(*values, **params)

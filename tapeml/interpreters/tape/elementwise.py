@@ -22,13 +22,28 @@ def _elementwise(op: type[TapeOp], fn: Callable[..., Any]) -> None:
 # tie rule is the platform's (on x86, np.maximum(+0.0, -0.0) is -0.0), LLVM's llvm.maximum and
 # StableHLO's maximum are IEEE's; every stage computes this one.
 def maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    top = np.maximum(a, b)
+    if top.dtype.kind != "f" or not (top == 0).any():
+        return top
     zeros = (a == 0) & (b == 0)
-    return np.where(zeros, a + b, np.maximum(a, b))  # -0 + -0 is -0; +0 beside either, +0
+    return np.where(zeros, a + b, top)  # -0 + -0 is -0; +0 beside either, +0
 
 
 def minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    bottom = np.minimum(a, b)
+    if bottom.dtype.kind != "f" or not (bottom == 0).any():
+        return bottom
     zeros = (a == 0) & (b == 0)
-    return np.where(zeros, -(-a + -b), np.minimum(a, b))
+    return np.where(zeros, -(-a + -b), bottom)
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    """maximum(x, +0): adding +0 turns the -0 np.maximum may keep (of -0 or of a negative x
+    beside +0) into +0, and changes nothing else (NaN stays NaN)."""
+    if x.dtype.kind != "f":
+        return np.maximum(x, 0)
+    zero = np.zeros((), x.dtype)
+    return np.maximum(x, zero) + zero
 
 
 def _integers_kept(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
@@ -69,7 +84,7 @@ for _op, _fn in {
     tape.CosOp: np.cos,
     tape.SqrtOp: np.sqrt,
     tape.SigmoidOp: lambda x: 1 / (1 + np.exp(-x)),
-    tape.ReluOp: lambda x: maximum(x, np.zeros_like(x)),
+    tape.ReluOp: relu,
     tape.AbsOp: np.absolute,  # abs(INT_MIN) wraps to INT_MIN
     tape.SignOp: np.sign,  # sign(-0.0) is +0.0, sign(NaN) that NaN
     tape.FloorOp: _integers_kept(np.floor),

@@ -14,12 +14,12 @@ from tapeml.interpreters.tape.registry import semantics
 def max_over(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np.ndarray:
     """The IEEE maximum of `x` over `axes`: NaN if any is NaN, +0 if the largest are zeros of
     both signs (np.max keeps whichever zero its order meets first)."""
-    top = np.max(x, axis=axes, keepdims=keepdims)
+    top = np.asarray(np.maximum.reduce(x, axis=axes, keepdims=keepdims))
     if x.dtype.kind != "f":
-        return np.asarray(top)
+        return top
     zero = top == 0
-    if not np.any(zero):
-        return np.asarray(top)
+    if not zero.any():
+        return top
     positive = np.any((x == 0) & ~np.signbit(x), axis=axes, keepdims=keepdims)
     return np.asarray(np.where(zero & positive, np.zeros((), x.dtype), top))
 
@@ -27,7 +27,7 @@ def max_over(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np
 @semantics(tape.SumOp)
 def sum_(x: np.ndarray, *, axes: Sequence[int], keepdims: bool) -> np.ndarray:
     # in x's own type: numpy sums integers as int64 (wrapping, so the order does not matter)
-    return np.asarray(np.sum(x, axis=tuple(axes), keepdims=keepdims, dtype=x.dtype))
+    return np.asarray(np.add.reduce(x, axis=tuple(axes), keepdims=keepdims, dtype=x.dtype))
 
 
 @semantics(tape.MaxOp)

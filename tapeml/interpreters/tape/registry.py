@@ -43,6 +43,22 @@ def ieee(op_type: type[TapeOp]) -> Callable[..., np.ndarray]:
         def found(*arrays: np.ndarray, **params: Any) -> np.ndarray:
             with np.errstate(all="ignore"):
                 return np.asarray(semantic(*arrays, **params))  # rank 0 stays an array
+    elif isinstance(semantic, np.ufunc) and semantic.nin == 2:  # the most frequent: no *args
+        def found(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+            token = _extobj_contextvar.set(_QUIET)
+            try:
+                result = semantic(x, y)
+            finally:
+                _extobj_contextvar.reset(token)
+            return result if type(result) is np.ndarray else np.asarray(result)
+    elif isinstance(semantic, np.ufunc) and semantic.nin == 1:
+        def found(x: np.ndarray) -> np.ndarray:
+            token = _extobj_contextvar.set(_QUIET)
+            try:
+                result = semantic(x)
+            finally:
+                _extobj_contextvar.reset(token)
+            return result if type(result) is np.ndarray else np.asarray(result)
     else:
         def found(*arrays: np.ndarray, **params: Any) -> np.ndarray:
             token = _extobj_contextvar.set(_QUIET)  # what np.errstate's __enter__ does

@@ -8,6 +8,7 @@ import numpy as np
 
 from tapeml.dialects import tape
 from tapeml.errors import ShapeError
+from tapeml.interpreters.tape import ieee
 from tapeml.tracing.ops.elementwise import multiply
 from tapeml.tracing.ops.layout import reshape, transpose
 from tapeml.tracing.ops.promotion import Array, broadcast_to, lift, promote
@@ -17,8 +18,15 @@ from tapeml.tracing.trace import at_user_line, bind
 __all__ = ["dot", "einsum", "matmul"]
 
 
+_FLOATS = frozenset(map(np.dtype, (np.float32, np.float64)))
+_eager_matmul = ieee(tape.MatmulOp)
+
+
 def matmul(a: Any, b: Any) -> Array:
     """numpy.matmul: vectors are promoted and squeezed, batch dims broadcast."""
+    if (type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2
+            and (dtype := a.dtype) in _FLOATS and dtype == b.dtype and a.shape[1] == b.shape[0]):
+        return _eager_matmul(a, b)  # eager, nothing to promote or reshape: at once
     a, b = lift(a), lift(b)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(at_user_line("matmul: operands must have at least one dim, got shapes "

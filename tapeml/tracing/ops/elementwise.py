@@ -20,6 +20,8 @@ from tapeml.tracing.ops.promotion import (
     common,
     is_array,
     lift,
+    plain,
+    to_dtype,
     weakened,
 )
 from tapeml.tracing.trace import at_user_line, bind
@@ -79,17 +81,24 @@ def _apply(name: str, op: type[tape.TapeOp], operands: list[Any], on_bool: Any,
 
 
 def _binary(op: type[tape.TapeOp], name: str, on_bool: Any = None, advice: str = ""):
-    run, takes = ieee(op), _taken_as_they_are(op, on_bool)
-    floats = frozenset(d for d in takes if d.kind == "f") if is_ufunc(op) else frozenset()
+    run, takes, ufunc = ieee(op), _taken_as_they_are(op, on_bool), is_ufunc(op)
+    floats = frozenset(d for d in takes if d.kind == "f") if ufunc else frozenset()
 
     def fn(x: Any, y: Any) -> Array:
-        # eager with nothing to promote, at once: arrays of one dtype and shape, or, where the
-        # op is a numpy ufunc, a float array and a Python float (a weak scalar: numpy's rule,
-        # as JAX's, casts it to the array's dtype)
+        # eager with nothing to promote, at once: arrays of one dtype and shape (of shapes
+        # that broadcast, where the op is a numpy ufunc: it broadcasts as numpy does), or,
+        # where the op is a numpy ufunc, a float array and a Python float (a weak scalar:
+        # numpy's rule, as JAX's, casts it to the array's dtype)
         if type(x) is np.ndarray:
             if type(y) is np.ndarray:
-                if (dtype := x.dtype) in takes and dtype == y.dtype and x.shape == y.shape:
-                    return run(x, y)
+                if (dtype := x.dtype) in takes and dtype == y.dtype:
+                    if x.shape == y.shape:
+                        return run(x, y)
+                    if ufunc:
+                        try:
+                            return run(x, y)
+                        except ValueError:  # shapes that do not broadcast: said below
+                            pass
             elif type(y) is float and x.dtype in floats:
                 return run(x, y)
         elif type(x) is float and type(y) is np.ndarray and y.dtype in floats:
@@ -144,11 +153,15 @@ sigmoid = _unary(tape.SigmoidOp, "sigmoid")
 relu = _unary(tape.ReluOp, "relu")
 sqrt = _unary(tape.SqrtOp, "sqrt")
 _float_power = _binary(tape.PowOp, "power")
+_pow = ieee(tape.PowOp)
 
 
 def power(x: Any, y: Any) -> Array:
     """x ** y. On integers the exponent must be a non-negative Python int (computed by
     repeated squaring, wrapping as numpy does); on floats it is `tape.pow`."""
+    if type(y) is float and plain(x) and x.dtype.kind == "f":  # eager, a float exponent
+        # (pow's semantics takes operands of one shape)
+        return _pow(x, np.full(x.shape, to_dtype("power", y, x.dtype)))
     if isinstance(y, int) and not isinstance(y, bool) and y >= 0:
         x = lift(x)
         if np.dtype(x.dtype).kind in "ib":
@@ -221,7 +234,7 @@ def _float_divmod(a: Array, b: Array) -> tuple[Array, Array]:
 
 
 def square(x: Any) -> Array:
-    x = lift(x)
+    x = x if plain(x) else lift(x)
     return multiply(x, x)
 
 
@@ -230,7 +243,7 @@ _abs = _unary(tape.AbsOp, "abs")
 
 def abs(x: Any) -> Array:  # noqa: A001 - numpy's name
     """|x| (numpy's absolute: abs(-0.0) is +0.0, abs(INT_MIN) wraps to INT_MIN)."""
-    x = lift(x)
+    x = x if plain(x) else lift(x)
     return x if np.dtype(x.dtype) == np.bool_ else _abs(x)
 
 
@@ -260,7 +273,11 @@ def clip(x: Any, a_min: Any = None, a_max: Any = None) -> Array:
 
 
 def _compare(predicate: str, name: str):
+    run = ieee(tape.CmpOp)
+
     def fn(x: Any, y: Any) -> Array:
+        if plain(x) and type(y) is np.ndarray and x.dtype == y.dtype and x.shape == y.shape:
+            return run(x, y, predicate=predicate)  # eager, nothing to promote: at once
         return bind(tape.CmpOp, *common(name, x, y)[0], predicate=predicate)
 
     fn.__name__ = fn.__qualname__ = name
@@ -294,8 +311,14 @@ def logical_xor(x: Any, y: Any) -> Array:
     return bitwise_xor(_truth(x), _truth(y))
 
 
+_select = ieee(tape.SelectOp)
+
+
 def where(cond: Any, x: Any, y: Any) -> Array:
     """`x` where `cond` holds, else `y` (broadcast together; x and y promote)."""
+    if (type(cond) is np.ndarray and cond.dtype == np.bool_ and plain(x) and type(y) is np.ndarray
+            and x.dtype == y.dtype and cond.shape == x.shape == y.shape):
+        return _select(cond, x, y)  # eager, nothing to promote or broadcast: at once
     cond = lift(cond)
     if np.dtype(cond.dtype) != np.bool_:
         raise TypeError(at_user_line(f"where: the condition must be boolean (a comparison), "

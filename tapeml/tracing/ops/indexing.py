@@ -29,7 +29,15 @@ import numpy as np
 from tapeml.dialects import tape
 from tapeml.tracing.ops.elementwise import add, bitwise_and, clip, less, multiply, where
 from tapeml.tracing.ops.layout import reshape
-from tapeml.tracing.ops.promotion import Array, astype, broadcast_to, is_weak, lift, weakened
+from tapeml.tracing.ops.promotion import (
+    Array,
+    astype,
+    broadcast_to,
+    is_weak,
+    lift,
+    plain,
+    weakened,
+)
 from tapeml.tracing.trace import Tracer, at_user_line, bind
 
 __all__ = ["at", "getitem", "take", "take_along_axis"]
@@ -208,8 +216,17 @@ def _single_axis(parts: list[Any]) -> int | None:
     return arrays[0]
 
 
+_BASIC = frozenset((int, slice, type(None), type(Ellipsis)))
+
+
 def getitem(x: Any, index: Any) -> Array:
     """numpy's x[index] (see the module doc)."""
+    if plain(x) and (type(index) in _BASIC or type(index) is tuple
+                     and all(type(i) in _BASIC for i in index)):
+        try:  # eager, ints, slices and None: numpy's basic indexing is the semantics
+            return np.asarray(x[index])
+        except (IndexError, TypeError):  # said below, with the user's line
+            pass
     x = lift(x)
     parts = _parts(x, index)
     if (axis := _single_axis(parts)) is not None:

@@ -14,6 +14,7 @@ from tapeml.tracing.ops.promotion import (
     Array,
     is_weak,
     lift,
+    plain,
     promote,
     weakened,
 )
@@ -29,6 +30,11 @@ def _keep(x: Array, op: type[tape.TapeOp], **params: Any) -> Array:
 
 def reshape(x: Any, shape: Sequence[int] | int) -> Array:
     """Row-major reshape; one dim may be -1."""
+    if plain(x):  # eager: numpy's reshape is the semantics (a size mismatch: the error below)
+        try:
+            return x.reshape(shape)
+        except (ValueError, TypeError):
+            pass
     x = lift(x)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if tuple(x.shape) == shape:
@@ -55,6 +61,8 @@ def _bad_axis(axis: int, x: Array) -> int:
 
 
 def transpose(x: Any, axes: Sequence[int] | None = None) -> Array:
+    if plain(x) and axes is None:  # eager: numpy's transpose is the semantics
+        return x.transpose()
     x = lift(x)
     axes = tuple(range(x.ndim))[::-1] if axes is None else tuple(axes)
     if axes == tuple(range(x.ndim)):

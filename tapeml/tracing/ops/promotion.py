@@ -23,6 +23,7 @@ import numpy as np
 
 from tapeml.dialects import tape
 from tapeml.errors import ShapeError
+from tapeml.interpreters.tape import ieee
 from tapeml.tracing.trace import Tracer, as_array, at_user_line, bind, canonical_dtype
 
 __all__ = ["astype", "broadcast_to"]
@@ -34,6 +35,14 @@ _BOOL, _I32, _I64, _F32, _F64 = (np.dtype(t) for t in
 _RANK = {_BOOL: 0, _I32: 2, _I64: 3, _F32: 5, _F64: 6}
 WEAK_INT, WEAK_FLOAT = 1, 4
 _OF_RANK = {0: _BOOL, WEAK_INT: _I64, 2: _I32, 3: _I64, WEAK_FLOAT: _F64, 5: _F32, 6: _F64}
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def plain(x: Any) -> bool:
+    """`x` is a numpy array of a tape dtype: an eager operand that needs no conversion."""
+    return type(x) is np.ndarray and x.dtype in _RANK
 
 
 def is_array(x: Any) -> bool:
@@ -91,6 +100,8 @@ def to_dtype(name: str, x: Any, dtype: np.dtype) -> Array:
     """`x` (an array, a tracer, a Python number or list) as `dtype`."""
     if is_array(x):
         return x if np.dtype(x.dtype) == dtype else astype(x, dtype)
+    if type(x) is float and (x != x or -_F32_MAX <= x <= _F32_MAX):
+        return np.asarray(x, dtype=dtype)  # no overflow to say nothing of (below)
     try:
         with np.errstate(over="ignore"):  # a float past the dtype's range is its inf (IEEE)
             return as_array(np.asarray(x, dtype=dtype))
@@ -99,9 +110,23 @@ def to_dtype(name: str, x: Any, dtype: np.dtype) -> Array:
                                          f"{dtype}, the dtype it meets")) from None
 
 
+def _one_dtype(xs: Sequence[Any], floating: bool) -> bool:
+    """`xs` are numpy arrays of one tape dtype (a float one where the op takes only floats):
+    eager, with nothing to promote."""
+    first = xs[0]
+    if type(first) is not np.ndarray:
+        return False
+    dtype = first.dtype
+    if dtype not in _RANK or (floating and dtype.kind != "f"):
+        return False
+    return all(type(x) is np.ndarray and x.dtype == dtype for x in xs)
+
+
 def promote(name: str, *xs: Any, floating: bool = False) -> tuple[list[Array], bool]:
     """The operands of `name` at their common dtype (see the module doc), and whether it is
     weak."""
+    if _one_dtype(xs, floating):
+        return list(xs), False
     dtype, weak = result_type(name, *xs, floating=floating)
     return [weakened(to_dtype(name, x, dtype), weak) for x in xs], weak
 
@@ -116,17 +141,22 @@ def broadcast_together(name: str, *xs: Any) -> list[Array]:
     """The arrays `xs` broadcast to one shape, numpy style. Inside a trace, an array that
     meets a tracer becomes a constant of its own shape and a tape.broadcast (`x * 2.0` is a
     rank-0 constant, not one of x's size, so a big program's constants stay small)."""
+    if _one_dtype(xs, False) and all(x.shape == xs[0].shape for x in xs):
+        return list(xs)  # eager, with nothing to broadcast
     lifted = [lift(x) for x in xs]
+    trace = next((x.trace for x in lifted if isinstance(x, Tracer)), None)
     try:
-        shape = np.broadcast_shapes(*(tuple(x.shape) for x in lifted))
+        shape = (np.broadcast(*lifted).shape if trace is None else
+                 np.broadcast_shapes(*(tuple(x.shape) for x in lifted)))
     except ValueError:
         shapes = ", ".join(str(tuple(x.shape)) for x in lifted)
         raise ShapeError(at_user_line(f"{name}: operands with shapes {shapes} cannot be "
                                       "broadcast together")) from None
-    trace = next((x.trace for x in lifted if isinstance(x, Tracer)), None)
-    if trace is not None:  # an array meeting a tracer enters the trace at its own size
-        lifted = [x if isinstance(x, Tracer) or tuple(x.shape) == shape else
-                  Tracer(trace.operand(x), trace) for x in lifted]
+    if trace is None:  # eager: tape.broadcast's semantics is np.broadcast_to
+        return [x if x.shape == shape else np.broadcast_to(x, shape) for x in lifted]
+    # an array meeting a tracer enters the trace at its own size
+    lifted = [x if isinstance(x, Tracer) or tuple(x.shape) == shape else
+              Tracer(trace.operand(x), trace) for x in lifted]
     return [broadcast_to(x, shape) for x in lifted]
 
 
@@ -137,12 +167,17 @@ def weakened(result: Array, weak: bool) -> Array:
     return result
 
 
+_cast = ieee(tape.CastOp)
+
+
 def astype(x: Any, dtype: Any) -> Array:
     """`x` converted to `dtype` (bool, int32, int64, float32 or float64) by numpy's `astype`
     rules, except that float to integer truncates toward zero and saturates (NaN gives 0),
     the same on every backend. The result is not weak."""
-    x = lift(x)
     dtype = canonical_dtype(np.dtype(dtype))
+    if plain(x):  # eager: at once
+        return x if x.dtype == dtype else _cast(x, dtype=dtype)
+    x = lift(x)
     if np.dtype(x.dtype) == dtype:
         return Tracer(x.value, x.trace) if is_weak(x) else x
     return bind(tape.CastOp, x, dtype=dtype)

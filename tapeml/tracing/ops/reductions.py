@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from tapeml.dialects import tape
+from tapeml.interpreters.tape import ieee
 from tapeml.tracing.ops.elementwise import (
     add,
     divide,
@@ -40,7 +41,28 @@ def _reduce(op: type[tape.TapeOp], x: Array, axis: Axis, keepdims: bool) -> Arra
     return weakened(bind(op, x, axes=_axes(x, axis), keepdims=keepdims), is_weak(x))
 
 
+_NUMBERS = frozenset(map(np.dtype, (np.int32, np.int64, np.float32, np.float64)))
+_EAGER = {tape.SumOp: ieee(tape.SumOp), tape.MaxOp: ieee(tape.MaxOp)}
+
+
+def _at_once(op: type[tape.TapeOp], x: Any, axis: Axis, keepdims: bool) -> Array | None:
+    """An eager reduction of a number array over all axes or one valid axis, at once (the
+    checks `bind` makes, made here); None for anything else."""
+    if type(x) is np.ndarray and x.dtype in _NUMBERS:
+        if axis is None:
+            axes = tuple(range(x.ndim))
+        elif type(axis) is int and -x.ndim <= axis < x.ndim:
+            axes = (axis % x.ndim,)
+        else:
+            return None
+        if op is tape.SumOp or all(x.shape[a] for a in axes):  # max: no empty axis
+            return _EAGER[op](x, axes=axes, keepdims=keepdims)
+    return None
+
+
 def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
+    if (out := _at_once(tape.SumOp, x, axis, keepdims)) is not None:
+        return out
     x = lift(x)
     if np.dtype(x.dtype) == np.bool_:
         x = astype(x, np.int64)
@@ -48,6 +70,8 @@ def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A0
 
 
 def max(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
+    if (out := _at_once(tape.MaxOp, x, axis, keepdims)) is not None:
+        return out
     return _reduce(tape.MaxOp, lift(x), axis, keepdims)
 
 
