@@ -4,10 +4,10 @@
 
 The workloads are ../shared/reference/workloads.md's (W1 elementwise chain, W2 matmul, W3 MLP
 training step, W4 CNN training step, W5 first-call latency, W6 per-call latency, W7 GPT
-training step; E is eager ops on small arrays); each checks tapeml's result against numpy's first. Run it pinned to one core
-for the single-thread figures: `OPENBLAS_NUM_THREADS=1 taskset -c 0 .venv/bin/python
-bench/run.py`. `--threads` compares one thread with all of them (W2 n=1024 and W4, in
-alternating blocks of calls in one process).
+training step), and E, eager ops on small arrays; each checks tapeml's result against numpy's
+first. Run it pinned to one core for the single-thread figures: `OPENBLAS_NUM_THREADS=1
+taskset -c 0 .venv/bin/python bench/run.py`. `--threads` compares one thread with all of them
+(W2 n=1024 and W4, in alternating blocks of calls in one process).
 
 W7 (bench/gpt_step.py) runs one thread by itself: each (variant, layers) in a fresh worker
 process told so (OPENBLAS_NUM_THREADS, TAPEML_NUM_THREADS, XLA_FLAGS, torch.set_num_threads),
