@@ -5,9 +5,15 @@
 The workloads are ../shared/reference/workloads.md's (W1 elementwise chain, W2 matmul, W3 MLP
 training step, W4 CNN training step, W5 first-call latency, W6 per-call latency, W7 GPT
 training step), and E, eager ops on small arrays; each checks tapeml's result against numpy's
-first. Run it pinned to one core for the single-thread figures: `OPENBLAS_NUM_THREADS=1
-taskset -c 0 .venv/bin/python bench/run.py`. `--threads` compares one thread with all of them
-(W2 n=1024 and W4, in alternating blocks of calls in one process).
+first.
+
+W1-W4 run beside every peer (numpy, jax.jit, torch eager; bench/peers.py) at one thread and at
+two: each (workload, thread count) in a fresh worker pinned to that many cores and told that
+many threads, every system timed there in alternating blocks; the row's ratio is the best
+peer's time over tapeml's. Run the rest pinned to one core for single-thread figures:
+`OPENBLAS_NUM_THREADS=1 TAPEML_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/run.py`.
+`--threads` compares tapeml's one thread with all of them (W2 n=1024 and W4, in alternating
+blocks of calls in one process).
 
 W7 (bench/gpt_step.py) runs one thread by itself: each (variant, layers) in a fresh worker
 process told so (OPENBLAS_NUM_THREADS, TAPEML_NUM_THREADS, XLA_FLAGS, torch.set_num_threads),
@@ -23,6 +29,7 @@ gives each cold first call another.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import time
@@ -49,45 +56,9 @@ def median_time(fn: Callable[[], object], repeat: int, warmup: int = 2) -> float
     return statistics.median(times)
 
 
-def side_by_side(ours: Callable[[], object], theirs: Callable[[], object], rounds: int,
-                 calls: int = 5) -> tuple[float, float]:
-    """Both medians, from `rounds` alternating blocks of `calls` calls each: both see the same
-    machine (here a neighbour's load comes and goes within seconds)."""
-    ours(), theirs()
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(rounds):
-        for fn, kept in ((ours, times[0]), (theirs, times[1])):
-            for _ in range(calls):
-                start = time.perf_counter()
-                fn()
-                kept.append(time.perf_counter() - start)
-    return statistics.median(times[0]), statistics.median(times[1])
-
-
 def row(name: str, unit: str, ours: float, numpy_: float, higher_is_better: bool = False) -> None:
     ratio = (ours / numpy_) if higher_is_better else (numpy_ / ours)
     print(f"{name:<34}{ours:>12.3f} {unit:<8}{numpy_:>12.3f} {unit:<8}{ratio:>8.2f}x")
-
-
-def w1(repeat: int) -> None:
-    rng = np.random.default_rng(0)
-    a, b, c = (rng.standard_normal(4 << 20).astype(np.float32) for _ in range(3))
-    f = tapeml.jit(lambda a, b, c: ops.tanh(a * b + c))
-    np.testing.assert_allclose(f(a, b, c), np.tanh(a * b + c), rtol=1e-5, atol=1e-6)
-    ours, theirs = side_by_side(lambda: f(a, b, c), lambda: np.tanh(a * b + c), repeat)
-    row("W1 tanh(a*b+c), 4M f32", "ms", ours * 1e3, theirs * 1e3)
-
-
-def w2(repeat: int, sizes: list[int]) -> None:
-    rng = np.random.default_rng(0)
-    for n in sizes:
-        a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
-        f = tapeml.jit(lambda a, b: a @ b)
-        np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-3, atol=1e-3)
-        flops = 2 * n**3 / 1e9
-        ours, theirs = side_by_side(lambda f=f, a=a, b=b: f(a, b), lambda a=a, b=b: a @ b,
-                                    repeat)
-        row(f"W2 matmul n={n}", "GFLOP/s", flops / ours, flops / theirs, higher_is_better=True)
 
 
 def _mlp():
@@ -203,16 +174,6 @@ def w5(workload: str, runs: int) -> None:
           f"(median of {runs}); from the disk cache {warm:.3f} s{peer}")
 
 
-def w3_w5(repeat: int) -> None:
-    loss, params, x, y = _mlp()
-    step = tapeml.jit(tapeml.value_and_grad(loss))
-    step(params, x, y)
-    ours, theirs = side_by_side(lambda: step(params, x, y),
-                                lambda: _numpy_mlp_step(params, x, y), repeat)
-    row("W3 MLP training step", "ms", ours * 1e3, theirs * 1e3)
-    w5("mlp", 3)
-
-
 def _cnn():
     rng = np.random.default_rng(0)
     params = {"c1": nn.conv2d_init(rng, 1, 16, 3), "c2": nn.conv2d_init(rng, 16, 32, 3),
@@ -234,19 +195,37 @@ def _numpy_cnn_step(p, x, y):
     return (g["c1"]["W"], g["c1"]["b"], g["c2"]["W"], g["c2"]["b"], g["out"]["W"], g["out"]["b"])
 
 
-def w4(repeat: int) -> None:
-    loss, params, x, y = _cnn()
-    step = tapeml.jit(tapeml.value_and_grad(loss))
-    _, grads = step(params, x, y)
-    expected = _numpy_cnn_step(params, x, y)
-    got = (grads["c1"]["W"], grads["c1"]["b"], grads["c2"]["W"], grads["c2"]["b"],
-           grads["out"]["W"], grads["out"]["b"])
-    for g, e in zip(got, expected, strict=True):
-        np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-5)
-    ours, theirs = side_by_side(lambda: step(params, x, y),
-                                lambda: _numpy_cnn_step(params, x, y), repeat)
-    row("W4 CNN training step", "ms", ours * 1e3, theirs * 1e3)
-    w5("cnn", 1)
+def peers(workloads: list[str], rounds: int) -> None:
+    """W1-W4 beside every peer (bench/peers.py), at one thread and at two where there are two
+    cores: each (workload, thread count) in a fresh worker pinned to that many cores, every
+    system timed there in alternating blocks; the best peer is the fastest of numpy, jax.jit
+    and torch on that row."""
+    import json
+    import os
+    import subprocess
+
+    cores = sorted(os.sched_getaffinity(0))
+    counts = [1, 2] if len(cores) >= 2 else [1]
+    names = ["numpy", *[s for s in ("jax", "torch") if importlib.util.find_spec(s)]]
+    print(f"{'workload':<22}{'threads':>8}{'tapeml':>11}" + "".join(f"{n:>11}" for n in names)
+          + f"{'best peer':>12}{'ratio':>8}   (ratio: best peer's time / tapeml's; >1: "
+          "tapeml faster)")
+    for workload in workloads:
+        for threads in counts:
+            out = subprocess.run(
+                [sys.executable, str(Path(__file__).parent / "peers.py"), workload,
+                 str(threads), str(rounds)], capture_output=True, text=True,
+                preexec_fn=lambda n=threads: os.sched_setaffinity(0, cores[:n]))
+            if out.returncode:
+                raise RuntimeError(f"bench/peers.py {workload} {threads} failed:\n{out.stderr}")
+            seconds = json.loads(out.stdout.splitlines()[-1])["seconds"]
+            gflop = {"W2-512": 2 * 512**3 / 1e9, "W2-1024": 2 * 1024**3 / 1e9}.get(workload)
+            best = min(names, key=lambda n: seconds[n])
+            shown = {n: (gflop / t if gflop else t * 1e3) for n, t in seconds.items()}
+            unit = "GFLOP/s" if gflop else "ms"
+            print(f"{workload + ' [' + unit + ']':<22}{threads:>8}{shown['tapeml']:>11.2f}"
+                  + "".join(f"{shown[n]:>11.2f}" for n in names)
+                  + f"{best:>12}{seconds[best] / seconds['tapeml']:>8.2f}")
 
 
 def _worker(*args: str) -> object:
@@ -364,7 +343,7 @@ def threads(repeat: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
-    parser.add_argument("--only", default="W1,W2,W3,W4,W6,E,W7",
+    parser.add_argument("--only", default="W1,W2,W3,W4,W5,W6,E,W7",
                         help="comma-separated workload ids")
     parser.add_argument("--stages", action="store_true",
                         help="W7: also print the stages of tapeml's first call")
@@ -381,16 +360,16 @@ def main() -> None:
         threads(repeat)
         return
     only = set(args.only.split(","))
-    print(f"{'workload':<34}{'tapeml-cpu':>21}{'numpy':>21}{'ratio':>9}")
-    print(f"{'':<34}{'':>21}{'':>21}{'(>1: tapeml faster)':>9}")
-    if "W1" in only:
-        w1(repeat)
-    if "W2" in only:
-        w2(repeat, [256, 512] if args.quick else [512, 1024])
-    if "W3" in only:
-        w3_w5(repeat)
-    if "W4" in only:
-        w4(3 if args.quick else 5)
+    chosen = [w for w in ("W1", "W2", "W3", "W4") if w in only]
+    if chosen:
+        workloads = [w for c in chosen for w in (["W2-512", "W2-1024"] if c == "W2" else [c])]
+        peers(workloads, 3 if args.quick else 8)
+    if "W5" in only:
+        w5("mlp", 3)
+        w5("cnn", 1 if args.quick else 3)
+    if only & {"W6", "E"}:
+        print(f"{'workload':<34}{'tapeml-cpu':>21}{'numpy':>21}{'ratio':>9}")
+        print(f"{'':<34}{'':>21}{'':>21}{'(>1: tapeml faster)':>9}")
     if "W6" in only:
         w6(repeat)
     if "E" in only:
