@@ -11,60 +11,83 @@ import numpy as np
 
 
 def windows(x: np.ndarray, k: int = 3) -> np.ndarray:
-    """(N, C, H, W) padded by 1 -> (N, H, W, C*k*k)."""
-    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    cols = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))
-    return cols.transpose(0, 2, 3, 1, 4, 5).reshape(*x.shape[:1], *x.shape[2:], -1)
+    """(N, H, W, C) padded by 1 -> (N*H*W, k*k*C), contiguous: one BLAS matmul per conv."""
+    n, h, w, c = x.shape
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    cols = np.empty((n, h, w, k, k, c), x.dtype)
+    for i in range(k):
+        for j in range(k):
+            cols[:, :, :, i, j] = xp[:, i:i + h, j:j + w]
+    return cols.reshape(n * h * w, k * k * c)
+
+
+def _rows(weight: np.ndarray) -> np.ndarray:
+    """(O, C, k, k) -> (k*k*C, O), the order of `windows`' columns."""
+    return weight.transpose(2, 3, 1, 0).reshape(-1, len(weight))
 
 
 def _conv(x, layer):
+    n, h, w, _ = x.shape
     cols = windows(x)
-    out = cols @ layer["W"].reshape(len(layer["W"]), -1).T + layer["b"]
-    return cols, out.transpose(0, 3, 1, 2)
+    return cols, (cols @ _rows(layer["W"]) + layer["b"]).reshape(n, h, w, -1)
+
+
+_CORNERS = ((0, 0), (0, 1), (1, 0), (1, 1))
 
 
 def _pool(a):
-    n, c, h, w = a.shape
-    blocks = a.reshape(n, c, h // 2, 2, w // 2, 2)
-    m = blocks.max(axis=(3, 5))
-    return m, blocks == m[:, :, :, None, :, None]
+    """2x2 max pooling, NHWC: the maxima, and each window corner's share of the gradient (ties
+    share it evenly, as tape.max's pullback does)."""
+    corners = [a[:, i::2, j::2] for i, j in _CORNERS]
+    m = np.maximum(np.maximum(corners[0], corners[1]), np.maximum(corners[2], corners[3]))
+    hits = [(corner == m).astype(a.dtype) for corner in corners]
+    count = hits[0] + hits[1] + hits[2] + hits[3]
+    return m, [hit / count for hit in hits]
 
 
-def _unpool(d, mask):  # ties share the gradient evenly, as tape.max's pullback does
-    share = mask / mask.sum(axis=(3, 5), keepdims=True)
-    return (share * d[:, :, :, None, :, None]).reshape(*d.shape[:2], d.shape[2] * 2, -1)
+def _unpool(d, shares):
+    n, h, w, c = d.shape
+    out = np.empty((n, h * 2, w * 2, c), d.dtype)
+    for (i, j), share in zip(_CORNERS, shares, strict=True):
+        out[:, i::2, j::2] = share * d
+    return out
 
 
-def _conv_back(d, cols, layer, x_shape, dtype):
-    d_rows = d.transpose(0, 2, 3, 1)  # N, H, W, O
-    dw = np.tensordot(d_rows, cols, axes=([0, 1, 2], [0, 1, 2])).reshape(layer["W"].shape)
-    dcols = d_rows @ layer["W"].reshape(len(layer["W"]), -1)  # N, H, W, C*9
-    n, c, h, w = x_shape
-    dcols = dcols.reshape(n, h, w, c, 3, 3)
-    dxp = np.zeros((n, c, h + 2, w + 2), dtype)
+def _conv_back(d, cols, layer, x_shape, input_gradient=True):
+    """The weight's, the bias's and (if asked) the input's gradients of a conv, NHWC."""
+    n, h, w, c = x_shape
+    d_rows = d.reshape(n * h * w, -1)  # N*H*W, O
+    dw = (cols.T @ d_rows).reshape(3, 3, c, -1).transpose(3, 2, 0, 1)
+    if not input_gradient:
+        return dw, d_rows.sum(0), None
+    dcols = (d_rows @ _rows(layer["W"]).T).reshape(n, h, w, 3, 3, c)
+    dxp = np.zeros((n, h + 2, w + 2, c), d.dtype)
     for i in range(3):
         for j in range(3):
-            dxp[:, :, i:i + h, j:j + w] += dcols[..., i, j].transpose(0, 3, 1, 2)
-    return dw, d.sum(axis=(0, 2, 3)), dxp[:, :, 1:-1, 1:-1]
+            dxp[:, i:i + h, j:j + w] += dcols[:, :, :, i, j]
+    return dw, d_rows.sum(0), dxp[:, 1:-1, 1:-1]
 
 
 def value_and_grad(p: dict, x: np.ndarray, y: np.ndarray) -> tuple[np.floating, dict]:
-    """The mean cross-entropy of one-hot labels `y` and its gradient, structured like `p`."""
+    """The mean cross-entropy of one-hot labels `y` and its gradient, structured like `p`.
+    Computed channels-last (NHWC), where each conv is one contiguous matmul; the flatten
+    before the linear layer is in NCHW order, as the traced model's."""
+    x = x.transpose(0, 2, 3, 1)
     cols1, z1 = _conv(x, p["c1"])
     h1, m1 = _pool(np.maximum(z1, 0))
     cols2, z2 = _conv(h1, p["c2"])
     h2, m2 = _pool(np.maximum(z2, 0))
-    flat = h2.reshape(len(x), -1)
+    flat = h2.transpose(0, 3, 1, 2).reshape(len(x), -1)
     z = flat @ p["out"]["W"] + p["out"]["b"]
     shifted = z - z.max(1, keepdims=True)
     e = np.exp(shifted)
     loss = -(y * (shifted - np.log(e.sum(1, keepdims=True)))).sum() / len(x)
     dz = (e / e.sum(1, keepdims=True) - y) / len(x)
-    d_flat = dz @ p["out"]["W"].T
-    dz2 = _unpool(d_flat.reshape(h2.shape), m2) * (z2 > 0)
-    dw2, db2, dh1 = _conv_back(dz2, cols2, p["c2"], h1.shape, x.dtype)
+    d_flat = (dz @ p["out"]["W"].T).reshape(h2.shape[0], h2.shape[3], *h2.shape[1:3])
+    dz2 = _unpool(d_flat.transpose(0, 2, 3, 1), m2) * (z2 > 0)
+    dw2, db2, dh1 = _conv_back(dz2, cols2, p["c2"], h1.shape)
     dz1 = _unpool(dh1, m1) * (z1 > 0)
-    dw1, db1, _ = _conv_back(dz1, cols1, p["c1"], x.shape, x.dtype)
+    dw1, db1, _ = _conv_back(dz1, cols1, p["c1"], x.shape, input_gradient=False)
     return loss, {"c1": {"W": dw1, "b": db1}, "c2": {"W": dw2, "b": db2},
                   "out": {"W": flat.T @ dz, "b": dz.sum(0)}}
 
