@@ -183,9 +183,11 @@ def check(results: dict[str, Any]) -> None:
 def measure(workload: str, threads: int, rounds: int, calls: int = 5) -> dict:
     """Every system's median seconds from `rounds` alternating blocks of `calls` calls each,
     after its result is checked and two warm-up calls. With more than one thread, each block
-    starts after a pause: the worker threads of the system before (OpenMP's, OpenBLAS's, XLA's)
-    spin a while after their last call, on the cores the next system needs (without it
-    tapeml's W3 step on two threads took 6.8 ms here instead of its 4.1 ms alone)."""
+    starts after a pause and two calls not timed, and is three times as long: the worker
+    threads of the system before (OpenMP's, OpenBLAS's, XLA's) spin a while after their last
+    call, on the cores the next system needs, and a system's own threads, asleep after the
+    pause, take a call or two to wake (tapeml's W3 step on two threads took 6.8 ms here in
+    short blocks, 3.8 ms alone)."""
     if have("torch"):
         import torch
 
@@ -195,11 +197,13 @@ def measure(workload: str, threads: int, rounds: int, calls: int = 5) -> dict:
     for fn in run_of.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in run_of}
+    if threads > 1:
+        calls *= 3
     for _ in range(rounds):
         for name, fn in run_of.items():
             if threads > 1:
                 time.sleep(0.3)
-                fn()
+                fn(), fn()
             for _ in range(calls):
                 started = time.perf_counter()
                 fn()
