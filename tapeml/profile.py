@@ -69,3 +69,33 @@ def count_ops(root: Operation, top_level: bool = False) -> int:
         if op.name == "func.func":
             total += sum(len(block.ops) - 1 for region in op.regions for block in region.blocks)
     return total
+
+
+@dataclass
+class KernelTime:
+    """One row of a run's profile: a tape op (or fused group) and the time its loops took."""
+
+    label: str
+    """The op's name (a fused group's ops), its operands' shapes and its result's."""
+    seconds: float
+    """Per call of the program, the kernels and thread-pool jobs its loops call included."""
+    calls: int
+    """How many times it ran over the profiled calls."""
+
+
+@dataclass
+class KernelProfile:
+    """Where a compiled program's time goes, op by op (`Jitted.profile`): rows in program
+    order; `str()` prints them slowest first, with their share of the marked time."""
+
+    rows: list[KernelTime]
+    seconds: float
+    """Per call, as Python timed the whole call (argument checks and output arrays included)."""
+
+    def __str__(self) -> str:
+        marked = sum(r.seconds for r in self.rows) or 1.0
+        lines = [f"{self.seconds * 1e3:.3f} ms per call, {marked * 1e3:.3f} ms of it in the "
+                 "program's ops:"]
+        for r in sorted(self.rows, key=lambda r: -r.seconds):
+            lines.append(f"{r.seconds * 1e3:>9.3f} ms {r.seconds / marked:>6.1%}  {r.label}")
+        return "\n".join(lines)

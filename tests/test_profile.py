@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tapeml
 from tapeml import nn
 from tapeml.codegen.gemm import host_threads
 from tapeml.profile import Stage
+from tapeml.tracing.pytree import flatten
+from tapeml.transforms.fuse import fuse
 
 
 def loss(params, x, y):
@@ -50,3 +53,59 @@ def test_nothing_is_recorded_outside_a_profile():
     tapeml.trace(lambda x: x * 2.0, np.ones(3, np.float32))
     assert outer == []
     assert "12.5 ms" in str(Stage("x", 3, 0.0125)) and " ops" not in str(Stage("y", None, 0.1))
+
+
+def test_a_run_profile_times_every_op_of_the_compiled_program():
+    """Jitted.profile: a row per tape op that has loops (the fused program's, in order; none
+    for a view: a reshape, a transpose a matmul reads in place), and one for copying results
+    out; each ran once per call; the marked time lies within the call's; the cache is left as
+    it was."""
+    rng = np.random.default_rng(0)
+    params = nn.mlp_init(rng, [3, 4, 1])
+    x, y = rng.random((5, 3), np.float32), rng.random((5, 1), np.float32)
+    step = tapeml.jit(tapeml.value_and_grad(loss))
+    report = step.profile(params, x, y, repeat=3)
+    assert step.cache == {} and step.explain() == "not compiled yet"
+    module = tapeml.trace(tapeml.value_and_grad(loss), params, x, y).module.clone()
+    fuse(module)
+    body = next(op for op in module.ops if op.name == "func.func").body.block
+    names = [op.name for op in body.ops if op.name != "func.return"]
+    labels = [row.label for row in report.rows]
+    assert labels[-1] == "results copied to the caller's buffers"
+    rows = [label.split(" ")[0].split("(")[0] for label in labels[:-1]]
+    at = 0
+    for name in names:  # in order; only views go without a row
+        if at < len(rows) and rows[at] == name:
+            at += 1
+        else:
+            assert name in ("tape.reshape", "tape.permute"), name
+    assert at == len(rows)
+    assert "tape.matmul 5x3, 3x4 -> 5x4 f32" in labels
+    assert all(row.calls == 3 and row.seconds >= 0 for row in report.rows)
+    assert sum(row.seconds for row in report.rows) <= report.seconds
+    text = str(report)
+    assert text.startswith(f"{report.seconds * 1e3:.3f} ms per call") and "tape.matmul" in text
+
+
+def test_a_profiled_program_computes_what_the_program_does():
+    """The marks compute nothing: the same bits as the program compiled without them, and
+    the interpreter's loops stage runs them (as nothing)."""
+    from tapeml.codegen.cpu import CPUBackend
+
+    rng = np.random.default_rng(1)
+    params = nn.mlp_init(rng, [3, 4, 1])
+    x, y = rng.random((5, 3), np.float32), rng.random((5, 1), np.float32)
+    program = tapeml.trace(tapeml.value_and_grad(loss), params, x, y)
+    leaves = flatten((params, x, y))[0]
+    plain = CPUBackend().compile(program.module)(*leaves)
+    profiled = CPUBackend().compile(program.module, profile=True)(*leaves)
+    for a, b in zip(plain, profiled, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_profile_refuses_what_it_cannot_do():
+    f = tapeml.jit(lambda x: x * 2.0, backend="interp")
+    with pytest.raises(NotImplementedError, match="the cpu backend's"):
+        f.profile(np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="repeat must be at least 1"):
+        tapeml.jit(lambda x: x * 2.0).profile(np.ones(3, np.float32), repeat=0)

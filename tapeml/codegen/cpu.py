@@ -30,20 +30,21 @@ import numpy as np
 from xdsl import __version__ as xdsl_version
 from xdsl.backend.llvm.convert import convert_module
 from xdsl.context import Context
-from xdsl.dialects import llvm
+from xdsl.dialects import func, llvm
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target as XTarget
 
-from tapeml.codegen import disk_cache, pool
+from tapeml.codegen import disk_cache, marks, pool
 from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.gemm import Target, Variant, caller, host_threads, kernel, variant
 from tapeml.codegen.stages import Stages, run_pipeline
 from tapeml.dialects import kernel as kernel_dialect
 from tapeml.dialects.kernel import GemmSpec, declared_kernels
-from tapeml.profile import profiling, record
+from tapeml.profile import KernelProfile, KernelTime, profiling, record
 from tapeml.transforms.arena import ALIGN
 from tapeml.transforms.pipelines import cpu_pipeline
 from tapeml.transforms.to_llvm import SYMBOL_PREFIX
+from tapeml.transforms.to_loops import PROFILE_ATTR
 
 _LLVM_LOCK = threading.Lock()  # compiling with llvmlite is not thread-safe; running is
 _INITIALIZED = False
@@ -367,6 +368,8 @@ class Native:
         self.variants = variants  # the shape-generic kernels they call (load_kernel)
         self.origin = origin
         """Where the machine code came from: "compiled" or "disk cache"."""
+        self.profile_labels: list[str] | None = None
+        """Compiled to be profiled: what each entry of the marks' table counts."""
         self.arena_bytes = arena_bytes
         self.stages = stages or {}
         self._arena: int | None = None  # the arena's address, once allocated
@@ -392,6 +395,22 @@ class Native:
             self.function(*pointers, address)
             del own
         return tuple(outputs)
+
+
+    def profile(self, leaves: list[Any], repeat: int) -> KernelProfile:
+        """Called once, then `repeat` times with the marks' clock counting (a program compiled
+        to be profiled: `profile_labels`)."""
+        if self.profile_labels is None:
+            raise ValueError(f"@{self.name} was not compiled to be profiled")
+        self(*leaves)  # its arena allocated, its pages touched
+        with marks.counting(len(self.profile_labels)) as table:
+            started = time.perf_counter()
+            for _ in range(repeat):
+                self(*leaves)
+            seconds = (time.perf_counter() - started) / repeat
+        return KernelProfile([KernelTime(label, int(ns) / 1e9 / repeat, int(calls)) for
+                              label, (ns, calls) in zip(self.profile_labels, table, strict=True)],
+                             seconds)
 
 
 _BUFFER, _ADDRESS = ctypes.c_char.from_buffer, ctypes.addressof
@@ -425,13 +444,15 @@ class CPUBackend:
         self.fuse = fuse
         self.libm = libm
 
-    def compile(self, module: ModuleOp, stages: bool = False) -> Native:
+    def compile(self, module: ModuleOp, stages: bool = False, profile: bool = False) -> Native:
         """`module`'s tape function (tapeml/codegen/arguments.py) as machine code: from the
         disk cache (tapeml/codegen/disk_cache.py) when it holds it, else compiled, and stored
-        there. Asked for the stages, it compiles (and stores nothing)."""
+        there. Asked for the stages, it compiles (and stores nothing); asked to `profile`, it
+        compiles with each tape op's loops marked (the program's `profile_labels` name the
+        marks' entries, tapeml/codegen/marks.py counts them) and stores nothing."""
         name, inputs, outputs = signature(module)
         threads = host_threads()
-        cache = None if stages else disk_cache.default()
+        cache = None if stages or profile else disk_cache.default()
         key = self.cache_key(module, threads) if cache is not None else ""
         if cache is not None:
             started = time.perf_counter()
@@ -443,7 +464,8 @@ class CPUBackend:
             if payload is not None:  # whole, but not a program of this name: never trusted
                 cache.discard(key)
         native, object_code = self._compile(module, name, inputs, outputs, threads,
-                                            Stages(stages), keep_object=cache is not None)
+                                            Stages(stages), keep_object=cache is not None,
+                                            profile=profile)
         if cache is not None and object_code is not None:
             started = time.perf_counter()
             cache.put(key, _pack({"name": name, "arena_bytes": native.arena_bytes,
@@ -461,18 +483,21 @@ class CPUBackend:
             disk_cache.sources_digest(), f"xdsl {xdsl_version}", *_machine_key())
 
     def _compile(self, module: ModuleOp, name: str, inputs: list[Argument],
-                 outputs: list[Argument], threads: int, kept: Stages, keep_object: bool
-                 ) -> tuple[Native, bytes | None]:
+                 outputs: list[Argument], threads: int, kept: Stages, keep_object: bool,
+                 profile: bool = False) -> tuple[Native, bytes | None]:
         """Compiled through the pipeline; with the object code MCJIT made, if asked for."""
         keep = kept.keep
         prefetch: list[Prefetch] = []
+        labels: list[str] = []
 
         def after(step: str, lowered: ModuleOp) -> None:  # the kernels, while the rest runs
             if step == "tape-to-loops":
                 prefetch.append(Prefetch(lowered))
+                if profile:
+                    labels.extend(_profile_labels(lowered, name))
 
-        module, reports = run_pipeline(module, cpu_pipeline(self.fuse, self.libm, threads), kept,
-                                       after)
+        module, reports = run_pipeline(
+            module, cpu_pipeline(self.fuse, self.libm, threads, profile=profile), kept, after)
         arena_bytes = reports["plan-arena"].sizes[name]
         objects: list[bytes] = []
         with _LLVM_LOCK:
@@ -488,6 +513,8 @@ class CPUBackend:
             keep("assembly", lambda: machine.emit_assembly(parsed))
             started = time.perf_counter()
             load_pool()  # tapeml_parallel_for, for the programs that call it
+            if profile:
+                marks.load(target_machine())  # tapeml_profile_mark, what kernel.mark calls
             engine = llvm_binding.create_mcjit_compiler(parsed, machine)
             if keep_object:  # the object code MCJIT makes, as it makes it (no second codegen)
                 engine.set_object_cache(lambda _, code: objects.append(bytes(code)))
@@ -497,7 +524,14 @@ class CPUBackend:
             record("machine code (MCJIT)", None, started)
         native = Native(name, inputs, outputs, engine, _entry(address, inputs, outputs),
                         arena_bytes, scratch, kernels, variants, kept.texts)
+        native.profile_labels = labels if profile else None
         return native, objects[0] if len(objects) == 1 else None
+
+
+def _profile_labels(module: ModuleOp, name: str) -> list[str]:
+    """What each kernel.mark entry of the function `name` counts (tape-to-loops{profile})."""
+    f = next(op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == name)
+    return [label.data for label in f.attributes[PROFILE_ATTR].data]
 
 
 def _entry(address: int, inputs: list[Argument], outputs: list[Argument]) -> Any:

@@ -23,6 +23,12 @@ calls `@f_part0(%x, %y, %start, %end)` on contiguous ranges [start, end) that co
 the interpreter makes one call over the whole range). `outline-parallel-loops` emits it for a
 parallel loop worth the threads.
 
+    kernel.mark {index = 3 : i64}
+
+marks where the program's time is counted from now on: against entry `index` of the table of
+a profiled run (tape-to-loops{profile=true} puts one before each tape op's loops, and -1,
+nothing, at the end; the CPU backend's `Jitted.profile` reads the table). It computes nothing.
+
     %tile = kernel.shared : memref<256xf32>
 
 is a buffer in a GPU kernel's shared memory: one per thread block, read and written by all of
@@ -202,6 +208,19 @@ class ParallelForOp(IRDLOperation):
 
 
 @irdl_op_definition
+class MarkOp(IRDLOperation):
+    name = "kernel.mark"
+
+    index = prop_def(IntegerAttr)
+
+    assembly_format = "attr-dict"
+    irdl_options = (ParsePropInAttrDict(),)
+
+    def __init__(self, index: int) -> None:
+        super().__init__(properties={"index": IntegerAttr(index, i64)})
+
+
+@irdl_op_definition
 class SharedOp(IRDLOperation):
     name = "kernel.shared"
 
@@ -222,4 +241,4 @@ class SharedOp(IRDLOperation):
             raise VerifyException("kernel.shared: a flat buffer (memref<N x T>)")
 
 
-Kernel = Dialect("kernel", [GemmOp, ParallelForOp, SharedOp])
+Kernel = Dialect("kernel", [GemmOp, MarkOp, ParallelForOp, SharedOp])

@@ -24,6 +24,7 @@ import numpy as np
 
 from tapeml.codegen import Compiled, get_backend
 from tapeml.frontend.program import Spec, argument_paths, is_device_array, trace
+from tapeml.profile import KernelProfile
 from tapeml.tracing.pytree import LEAF, TreeDef, flatten, unflatten
 from tapeml.tracing.trace import Tracer, is_weak_scalar, runtime_leaf
 
@@ -227,6 +228,20 @@ class Jitted:
         static, dynamic, positions = self._split(args)
         program = trace(self._with_static(static, positions), *dynamic, **kwargs)
         return dict(self.backend.compile(program.module, stages=True).stages)
+
+    def profile(self, *args: Any, repeat: int = 10, **kwargs: Any) -> KernelProfile:
+        """Where a call's time goes, op by op: compiled afresh with each tape op's loops
+        marked (tape-to-loops{profile=true}; the cache is left as it was), called once, then
+        `repeat` times timed, each op's loops by a clock in the program (the GEMM kernels and
+        thread-pool jobs they call included). The CPU backend's; one profile at a time."""
+        if getattr(self.backend, "name", None) != "cpu":
+            raise NotImplementedError(f"profile: the cpu backend's, not {self.backend.name}'s")
+        if repeat < 1:
+            raise ValueError(f"profile: repeat must be at least 1, got {repeat}")
+        static, dynamic, positions = self._split(args)
+        program = trace(self._with_static(static, positions), *dynamic, **kwargs)
+        native = self.backend.compile(program.module, profile=True)
+        return native.profile([runtime_leaf(x) for x in flatten((dynamic, kwargs))[0]], repeat)
 
     def explain(self) -> str:
         """Why each compilation happened, oldest first."""

@@ -10,7 +10,7 @@ from xdsl.interpreters.builtin import scalar_attr
 from xdsl.interpreters.shaped_array import ShapedArray
 from xdsl.traits import SymbolTable
 
-from tapeml.dialects.kernel import GemmOp, ParallelForOp
+from tapeml.dialects.kernel import GemmOp, MarkOp, ParallelForOp
 
 
 def _flat(buffer: ShapedArray, dtype: np.dtype) -> np.ndarray:
@@ -29,6 +29,10 @@ class KernelFunctions(InterpreterFunctions):
                   for v in (0, op.iterations.value.data)]
         interpreter.call_op(callee, (*args, *bounds))
         return ()
+
+    @impl(MarkOp)
+    def run_mark(self, interpreter: Interpreter, op: MarkOp, args: PythonValues) -> PythonValues:
+        return ()  # (a profiled run's clock; nothing to compute)
 
     @impl(GemmOp)
     def run_gemm(self, interpreter: Interpreter, op: GemmOp, args: PythonValues) -> PythonValues:

@@ -38,14 +38,15 @@ class Step(NamedTuple):
     """The name the module's text after this pass is kept under (`Compiled.stages`)."""
 
 
-def cpu_pipeline(fuse: bool = True, libm: bool = False, threads: int = 1, tidy: bool = False
-                 ) -> list[Step]:
+def cpu_pipeline(fuse: bool = True, libm: bool = False, threads: int = 1, tidy: bool = False,
+                 profile: bool = False) -> list[Step]:
     """tape -> the llvm dialect, for the CPU: `threads` > 1 outlines the parallel loops worth
     it for the thread pool; `tidy` runs canonicalize and cse after convert-scf-to-cf, for a
-    reader (LLVM does that work again, so the backend does not)."""
+    reader (LLVM does that work again, so the backend does not); `profile` marks each tape
+    op's loops for a profiled run (tape-to-loops')."""
     return [
         *([Step(FusePass(), "fused tape")] if fuse else []),
-        Step(ToLoopsPass(libm=libm, row_reductions=True, share=True), "loops"),
+        Step(ToLoopsPass(libm=libm, row_reductions=True, share=True, profile=profile), "loops"),
         *([Step(OutlineParallelLoopsPass(), "outlined loops")] if threads > 1 else []),
         Step(PlanArenaPass(), "arena"),
         Step(MergeLoopNestsPass()),

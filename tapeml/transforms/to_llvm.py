@@ -269,7 +269,13 @@ class KernelToLLVM(RewritePattern):
             threads = llvm.ConstantOp(IntegerAttr(self.threads, i64), i64)
             call = llvm.CallOp("tapeml_parallel_for", entry, context, total, threads)
             rewriter.replace(op, [*ops, entry, total, threads, call])
+        elif isinstance(op, kernel.MarkOp):
+            index = llvm.ConstantOp(IntegerAttr(op.index.value.data, i64), i64)
+            rewriter.replace(op, [index, llvm.CallOp(MARK, index)])
 
+
+MARK = "tapeml_profile_mark"
+"""What kernel.mark calls: the CPU backend's profiling clock (tapeml/codegen/marks.py)."""
 
 SYMBOL_PREFIX = "tapeml."
 """Prefixed to the LLVM symbol of every function of a CPU program: no C symbol has a dot, so a
@@ -362,6 +368,7 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
     for name, fty in (("malloc", llvm.LLVMFunctionType([i64], PTR)),
                       ("free", llvm.LLVMFunctionType([PTR], None)),
                       ("tapeml_parallel_for", llvm.LLVMFunctionType([PTR, PTR, i64, i64], None)),
+                      (MARK, llvm.LLVMFunctionType([i64], None)),
                       *((f"{name}{s}", llvm.LLVMFunctionType([t], t)) for name in
                         LIBM_CALLS.values() for s, t in (("", f64), ("f", f32))),
                       *((name, llvm.LLVMFunctionType([PTR] * 3, None)) for name in kernels)):

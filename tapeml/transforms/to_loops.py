@@ -47,7 +47,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from tapeml.dialects import tape
+from tapeml.dialects import kernel, tape
 from tapeml.dialects.names import ssa_name, value_names
 
 # each family's module registers its ops' lowerings in LOWERINGS on import
@@ -117,7 +117,7 @@ def _shared(block: Block, views: dict[SSAValue, list[int]]) -> dict[Operation, H
 
 def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                    libm: bool = False, row_reductions: bool = False,
-                   share: bool = False) -> None:
+                   share: bool = False, profile: bool = False) -> None:
     if len(f.body.blocks) != 1 or not isinstance(f.body.block.last_op, func.ReturnOp):
         raise LoweringError(f"tape-to-loops: @{f.sym_name.data} must be one block of tape ops "
                             "ending in func.return")
@@ -149,6 +149,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                  lambda: f"{f.sym_name.data}_constant_{next(counter)}")
     shared = _shared(block, views) if share else {}
     functions: dict[Hashable, tuple[str, list[MemRefType]]] = {}  # a key -> its function
+    labels: list[str] = []  # profile: what each kernel.mark's entry counts
 
     for op in block.ops:
         if isinstance(op, func.ReturnOp):
@@ -158,6 +159,9 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         if lower is alias or result in views:
             env[result] = env[op.operands[0]]  # flat buffers: the same buffer, other strides
             continue
+        if profile:
+            e.insert(kernel.MarkOp(len(labels)))
+            labels.append(profile_label(op))
         if result in direct:  # a result the caller keeps: computed in its buffer
             out = direct[result]
         else:
@@ -187,6 +191,9 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         if result not in direct:
             allocated.append(out)
 
+    if profile:
+        e.insert(kernel.MarkOp(len(labels)))
+        labels.append("results copied to the caller's buffers")
     for value, target in zip(ret.arguments, outputs, strict=True):
         source = env[value]
         if source is target:
@@ -194,6 +201,9 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         size = buffer_type(value.type).get_shape()[0]
         e.loops([size], lambda e, ivs, source=source, target=target:
                 e.store(e.load(source, ivs[0]), target, ivs[0]), parallel=True)
+    if profile:
+        e.insert(kernel.MarkOp(-1))  # the clock stops
+        f.attributes[PROFILE_ATTR] = ArrayAttr([StringAttr(label) for label in labels])
     e.insert(func.ReturnOp())
     free_after_last_use(new_block, allocated, report)
 
@@ -234,18 +244,39 @@ def _lowered_once(f: func.FuncOp, op: Operation, buffers: list[SSAValue], number
     return name, scratch
 
 
+PROFILE_ATTR = "tapeml.profile"
+"""On a function lowered with `profile`: what each entry of its kernel.mark table counts."""
+
+
+def profile_label(op: Operation) -> str:
+    """What a profile's row calls `op`: its name (a fused group's ops), its operands' shapes
+    and its result's, e.g. `tape.matmul 256x784, 784x512 -> 256x512 f32`."""
+    def shape(value: SSAValue) -> str:
+        return "x".join(map(str, value.type.get_shape())) or "scalar"
+
+    name = op.name
+    if isinstance(op, tape.FusedOp):
+        inner = [o.name.removeprefix("tape.") for o in op.body.block.ops
+                 if o.name.startswith("tape.")]
+        name += f"({', '.join(dict.fromkeys(inner))})"
+    element = str(op.results[0].type.get_element_type())
+    return (f"{name} {', '.join(shape(o) for o in op.operands)} -> {shape(op.results[0])} "
+            f"{element}")
+
+
 def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False,
-                 share: bool = False) -> PlanReport:
+                 share: bool = False, profile: bool = False) -> PlanReport:
     """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
     call libm for exp, log, tanh and sigmoid (default: vectorizable arithmetic, see
     transcendentals.py). `row_reductions`: reductions that keep the input's last axes fold a
     row of accumulators at a time (the CPU's choice, see `lower_reduction`; a GPU wants one
     thread per output). `share`: ops whose loops are the same (a model's repeated layers')
     call one function holding them (`SHAREABLE`), lowered once (the CPU's choice: later
-    passes see each distinct op once)."""
+    passes see each distinct op once). `profile`: a kernel.mark before each op's loops, and
+    the function's PROFILE_ATTR naming them (Jitted.profile's rows)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
-        lower_function(f, module, report, libm, row_reductions, share)
+        lower_function(f, module, report, libm, row_reductions, share, profile)
     return report
 
 
@@ -261,9 +292,11 @@ class ToLoopsPass(ModulePass):
     """Reductions that keep the last axes fold a row of accumulators at a time (the CPU's)."""
     share: bool = False
     """Ops whose loops are the same call one function holding them (the CPU's)."""
+    profile: bool = False
+    """A kernel.mark before each op's loops: a profiled run times each op."""
 
     def apply(self, ctx: PassContext, op: ModuleOp) -> None:
         self.run(op)
 
     def run(self, module: ModuleOp) -> PlanReport:
-        return lower_module(module, self.libm, self.row_reductions, self.share)
+        return lower_module(module, self.libm, self.row_reductions, self.share, self.profile)
