@@ -239,12 +239,15 @@ def test_static_argnums_take_an_int_or_count_from_the_end():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape,axes", [((256, 512), (0,)), ((5, 7, 33), (1,)),
                                         ((6, 4, 9, 16), (0, 2)), ((300, 7), (0,)),
-                                        ((4, 130), (1,)), ((3, 5, 40), (0, 1))])
+                                        ((4, 130), (1,)), ((3, 5, 40), (0, 1)),
+                                        ((19, 64), (1,)), ((2, 11, 6, 5), (0, 2, 3)),
+                                        ((16, 4, 8, 64), (3,))])
 def test_sums_and_maxes_add_in_order_whatever_the_loop_nest(dtype, shape, axes):
     """The CPU folds a row of accumulators at a time when the last axes are kept (a bias
-    gradient), else one accumulator per output: either way each output is its terms added
-    one after another in row-major order (f32 in f64, rounded once), the same bits as a
-    sequential sum, and the max is numpy's."""
+    gradient), else one accumulator per output, eight outputs side by side where there are
+    eight (and the rest one by one): either way each output is its terms added one after
+    another in row-major order (f32 in f64, rounded once), the same bits as a sequential sum,
+    and the max is numpy's."""
     x = RNG.standard_normal(shape).astype(dtype)
     sums, maxes = tapeml.jit(lambda x: (tapeml.sum(x, axes), tapeml.max(x, axes)))(x)
     kept = [i for i in range(len(shape)) if i not in axes]

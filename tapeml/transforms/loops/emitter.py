@@ -191,6 +191,21 @@ class Emitter:
         inner.insert(scf.YieldOp(acc))
         return loop.results[0]
 
+    def reduce_all(self, shape: Sequence[int], inits: list[SSAValue],
+                   step: Callable[[Emitter, list[SSAValue], list[SSAValue]], list[SSAValue]]
+                   ) -> list[SSAValue]:
+        """`reduce` with several accumulators folded side by side (independent chains)."""
+        if not shape:
+            return step(self, [], inits)
+        block = Block(arg_types=[INDEX, *(v.type for v in inits)])
+        loop = scf.ForOp(self.index(0), self.index(shape[0]), self.index(1), inits, block)
+        self.insert(loop)
+        inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
+        accs = inner.reduce_all(shape[1:], list(block.args[1:]),
+                                lambda e, ivs, a: step(e, [block.args[0], *ivs], a))
+        inner.insert(scf.YieldOp(*accs))
+        return list(loop.results)
+
     def if_(self, cond: SSAValue, body: Callable[[Emitter], None]) -> None:
         """scf.if without results: `body` runs where `cond` holds."""
         block = Block()

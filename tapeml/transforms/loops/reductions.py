@@ -25,6 +25,10 @@ from tapeml.transforms.loops.registry import Context, lowering
 ROW_WIDTH = 8
 """The least number of contiguous kept elements for which `row_reductions` keeps a row of
 accumulators (fewer would not fill a vector)."""
+SIDE_BY_SIDE = 8
+"""With `row_reductions` (the CPU's), outputs that each fold their own terms are folded this
+many at a time, side by side: independent chains of adds, where one output's chain waits on
+each add's latency (a softmax's row sums, a conv's bias gradient)."""
 
 
 @lowering(tape.SumOp, tape.MaxOp)
@@ -60,21 +64,41 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
     reduced_shape, (reduced_src,), _ = coalesce([shape[a] for a in axes],
                                                 [[src[a] for a in axes]])
 
-    def body(e: Emitter, ivs: list[SSAValue]) -> None:
-        init = e.scalar(identity, wide)
+    def outputs(e: Emitter, ivs: list[SSAValue], count: int) -> None:
+        """`count` outputs from the one at `ivs` on along the last kept dim, folded side by
+        side, each over its own terms in row-major order."""
+        last = kept_src[-1] if kept_src else 0  # the input's step from one output's to the next
+        inits = [e.scalar(identity, wide)] * count
 
-        def step(e: Emitter, inner: list[SSAValue], acc: SSAValue) -> SSAValue:
-            x = e.load(ins[0], e.linear([*ivs, *inner], [*kept_src, *reduced_src]))
+        def step(e: Emitter, inner: list[SSAValue], accs: list[SSAValue]) -> list[SSAValue]:
+            base = e.linear([*ivs, *inner], [*kept_src, *reduced_src])
+            new = []
+            for j, acc in enumerate(accs):
+                x = e.load(ins[0], base if j == 0 else e.addi(base, e.index(j * last)))
+                if wide != t:
+                    x = e.insert(arith.ExtFOp(x, wide))
+                new.append(e.insert(combine(acc, x)))
+            return new
+
+        totals = e.reduce_all(reduced_shape, inits, step)
+        at = e.linear(ivs, kept_out)
+        for j, total in enumerate(totals):
             if wide != t:
-                x = e.insert(arith.ExtFOp(x, wide))
-            return e.insert(combine(acc, x))
+                total = e.insert(arith.TruncFOp(total, t))
+            e.store(total, out, at if j == 0 else e.addi(at, e.index(j * kept_out[-1])))
 
-        total = e.reduce(reduced_shape, init, step)
-        if wide != t:
-            total = e.insert(arith.TruncFOp(total, t))
-        e.store(total, out, e.linear(ivs, kept_out))
-
-    e.loops(kept_shape, body, parallel=True)
+    side = SIDE_BY_SIDE if cx.row_reductions and kept_shape and reduced_shape else 1
+    if side == 1 or kept_shape[-1] < side:
+        e.loops(kept_shape, lambda e, ivs: outputs(e, ivs, 1), parallel=True)
+        return
+    blocks, rest = divmod(kept_shape[-1], side)
+    e.loops([*kept_shape[:-1], blocks],
+            lambda e, ivs: outputs(e, [*ivs[:-1], e.muli(ivs[-1], e.index(side))], side),
+            parallel=True)
+    if rest:
+        e.loops([*kept_shape[:-1], rest],
+                lambda e, ivs: outputs(e, [*ivs[:-1], e.addi(ivs[-1], e.index(blocks * side))],
+                                       1), parallel=True)
 
 
 def _combine(op: tape.SumOp | tape.MaxOp, t: Attribute) -> tuple[type[Operation], float | int]:
