@@ -164,11 +164,13 @@ def test_the_unary_ops_give_the_interpreters_bits_at_every_stage(dtype):
         _same_bits(g, _numpy_unary(name, x), name)
 
 
-ERF_ULPS = {"interp": 0, "gpu-emulated": 0, "cpu-1": 1, "cpu-2": 1}
+ERF_ULPS = {np.float32: {"interp": 0, "gpu-emulated": 3, "cpu-1": 3, "cpu-2": 3},
+            np.float64: {"interp": 0, "gpu-emulated": 0, "cpu-1": 1, "cpu-2": 1}}
 """The most ulps each stage's erf is off Python's math.erf (rounded to the type): the
-interpreter and the emulated GPU compute math.erf; the CPU calls libm's erf/erff (glibc's: 1 ulp
-measured over the sample below, 0 for f64 where CPython calls the same erf). The real GPU's
-libdevice __nv_erff/__nv_erf is documented at 2 ulps; there is none here to measure it."""
+interpreter computes math.erf; f32 erf is vectorizable arithmetic in the loops, on the CPU and
+the GPU alike (transcendentals.py: within 3 ulp); f64 erf calls libm's erf on the CPU (glibc's:
+0 ulp over the sample below, CPython calls the same erf) and math.erf on the emulated GPU. The
+real GPU's libdevice __nv_erf is documented at 2 ulps; there is none here to measure it."""
 
 
 def _ulps(a: np.ndarray, b: np.ndarray) -> int:
@@ -193,9 +195,9 @@ def test_erf_is_within_its_bound_of_math_erf_at_every_stage(dtype):
     program = _program([("x", t)], [f"%e = tape.erf %x : {t}"], [("e", t)])
     expected = _numpy_unary("erf", x)
     (interp,) = tapeml.interpret(program.module, program.name, x)
-    assert _ulps(interp, expected) == ERF_ULPS["interp"]
+    assert _ulps(interp, expected) == ERF_ULPS[dtype]["interp"]
     for stage, (got,) in _stages(program, x):
-        assert _ulps(np.asarray(got), expected) <= ERF_ULPS[stage], stage
+        assert _ulps(np.asarray(got), expected) <= ERF_ULPS[dtype][stage], stage
 
 
 @needs_ptxas

@@ -1,8 +1,11 @@
 """The vectorizable exp, log, tanh and sigmoid the CPU backend emits (transcendentals.py), swept
 against numpy: the stated bound (f32 within 4 ulp, f64 within 2), and inf, nan and the sign of
-zero exactly as numpy gives them. libm=True keeps the libm calls."""
+zero exactly as numpy gives them; f32 erf against Python's math.erf. libm=True keeps the libm
+calls."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -59,6 +62,26 @@ def test_log_against_numpy(dtype, libm):
     assert _ulps(got, want, dtype).max() <= (LIBM_BOUND if libm else BOUND)[dtype]
     special = ~np.isfinite(want)
     np.testing.assert_array_equal(got[special], want[special])
+
+
+def test_f32_erf_against_math_erf():
+    """Within 3 ulp of math.erf rounded to f32 over [-5, 5] (both branches, the split at 1 and
+    the clamp at 4, densely), tiny values, and the specials: +-0 keep their sign, +-inf give
+    +-1, nan stays nan; f64 erf is libm's."""
+    x = np.concatenate([np.linspace(-5, 5, 400001), np.geomspace(1e-38, 1, 5000),
+                        -np.geomspace(1e-38, 1, 5000), np.nextafter(np.float32(1), [0, 2]),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 4.0, -4.0, 1e-45]]
+                       ).astype(np.float32)
+    got = tapeml.jit(lambda x: ops.erf(x))(x)
+    want = np.array([math.erf(v) for v in x.astype(np.float64).tolist()]).astype(np.float32)
+    assert _ulps(got, want, np.float32).max() <= 3
+    special = ~np.isfinite(want) | (want == 0) | (np.abs(want) == 1)
+    np.testing.assert_array_equal(got[special], want[special])
+    np.testing.assert_array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
+    x64 = np.ones(64)
+    assert '@"erf"' in tapeml.jit(lambda x: ops.erf(x)).lower(x64)["llvm ir"]
+    assert "erf" not in tapeml.jit(lambda x: ops.erf(x)).lower(x64.astype(np.float32))[
+        "llvm ir"]
 
 
 def test_the_default_loop_has_no_libm_call_and_the_libm_one_does():

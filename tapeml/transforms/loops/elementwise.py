@@ -64,7 +64,7 @@ _INTEGER_IDENTITY = (tape.FloorOp, tape.CeilOp, tape.RoundOp)
 
 APPROXIMATED: dict[type[Operation], Callable[[Math, SSAValue], SSAValue]] = {
     tape.ExpOp: Math.exp, tape.LogOp: Math.log, tape.TanhOp: Math.tanh,
-    tape.SigmoidOp: Math.sigmoid,
+    tape.SigmoidOp: Math.sigmoid, tape.ErfOp: Math.erf,
 }
 """Ops computed as vectorizable arithmetic (transcendentals.py) unless tape-to-loops{libm}."""
 
@@ -174,7 +174,9 @@ def _sign(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
 
 @scalar(tape.ErfOp)
 def _erf(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
-    """math.erf: libm's erf/erff on the CPU, libdevice's on the GPU (LLVM has no intrinsic)."""
+    """math.erf: libm's erf/erff on the CPU, libdevice's on the GPU (LLVM has no intrinsic);
+    tape-to-loops computes f32 erf as arithmetic instead unless asked for libm
+    (APPROXIMATED)."""
     return e.insert(xmath.ErfOp(args[0]))
 
 
