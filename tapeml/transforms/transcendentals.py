@@ -7,9 +7,11 @@ libm (`libm=True`).
         2^n: n + bias shifted into the exponent bits, in two halves. n is rounded with the
         add-and-subtract-1.5*2^mantissa trick, whose bits also give n as an integer (no
         float-to-int conversion needed).
-    tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|), for |x| >= 0.55; below, x * P(x^2)
-        with P the Taylor series of tanh(x) / x (8 terms for f32, 18 for f64), computed here
-        from the Bernoulli numbers (no cancellation near 0).
+    tanh(x), f32 = sign(x) (-m) / (2 + m), m = expm1(-2|x|): exp's reduction with the
+        polynomial's constant term left out, so m keeps its precision near 0 (one formula, no
+        branch). f64 = sign(x) (1 - e) / (1 + e), e = exp(-2|x|), for |x| >= 0.55; below,
+        x * P(x^2) with P the Taylor series of tanh(x) / x (18 terms), computed here from the
+        Bernoulli numbers (no cancellation near 0).
     sigmoid(x) = 1 / (1 + exp(-x)), as the interpreter defines it.
     erf(x), f32: |x| < 1: x * P(x^2), P the Taylor series of erf(x) / x (11 terms, from
         exact rationals: truncation error 1.4e-9); 1 <= |x| < 4: 1 - exp(-x^2) g(|x|),
@@ -30,6 +32,7 @@ from __future__ import annotations
 import math
 from decimal import Decimal, localcontext
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 from xdsl.dialects import arith
@@ -55,7 +58,7 @@ def _tanh_over_x_taylor(terms: int) -> list[float]:
 
 
 # enough terms for |x| < TANH_SPLIT (the series converges for |x| < pi / 2)
-_SMALL = {32: _tanh_over_x_taylor(8), 64: _tanh_over_x_taylor(18)}
+_SMALL = {64: _tanh_over_x_taylor(18)}
 _EXP_DEGREE = {32: 7, 64: 14}
 _ERF_SMALL = [float(Fraction(2 * (-1) ** k, math.factorial(k) * (2 * k + 1))) / math.sqrt(math.pi)
               for k in range(11)]  # erf(x) / x in powers of x^2: 2/sqrt(pi) (-1)^k / (k! (2k+1))
@@ -91,6 +94,22 @@ class Math:
         keeps its precision), exp(r) by Taylor polynomial, times 2^n applied as two powers of
         two (each a biased exponent shifted into place) so that overflow and underflow happen
         in the multiplications, as they should."""
+        polynomial, scale = self._exp_parts(x, constant=True)
+        return scale(polynomial)
+
+    def expm1_below_zero(self, x: SSAValue) -> SSAValue:
+        """exp(x) - 1 for x <= 0 (nan stays nan), without the cancellation of exp(x) - 1 near
+        0: 2^n (exp(r) - 1) + (2^n - 1), exp(r) - 1 by the Taylor polynomial without its
+        constant term (n = 0 near 0: the polynomial alone); 2^n - 1 is exact for n >= -24
+        (-53 in f64) and -1 to the last place below."""
+        polynomial, scale = self._exp_parts(x, constant=False)
+        power = scale(self.c(1.0))
+        return self.op(arith.AddfOp, scale(polynomial),
+                       self.op(arith.SubfOp, power, self.c(1.0)))
+
+    def _exp_parts(self, x: SSAValue, constant: bool) -> tuple[SSAValue, Any]:
+        """exp's reduction: the Taylor polynomial of exp(r) (without its constant term unless
+        `constant`), and a function multiplying a value by 2^n."""
         mantissa, bias = (23, 127) if self.bits == 32 else (52, 1023)
         reach = 160.0 if self.bits == 32 else 1100.0  # past every finite exp(x)
         bound = self.c(reach * math.log(2))
@@ -107,7 +126,10 @@ class Math:
                                                                     self.c(ln2_hi))),
                     self.op(arith.MulfOp, n, self.c(ln2_lo)))
         taylor = [1 / math.factorial(k) for k in range(_EXP_DEGREE[self.bits] + 1)]
-        result = self.polynomial(r, taylor)
+        if constant:
+            polynomial = self.polynomial(r, taylor)
+        else:  # r (1 + r/2 + ...): exp(r) - 1 with no 1 to cancel
+            polynomial = self.op(arith.MulfOp, r, self.polynomial(r, taylor[1:]))
         int_t = IntegerType(self.bits)
 
         def int_constant(value: int) -> SSAValue:
@@ -116,13 +138,31 @@ class Math:
         n_int = self.op(arith.SubiOp, self.op(arith.BitcastOp, shifted, int_t),
                         self.op(arith.BitcastOp, magic, int_t))
         half = self.op(arith.ShRSIOp, n_int, int_constant(1))
-        for part in (half, self.op(arith.SubiOp, n_int, half)):
-            power = self.op(arith.ShLIOp, self.op(arith.AddiOp, part, int_constant(bias)),
-                            int_constant(mantissa))
-            result = self.op(arith.MulfOp, result, self.op(arith.BitcastOp, power, self.t))
-        return result
+        powers = [self.op(arith.BitcastOp, self.op(arith.ShLIOp, self.op(
+            arith.AddiOp, part, int_constant(bias)), int_constant(mantissa)), self.t)
+            for part in (half, self.op(arith.SubiOp, n_int, half))]
+
+        def scale(value: SSAValue) -> SSAValue:
+            for power in powers:
+                value = self.op(arith.MulfOp, value, power)
+            return value
+
+        return polynomial, scale
 
     def tanh(self, x: SSAValue) -> SSAValue:
+        """f32: -m / (2 + m) with m = expm1(-2|x|), given x's sign bit (one formula: expm1
+        keeps its precision near 0, where 1 - exp would cancel; -m of m = +0 is -0, so the
+        magnitude is taken as at least +0 first); f64: the module doc's two branches."""
+        if self.bits == 32:
+            magnitude = self.op(arith.MaximumfOp, x, self.op(arith.NegfOp, x))
+            m = self.expm1_below_zero(self.op(arith.MulfOp, magnitude, self.c(-2.0)))
+            value = self.op(arith.MaximumfOp, self.op(arith.DivfOp, self.op(arith.NegfOp, m),
+                                                      self.op(arith.AddfOp, self.c(2.0), m)),
+                            self.c(0.0))  # nan stays nan
+            bits = self.op(arith.BitcastOp, x, IntegerType(32))
+            negative = self.op(arith.CmpiOp, bits, self.e.insert(
+                arith.ConstantOp.from_int_and_width(0, IntegerType(32))), "slt")
+            return self.op(arith.SelectOp, negative, self.op(arith.NegfOp, value), value)
         magnitude = self.op(arith.MaximumfOp, x, self.op(arith.NegfOp, x))
         e = self.exp(self.op(arith.MulfOp, magnitude, self.c(-2.0)))
         large = self.op(arith.DivfOp, self.op(arith.SubfOp, self.c(1.0), e),
