@@ -212,9 +212,13 @@ def measure(workload: str, threads: int, rounds: int, calls: int = 5) -> dict:
             "seconds": {name: statistics.median(t) for name, t in times.items()}}
 
 
+WORKLOADS = ("W1", "W2-512", "W2-1024", "W3", "W4")
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        raise SystemExit(__doc__)
+    if (len(sys.argv) != 4 or sys.argv[1] not in WORKLOADS or not sys.argv[2].isdigit()
+            or not sys.argv[3].isdigit() or int(sys.argv[2]) < 1 or int(sys.argv[3]) < 1):
+        raise SystemExit(f"{__doc__}\nWORKLOAD is one of {', '.join(WORKLOADS)}; THREADS and "
+                         "ROUNDS are positive integers.")
     wanted = threads_environment(int(sys.argv[2]))
     if any(os.environ.get(k) != v for k, v in wanted.items()):  # read at import: run again
         os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]],

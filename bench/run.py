@@ -299,6 +299,7 @@ def eager(repeat: int) -> None:
              ("softmax", lambda: ops.softmax(x), lambda: numpy_softmax(x)),
              ("maximum (IEEE zeros)", lambda: ops.maximum(x, y), lambda: np.maximum(x, y))]
     for name, ours, theirs in cases:
+        np.testing.assert_allclose(ours(), theirs(), rtol=1e-6, err_msg=name)
         row(f"E eager {name}", "us", median_time(ours, repeat * 200) * 1e6,
             median_time(theirs, repeat * 200) * 1e6)
 
@@ -360,6 +361,10 @@ def main() -> None:
         threads(repeat)
         return
     only = set(args.only.split(","))
+    known = {"W1", "W2", "W3", "W4", "W5", "W6", "E", "W7"}
+    if only - known:
+        parser.error(f"--only: unknown workload {', '.join(sorted(only - known))} (known: "
+                     f"{', '.join(sorted(known))})")
     chosen = [w for w in ("W1", "W2", "W3", "W4") if w in only]
     if chosen:
         workloads = [w for c in chosen for w in (["W2-512", "W2-1024"] if c == "W2" else [c])]

@@ -93,9 +93,12 @@ class KernelProfile:
     """Per call, as Python timed the whole call (argument checks and output arrays included)."""
 
     def __str__(self) -> str:
-        marked = sum(r.seconds for r in self.rows) or 1.0
+        marked = sum(r.seconds for r in self.rows)
         lines = [f"{self.seconds * 1e3:.3f} ms per call, {marked * 1e3:.3f} ms of it in the "
-                 "program's ops:"]
-        for r in sorted(self.rows, key=lambda r: -r.seconds):
-            lines.append(f"{r.seconds * 1e3:>9.3f} ms {r.seconds / marked:>6.1%}  {r.label}")
+                 "program's ops (#: the op's place in the program):"]
+        order = sorted(range(len(self.rows)), key=lambda i: -self.rows[i].seconds)
+        for i in order:
+            r = self.rows[i]
+            lines.append(f"{r.seconds * 1e6:>10.1f} us {r.seconds / (marked or 1.0):>6.1%}  "
+                         f"#{i:<4} {r.label}")
         return "\n".join(lines)

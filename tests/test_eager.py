@@ -169,3 +169,13 @@ def test_remembered_checks_tell_apart_what_equality_does_not():
     for _ in range(2):
         with pytest.raises(tapeml.ShapeError):
             tapeml.pad(x, -3)
+
+
+def test_astype_refuses_a_dtype_tape_tensors_do_not_hold():
+    """numpy's astype(uint8) wraps 300 to 44; tape has no uint8, so it says so rather than
+    handing back int32 values unconverted."""
+    with pytest.raises(TypeError, match="not uint8 .use int32"):
+        tapeml.astype(np.array([300, -1]), np.uint8)
+    with pytest.raises(TypeError, match="not float16"):
+        tapeml.astype(np.ones(2, np.float32), np.float16)
+    assert tapeml.astype(np.array([1.5], np.float32), np.int32).dtype == np.int32

@@ -84,7 +84,9 @@ def test_a_run_profile_times_every_op_of_the_compiled_program():
     assert all(row.calls == 3 and row.seconds >= 0 for row in report.rows)
     assert sum(row.seconds for row in report.rows) <= report.seconds
     text = str(report)
-    assert text.startswith(f"{report.seconds * 1e3:.3f} ms per call") and "tape.matmul" in text
+    assert text.startswith(f"{report.seconds * 1e3:.3f} ms per call")
+    row = next(line for line in text.splitlines() if "tape.matmul 5x3, 3x4" in line)
+    assert f"#{labels.index('tape.matmul 5x3, 3x4 -> 5x4 f32')} " in row and " us " in row
 
 
 def test_a_profiled_program_computes_what_the_program_does():
@@ -107,5 +109,8 @@ def test_profile_refuses_what_it_cannot_do():
     f = tapeml.jit(lambda x: x * 2.0, backend="interp")
     with pytest.raises(NotImplementedError, match="the cpu backend's"):
         f.profile(np.ones(3, np.float32))
-    with pytest.raises(ValueError, match="repeat must be at least 1"):
-        tapeml.jit(lambda x: x * 2.0).profile(np.ones(3, np.float32), repeat=0)
+    for repeat in (0, 2.5, "3", True):
+        with pytest.raises(ValueError, match="must be an int of at least 1"):
+            tapeml.jit(lambda x: x * 2.0).profile(np.ones(3, np.float32), repeat=repeat)
+    with pytest.raises(TypeError, match="static arguments .* must be hashable"):
+        tapeml.jit(lambda x, n: x * n[0], static_argnums=1).profile(np.ones(3, np.float32), [3])

@@ -236,9 +236,15 @@ class Jitted:
         thread-pool jobs they call included). The CPU backend's; one profile at a time."""
         if getattr(self.backend, "name", None) != "cpu":
             raise NotImplementedError(f"profile: the cpu backend's, not {self.backend.name}'s")
-        if repeat < 1:
-            raise ValueError(f"profile: repeat must be at least 1, got {repeat}")
+        if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
+            raise ValueError(f"profile: repeat (profile's own keyword: how many calls are "
+                             f"timed) must be an int of at least 1, got {repeat!r}")
         static, dynamic, positions = self._split(args)
+        try:
+            _static_key(static)
+        except TypeError:
+            raise TypeError(f"jit: static arguments {self.static_argnums} must be hashable, "
+                            f"got {static!r}") from None
         program = trace(self._with_static(static, positions), *dynamic, **kwargs)
         native = self.backend.compile(program.module, profile=True)
         return native.profile([runtime_leaf(x) for x in flatten((dynamic, kwargs))[0]], repeat)

@@ -260,8 +260,8 @@ def profile_label(op: Operation) -> str:
                  if o.name.startswith("tape.")]
         name += f"({', '.join(dict.fromkeys(inner))})"
     element = str(op.results[0].type.get_element_type())
-    return (f"{name} {', '.join(shape(o) for o in op.operands)} -> {shape(op.results[0])} "
-            f"{element}")
+    operands = "".join(f" {', '.join(shape(o) for o in op.operands)}" if op.operands else "")
+    return f"{name}{operands} -> {shape(op.results[0])} {element}"
 
 
 def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False,

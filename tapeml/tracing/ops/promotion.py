@@ -173,8 +173,14 @@ _cast = ieee(tape.CastOp)
 def astype(x: Any, dtype: Any) -> Array:
     """`x` converted to `dtype` (bool, int32, int64, float32 or float64) by numpy's `astype`
     rules, except that float to integer truncates toward zero and saturates (NaN gives 0),
-    the same on every backend. The result is not weak."""
-    dtype = canonical_dtype(np.dtype(dtype))
+    the same on every backend. The result is not weak. A dtype tape tensors do not hold
+    (uint8, float16, ...) is a TypeError: its values would not be what numpy's astype gives."""
+    wanted = np.dtype(dtype)
+    dtype = canonical_dtype(wanted)
+    if dtype != wanted:
+        raise TypeError(at_user_line(f"astype: tape tensors hold bool, int32, int64, float32 or "
+                                     f"float64, not {wanted} (use {dtype}: it holds every "
+                                     f"{wanted} value)"))
     if plain(x):  # eager: at once
         return x if x.dtype == dtype else _cast(x, dtype=dtype)
     x = lift(x)
