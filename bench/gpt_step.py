@@ -10,8 +10,9 @@ Two variants of the same model (examples/gpt.py's, vocabulary 64):
 bench/run.py --only W7 runs this file as a worker in a fresh process per (variant, layers),
 with every library told to use one thread:
 
-    python bench/gpt_step.py steady VARIANT LAYERS ROUNDS   # JSON: tapeml's first call, then
-                                                           # every system's median, interleaved
+    python bench/gpt_step.py steady VARIANT LAYERS ROUNDS [THREADS]
+                                        # JSON: tapeml's first call, then every system's
+                                        # median, interleaved (THREADS: 1 unless given)
     python bench/gpt_step.py first SYSTEM VARIANT LAYERS    # seconds to a peer's first result
 """
 
@@ -32,11 +33,11 @@ sys.path.insert(0, str(HERE))
 
 BATCH, CONTEXT, WIDTH, HEADS, VOCAB, MLP = 16, 64, 128, 4, 64, 4
 
-ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-              "TAPEML_NUM_THREADS": "1",
-              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+from peers import threads_environment  # noqa: E402
+
+ONE_THREAD = threads_environment(1)
 """The environment a worker runs in: one thread for numpy's BLAS, tapeml, XLA (torch is told
-with torch.set_num_threads)."""
+with torch.set_num_threads); `steady ... THREADS` runs in threads_environment(THREADS)."""
 
 
 def have(module: str) -> bool:
@@ -246,7 +247,7 @@ def bind(system: str, variant: str, params: dict, tokens: Any, targets: Any
     if system == "torch":
         import torch
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(int(os.environ.get("TAPEML_NUM_THREADS", "1")))
         step, args = torch_step(variant), torch_args(params, tokens, targets)
         return lambda: step(*args)
     raise ValueError(f"unknown system {system!r}")
@@ -287,10 +288,11 @@ def check(results: dict[str, tuple[float, list]], rtol_loss: float = 1e-5) -> di
 # The workers
 
 
-def steady(variant: str, layers: int, rounds: int, calls: int = 3) -> dict:
+def steady(variant: str, layers: int, rounds: int, calls: int = 3, threads: int = 1) -> dict:
     """tapeml's first call (this process is fresh; imports excluded), the losses and gradients
     checked across systems, then every system's median from `rounds` alternating blocks of
-    `calls` calls each."""
+    `calls` calls each (on more than one thread, each block after a pause and a call not
+    timed, as bench/peers.py's: the threads of the system before spin a while)."""
     _, params, tokens, targets = make(variant, layers)
     names = systems(variant)
     import importlib
@@ -316,6 +318,9 @@ def steady(variant: str, layers: int, rounds: int, calls: int = 3) -> dict:
     for _ in range(rounds):
         for name in names:
             fn = calls_of[name]
+            if threads > 1:
+                time.sleep(0.3)
+                fn()
             for _ in range(calls):
                 started = time.perf_counter()
                 fn()
@@ -344,7 +349,8 @@ def first(system: str, variant: str, layers: int) -> float:
 
 def main(argv: list[str]) -> None:
     if argv[0] == "steady":
-        print(json.dumps(steady(argv[1], int(argv[2]), int(argv[3]))))
+        threads = int(argv[4]) if len(argv) > 4 else 1
+        print(json.dumps(steady(argv[1], int(argv[2]), int(argv[3]), threads=threads)))
     elif argv[0] == "first":
         print(json.dumps(first(argv[1], argv[2], int(argv[3]))))
     else:
@@ -352,8 +358,9 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    missing = {k: v for k, v in ONE_THREAD.items() if os.environ.get(k) != v}
-    if missing:  # the libraries read these at import: run again with them set
+    wanted = threads_environment(int(sys.argv[5]) if sys.argv[1:2] == ["steady"] and
+                                 len(sys.argv) > 5 else 1)
+    if any(os.environ.get(k) != v for k, v in wanted.items()):  # read at import: run again
         os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]],
-                  {**os.environ, **ONE_THREAD})
+                  {**os.environ, **wanted})
     main(sys.argv[1:])

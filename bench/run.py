@@ -228,12 +228,15 @@ def peers(workloads: list[str], rounds: int) -> None:
                   + f"{best:>12}{seconds[best] / seconds['tapeml']:>8.2f}")
 
 
-def _worker(*args: str) -> object:
+def _worker(*args: str, cores: list[int] | None = None) -> object:
+    """bench/gpt_step.py ARGS in a process of its own (pinned to `cores` if given)."""
     import json
+    import os
     import subprocess
 
+    pin = None if cores is None else (lambda: os.sched_setaffinity(0, cores))
     out = subprocess.run([sys.executable, str(Path(__file__).parent / "gpt_step.py"), *args],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, preexec_fn=pin)
     if out.returncode:
         raise RuntimeError(f"bench/gpt_step.py {' '.join(args)} failed:\n{out.stderr}")
     return json.loads(out.stdout.splitlines()[-1])
@@ -247,15 +250,19 @@ def peers_row(name: str, unit: str, ours: float, peers: dict[str, float]) -> Non
 
 def w7(rounds: int, layer_counts: list[int], stages: bool) -> None:
     """The GPT step (bench/gpt_step.py), both variants: steady medians, every system in one
-    worker; first calls, each system in a fresh process."""
+    worker pinned to one core; first calls, each system in a fresh process; then, where there
+    are two cores, the one-hot variant's steady medians on two threads (pinned to two)."""
+    import os
+
     import gpt_step
 
+    cores = sorted(os.sched_getaffinity(0))
     peers = gpt_step.systems("ids")[1:]
     print(f"{'W7 GPT step, 1 thread':<34}{'tapeml':>16}" +
           "".join(f"{p + ' (ratio)':>21}" for p in peers))
     for variant in ("ids", "onehot"):
         for layers in layer_counts:
-            got = _worker("steady", variant, str(layers), str(rounds))
+            got = _worker("steady", variant, str(layers), str(rounds), cores=cores[:1])
             label = f"W7 {layers} layers, {variant}"
             steady = got["steady_ms"]
             peers_row(f"{label}: step", "ms", steady["tapeml"], {p: steady[p] for p in peers})
@@ -270,6 +277,13 @@ def w7(rounds: int, layer_counts: list[int], stages: bool) -> None:
                 for name, count, seconds, detail in got["stages"]:
                     count = "" if count is None else f"{count:>7,} ops"
                     print(f"{'':<38}{name:<24}{count:>11} {seconds:>8.2f} s   {detail}"[:140])
+    if len(cores) < 2:
+        return
+    for layers in layer_counts:
+        got = _worker("steady", "onehot", str(layers), str(rounds), "2", cores=cores[:2])
+        steady = got["steady_ms"]
+        peers_row(f"W7 {layers} layers, onehot, 2 threads", "ms", steady["tapeml"],
+                  {p: steady[p] for p in peers})
 
 
 def w6(repeat: int) -> None:
