@@ -228,15 +228,17 @@ def peers(workloads: list[str], rounds: int) -> None:
                   + f"{best:>12}{seconds[best] / seconds['tapeml']:>8.2f}")
 
 
-def _worker(*args: str, cores: list[int] | None = None) -> object:
-    """bench/gpt_step.py ARGS in a process of its own (pinned to `cores` if given)."""
+def _worker(*args: str, cores: list[int] | None = None, cache: str | None = None) -> object:
+    """bench/gpt_step.py ARGS in a process of its own (pinned to `cores` if given; with its
+    disk cache in `cache` if given)."""
     import json
     import os
     import subprocess
 
     pin = None if cores is None else (lambda: os.sched_setaffinity(0, cores))
+    env = os.environ if cache is None else {**os.environ, "TAPEML_CACHE_DIR": cache}
     out = subprocess.run([sys.executable, str(Path(__file__).parent / "gpt_step.py"), *args],
-                         capture_output=True, text=True, preexec_fn=pin)
+                         capture_output=True, text=True, preexec_fn=pin, env=env)
     if out.returncode:
         raise RuntimeError(f"bench/gpt_step.py {' '.join(args)} failed:\n{out.stderr}")
     return json.loads(out.stdout.splitlines()[-1])
@@ -253,6 +255,7 @@ def w7(rounds: int, layer_counts: list[int], stages: bool) -> None:
     worker pinned to one core; first calls, each system in a fresh process; then, where there
     are two cores, the one-hot variant's steady medians on two threads (pinned to two)."""
     import os
+    import tempfile
 
     import gpt_step
 
@@ -262,13 +265,15 @@ def w7(rounds: int, layer_counts: list[int], stages: bool) -> None:
           "".join(f"{p + ' (ratio)':>21}" for p in peers))
     for variant in ("ids", "onehot"):
         for layers in layer_counts:
-            got = _worker("steady", variant, str(layers), str(rounds), cores=cores[:1])
+            cache = tempfile.mkdtemp(prefix="tapeml-bench-w7-")  # cold: no kernel either
+            got = _worker("steady", variant, str(layers), str(rounds), cores=cores[:1],
+                          cache=cache)
             label = f"W7 {layers} layers, {variant}"
             steady = got["steady_ms"]
             peers_row(f"{label}: step", "ms", steady["tapeml"], {p: steady[p] for p in peers})
             firsts = {p: _worker("first", p, variant, str(layers)) for p in peers}
             peers_row(f"{label}: first call", "s", got["tapeml_first_s"], firsts)
-            warm = _worker("first", "tapeml", variant, str(layers))  # the worker's cache
+            warm = _worker("first", "tapeml", variant, str(layers), cache=cache)  # filled
             print(f"{f'{label}: from the disk cache':<34}{warm:>12.3f} s")
             worst = max(got["loss_rel_diff"].values())
             print(f"{'':<34}loss {got['loss']['tapeml']:.6f} everywhere (relative spread "
