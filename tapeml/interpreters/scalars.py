@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math as pymath
 from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 from xdsl.dialects import arith, llvm, math
@@ -28,6 +29,35 @@ def _np(value: FloatAttr) -> np.floating:
 
 def _float(value: np.floating | float, t: Attribute) -> FloatAttr:
     return FloatAttr(float(_NP_FLOAT[str(t)](value)), t)
+
+
+def fused_multiply_add(a: np.floating, b: np.floating, c: np.floating) -> np.floating:
+    """a * b + c rounded once to the operands' type (C's fma; Python 3.11 has no math.fma):
+    exact in rationals, then the nearest float of the type, ties to even; inf and nan as the
+    unfused expression gives them (an overflow of the exact value to inf as well)."""
+    t = type(a)
+    if not all(map(np.isfinite, (a, b, c))):
+        with np.errstate(all="ignore"):
+            return t(a * b + c)
+    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    if exact == 0:  # the sign of a zero: as a * b + c rounds it (-0 only if both are -0)
+        with np.errstate(all="ignore"):
+            return t(a * b + c)
+    try:
+        with np.errstate(all="ignore"):
+            near = t(float(exact))  # within one place of the nearest (f32 rounds twice)
+    except OverflowError:  # past every f64: the infinity of its sign
+        return t(np.inf if exact > 0 else -np.inf)
+    top = np.finfo(t).max
+    overflow = Fraction(float(top)) + (Fraction(float(top)) - Fraction(float(
+        np.nextafter(top, t(0))))) / 2  # from here on, round to nearest gives infinity
+    if abs(exact) >= overflow:
+        return t(np.inf if exact > 0 else -np.inf)
+    candidates = [v for v in (np.nextafter(near, t(-np.inf)), near,
+                              np.nextafter(near, t(np.inf))) if np.isfinite(v)]
+    return min(candidates, key=lambda v: (
+        abs(Fraction(float(v)) - exact),
+        int(np.asarray(v).view(f"uint{8 * np.dtype(t).itemsize}")) & 1))
 
 
 def _float_op(fn: Callable[..., np.floating]) -> Callable:
@@ -96,7 +126,7 @@ _FLOAT_OPS: dict[type[Operation], Callable[..., np.floating]] = {
     math.RoundEvenOp: np.rint,
     math.SinOp: np.sin,
     math.CosOp: np.cos,
-    math.FmaOp: lambda a, b, c: a * b + c,
+    math.FmaOp: lambda a, b, c: fused_multiply_add(a, b, c),
     math.ErfOp: lambda a: pymath.erf(float(a)),  # rounded by _float: tape.erf's semantics
     llvm.FRemOp: np.fmod,  # tape.fmod's loops (xDSL 0.75 has no arith.remf): exact
 }

@@ -98,7 +98,8 @@ UNARY_INTRINSICS = {xmath.ExpOp: "exp", xmath.LogOp: "log", xmath.SqrtOp: "sqrt"
 LIBM_CALLS = {xmath.ErfOp: "erf"}
 """Math ops with no LLVM intrinsic: a call of libm's <name> (f64) or <name>f (f32)."""
 BINARY_INTRINSICS = {arith.MaximumfOp: "maximum", arith.MinimumfOp: "minimum",
-                     xmath.PowFOp: "pow"}
+                     xmath.PowFOp: "pow", xmath.FmaOp: "fma"}
+"""(math.fma, a * b + c rounded once, takes three operands: the intrinsic takes them all.)"""
 _SIGNED_PICK = {arith.MaxSIOp: "sgt", arith.MinSIOp: "slt"}
 
 
