@@ -151,6 +151,9 @@ def test_eager_shortcuts_leave_mistakes_to_the_checks():
         tapeml.reshape(grid, (5, -1))
     with pytest.raises(tapeml.ShapeError, match="axis 2 is out of range"):
         tapeml.sum(grid, axis=2)
+    for axis in (1.0, True, "a", [0.5]):  # numpy's rule: no bool or float is an axis
+        with pytest.raises(TypeError, match="axis must be an int, a tuple of ints or None"):
+            tapeml.sum(grid, axis=axis)
     with pytest.raises(tapeml.ShapeError, match="empty axis"):
         tapeml.max(np.zeros((0, 4), np.float32), axis=0)
     with pytest.raises(tapeml.ShapeError, match="contraction dims differ"):

@@ -23,7 +23,7 @@ from tapeml.tracing.ops.elementwise import (
 )
 from tapeml.tracing.ops.layout import reshape
 from tapeml.tracing.ops.promotion import Array, astype, is_weak, lift, promote, weakened
-from tapeml.tracing.trace import bind
+from tapeml.tracing.trace import at_user_line, bind
 
 __all__ = ["argmax", "argmin", "cumsum", "log_softmax", "logsumexp", "max", "mean", "min",
            "softmax", "std", "sum", "var"]
@@ -31,10 +31,21 @@ __all__ = ["argmax", "argmin", "cumsum", "log_softmax", "logsumexp", "max", "mea
 Axis = int | Sequence[int] | None
 
 
+def _axis_ok(a: Any) -> bool:
+    return isinstance(a, int | np.integer) and not isinstance(a, bool | np.bool_)
+
+
 def _axes(x: Array, axis: Axis) -> tuple[int, ...]:
+    """`axis` as a tuple of ints (None: every axis); anything else an int or a sequence of
+    ints is a TypeError (numpy's rule: a bool or a float is no axis)."""
     if axis is None:
         return tuple(range(x.ndim))
-    return (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    if _axis_ok(axis):
+        return (axis,)
+    if isinstance(axis, tuple | list) and all(map(_axis_ok, axis)):
+        return tuple(axis)
+    raise TypeError(at_user_line(f"axis must be an int, a tuple of ints or None, got "
+                                 f"{axis!r}"))
 
 
 def _reduce(op: type[tape.TapeOp], x: Array, axis: Axis, keepdims: bool) -> Array:
