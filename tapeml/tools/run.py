@@ -74,6 +74,9 @@ def _parse_arg(ctx: Context, text: str, index: int) -> Any:
     if parser._current_token.kind != MLIRTokenKind.EOF:
         parser.raise_error("unexpected text after the literal")
     if isinstance(attr, DenseIntOrFPElementsAttr):
+        if not isinstance(attr.type, TensorType):
+            raise InterpretError(f"argument {index}: a dense literal is typed as a tensor "
+                                 f"(dense<...> : tensor<...>), got {attr.type}")
         return dense_to_numpy(attr)
     if isinstance(attr, FloatAttr):  # typed, so the interpreter can check it
         return np.dtype(f"float{attr.type.bitwidth}").type(attr.value.data)
