@@ -169,6 +169,10 @@ CONVS = [  # x, w, stride, padding, dilation, groups
     ((2, 3, 9, 8), (4, 3, 3, 2), (1, 1), (1, 0, 1, 1), (1, 1), 1),
     ((1, 4, 11, 10), (6, 2, 2, 3), (2, 1), (0, 2, 1, 0), (2, 1), 2),
     ((2, 4, 7, 7), (4, 1, 3, 3), (3, 3), (1, 1, 1, 1), (1, 1), 4),
+    # groups 1, C*kh*kw >= 16: the weight gradient as one product over (b, y, x), strided and
+    # dilated, cropped and padded; and below 16, a product per image
+    ((3, 2, 11, 10), (5, 2, 3, 3), (2, 1), (0, 2, 1, 0), (2, 1), 1),
+    ((2, 1, 7, 7), (3, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 2), 1),
 ]
 
 

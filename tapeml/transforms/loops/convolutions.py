@@ -235,6 +235,13 @@ def lower_conv2d_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: S
         e.loops([geo.groups, og, geo.cg], padding, parallel=True)
 
 
+ONE_PRODUCT_COLUMNS = 16
+"""A weight gradient with at least this many weights per output channel (C * kh * kw) is one
+product over k = (b, y, x) (`_weight_gradient_one_product`); a narrower one (a first layer's
+one input channel: 9) stays a product per image summed in groups, where the one product's
+B would be mostly masked columns (W4's 1 -> 16 conv: 1.05 ms as it is, 1.15 ms as one)."""
+
+
 def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
                       report: PlanReport) -> None:
     """conv2d (groups = 1) and its two cotangents as GEMMs over the im2col matrix
@@ -243,7 +250,9 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
 
         forward   out[b] = W[o, (c,i,j)] @ cols[b]                     per image, one kernel.gemm
         input     dcols[b] = W^T @ ct[b], then dx += dcols scattered back (col2im)
-        weight    dW = sum_b ct[b] @ cols[b]^T                         batches summed in the kernel
+        weight    dW = sum_b ct[b] @ cols[b]^T                         batches summed in the kernel,
+                  or, C*kh*kw >= ONE_PRODUCT_COLUMNS, one product over (b, y, x)
+                  (`_weight_gradient_one_product`)
     """
     kind = type(op)
     if kind is tape.Conv2dOp:
@@ -263,6 +272,10 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     (sh, sw), (dh, dw) = op.params["stride"], op.params["dilation"]
     top, left = op.params["padding"][:2]
     col_steps = [ckk * ohw, geo.kh * geo.kw * ohw, ohw, geo.ow, 1]  # over (b, c, tap, y, x)
+    if kind is tape.Conv2dBackwardWeightOp and ckk >= ONE_PRODUCT_COLUMNS:
+        _weight_gradient_one_product(e, geo, ins, out, cols, report, op.params, dtype)
+        e.insert(dealloc(cols))
+        return
 
     def taps(move: Callable[[Emitter, SSAValue, SSAValue], None]) -> None:
         """move(x index, cols index) for every (b, c, tap, y, x) that reads inside the input."""
@@ -303,3 +316,45 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
             dtype=dtype, batch=geo.n, m=geo.o, n=ckk, k=ohw, a=(geo.o * ohw, ohw, 1),
             b=(ckk * ohw, 1, ohw), c0=0, accumulate=False)))
     e.insert(dealloc(cols))
+
+
+
+def _weight_gradient_one_product(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue],
+                                 out: SSAValue, cols: SSAValue, report: PlanReport,
+                                 params: dict, dtype: str) -> None:
+    """dW = ct' @ cols', one product over k = (b, y, x): cols' is [b][y][x][(c, i, j)] (rows
+    of B, contiguous, written a (b, y, x, c) at a time, each tap read through a bounds check),
+    ct' is [o][b][y][x] (ct's b and o swapped, into a scratch of its own). The images' sums
+    become one long dot product per weight instead of a small product per image summed in
+    groups: W4's 16 -> 32 conv's weight gradient 3.3 -> 2.1 ms on one core."""
+    x, ct = ins
+    t = out.type.element_type
+    ckk, ohw, kk = geo.c * geo.kh * geo.kw, geo.oh * geo.ow, geo.kh * geo.kw
+    count = geo.n * ohw
+    (sh, sw), (dh, dw) = params["stride"], params["dilation"]
+    top, left = params["padding"][:2]
+
+    def row(e: Emitter, ivs: list[SSAValue]) -> None:
+        b, y, xx, c = ivs
+        at = e.linear([b, y, xx, c], [ohw * ckk, geo.ow * ckk, ckk, kk])
+        for i in range(geo.kh):
+            iy = e.linear([y], [sh], i * dh - top)
+            for j in range(geo.kw):
+                ix = e.linear([xx], [sw], j * dw - left)
+                inside = e.insert(arith.AndIOp(e.in_range(iy, geo.h), e.in_range(ix, geo.w)))
+                value = e.load(x, e.linear([b, c, e.clamp(iy, geo.h), e.clamp(ix, geo.w)],
+                                           [geo.c * geo.h * geo.w, geo.h * geo.w, geo.w, 1]))
+                e.store(e.insert(arith.SelectOp(inside, value, e.scalar(0.0, t))), cols,
+                        e.addi(at, e.index(i * geo.kw + j)))
+
+    e.loops([geo.n, geo.oh, geo.ow, geo.c], row, parallel=True)
+    swapped = e.insert(alloc(MemRefType(t, [geo.o * count])))
+    report.scratch_bytes = max(report.scratch_bytes,
+                               (geo.n * ckk * ohw + geo.o * count) * (t.bitwidth // 8))
+    e.loops([geo.n, geo.o, ohw], lambda e, ivs: e.store(
+        e.load(ct, e.linear(ivs, [geo.o * ohw, ohw, 1])), swapped,
+        e.linear(ivs, [ohw, count, 1])), parallel=True)
+    e.insert(kernel.GemmOp(swapped, cols, out, GemmSpec(  # out = ct' @ cols'
+        dtype=dtype, batch=1, m=geo.o, n=ckk, k=count, a=(0, count, 1), b=(0, ckk, 1),
+        c0=geo.o * ckk, accumulate=False)))
+    e.insert(dealloc(swapped))
