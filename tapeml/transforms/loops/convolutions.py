@@ -235,11 +235,12 @@ def lower_conv2d_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: S
         e.loops([geo.groups, og, geo.cg], padding, parallel=True)
 
 
-ONE_PRODUCT_COLUMNS = 16
-"""A weight gradient with at least this many weights per output channel (C * kh * kw) is one
-product over k = (b, y, x) (`_weight_gradient_one_product`); a narrower one (a first layer's
-one input channel: 9) stays a product per image summed in groups, where the one product's
-B would be mostly masked columns (W4's 1 -> 16 conv: 1.05 ms as it is, 1.15 ms as one)."""
+RUN_COLUMNS = 16
+"""A weight gradient with at least this many weights per output channel (C * kh * kw) is a
+few products over runs of whole images (`_weight_gradient_over_runs`); a narrower one (a
+first layer's one input channel: 9) stays a product per image summed in groups, where the
+long products' B would be mostly masked columns (W4's 1 -> 16 conv: 1.05 ms as it is, 1.15
+ms as one product)."""
 
 
 def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
@@ -251,8 +252,8 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
         forward   out[b] = W[o, (c,i,j)] @ cols[b]                     per image, one kernel.gemm
         input     dcols[b] = W^T @ ct[b], then dx += dcols scattered back (col2im)
         weight    dW = sum_b ct[b] @ cols[b]^T                         batches summed in the kernel,
-                  or, C*kh*kw >= ONE_PRODUCT_COLUMNS, one product over (b, y, x)
-                  (`_weight_gradient_one_product`)
+                  or, C*kh*kw >= RUN_COLUMNS, products over runs of whole images
+                  (`_weight_gradient_over_runs`)
     """
     kind = type(op)
     if kind is tape.Conv2dOp:
@@ -272,8 +273,8 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     (sh, sw), (dh, dw) = op.params["stride"], op.params["dilation"]
     top, left = op.params["padding"][:2]
     col_steps = [ckk * ohw, geo.kh * geo.kw * ohw, ohw, geo.ow, 1]  # over (b, c, tap, y, x)
-    if kind is tape.Conv2dBackwardWeightOp and ckk >= ONE_PRODUCT_COLUMNS:
-        _weight_gradient_one_product(e, geo, ins, out, cols, report, op.params, dtype)
+    if kind is tape.Conv2dBackwardWeightOp and ckk >= RUN_COLUMNS:
+        _weight_gradient_over_runs(e, geo, ins, out, cols, report, op.params, dtype)
         e.insert(dealloc(cols))
         return
 
@@ -319,14 +320,22 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
 
 
 
-def _weight_gradient_one_product(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue],
+RUNS = 8
+"""`_weight_gradient_over_runs` splits its k into at most this many runs of whole images: a
+batch of the product each, all adding into one C, which the CPU's kernel sums in as many groups
+(its batch_groups: up to 8), in order, shared by its threads; on one thread or eight the same
+sums."""
+
+
+def _weight_gradient_over_runs(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue],
                                  out: SSAValue, cols: SSAValue, report: PlanReport,
                                  params: dict, dtype: str) -> None:
-    """dW = ct' @ cols', one product over k = (b, y, x): cols' is [b][y][x][(c, i, j)] (rows
+    """dW = ct' @ cols' over k = (b, y, x): cols' is [b][y][x][(c, i, j)] (rows
     of B, contiguous, written a (b, y, x, c) at a time, each tap read through a bounds check),
     ct' is [o][b][y][x] (ct's b and o swapped, into a scratch of its own). The images' sums
-    become one long dot product per weight instead of a small product per image summed in
-    groups: W4's 16 -> 32 conv's weight gradient 3.3 -> 2.1 ms on one core."""
+    become a few long dot products per weight (up to RUNS runs of whole images, summed in
+    order, the threads' shares) instead of a small product per image: W4's 16 -> 32 conv's
+    weight gradient 3.3 -> 2.1 ms on one core."""
     x, ct = ins
     t = out.type.element_type
     ckk, ohw, kk = geo.c * geo.kh * geo.kw, geo.oh * geo.ow, geo.kh * geo.kw
@@ -354,7 +363,11 @@ def _weight_gradient_one_product(e: Emitter, geo: _ConvGeometry, ins: list[SSAVa
     e.loops([geo.n, geo.o, ohw], lambda e, ivs: e.store(
         e.load(ct, e.linear(ivs, [geo.o * ohw, ohw, 1])), swapped,
         e.linear(ivs, [ohw, count, 1])), parallel=True)
+    # k in `parts` runs of whole images, each a batch of the product, all adding into one C:
+    # the kernel sums them in groups (gemm.batch_groups), which threads share
+    parts = max(d for d in range(1, RUNS + 1) if geo.n % d == 0)
+    run = count // parts
     e.insert(kernel.GemmOp(swapped, cols, out, GemmSpec(  # out = ct' @ cols'
-        dtype=dtype, batch=1, m=geo.o, n=ckk, k=count, a=(0, count, 1), b=(0, ckk, 1),
-        c0=geo.o * ckk, accumulate=False)))
+        dtype=dtype, batch=parts, m=geo.o, n=ckk, k=run, a=(run, count, 1),
+        b=(run * ckk, ckk, 1), c0=0, accumulate=False)))
     e.insert(dealloc(swapped))
