@@ -5,6 +5,7 @@ and kernel.gemm through the whole pipeline against the interpreter."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 
 import numpy as np
 import pytest
@@ -469,3 +470,30 @@ def flatten_leaves(tree):
     from tapeml.tracing.pytree import flatten
 
     return flatten(tree)[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,n,k,batch,c0,accumulate", [
+    (203, 77, 301, 1, None, False),  # rows past the last whole tile, k past one block
+    (29, 128, 513, 1, None, True),   # the widest narrow product, accumulating
+    (15, 3, 9, 4, None, False),      # batches, each its own C
+    (17, 10, 40, 5, 0, False),       # batches summed into one C (groups)
+    (1, 1, 1, 1, None, False),
+])
+def test_narrow_products_read_a_in_place(dtype, m, n, k, batch, c0, accumulate):
+    """n <= DIRECT_A_COLUMNS with A's rows contiguous: the plan says to read A in place (no
+    packing; the edge tile's rows past m read the last row, never past the buffer), and the
+    results are numpy's; a transposed A or a wide product packs it as before."""
+    from tapeml.codegen.gemm.plan import DIRECT_A_COLUMNS, INDEX, plan
+
+    spec = GemmSpec("f32" if dtype == np.float32 else "f64", batch, m, n, k, (m * k, k, 1),
+                    (k * n, n, 1), m * n if c0 is None else c0, accumulate)
+    one = dataclasses.replace(Target.host(), threads=1)
+    assert plan(spec, one)[INDEX["direct_a"]] == 1
+    transposed = dataclasses.replace(spec, a=(m * k, 1, m))
+    wide = dataclasses.replace(spec, n=DIRECT_A_COLUMNS + 1)
+    assert plan(wide, one)[INDEX["direct_a"]] == 0
+    if m > 1 and k > 1:  # (a 1 x 1 A reads the same either way)
+        assert plan(transposed, one)[INDEX["direct_a"]] == 0
+    check(m, n, k, dtype, batch=batch, c0=c0, accumulate=accumulate)
+    check(m, n, k, dtype, ta=True, batch=batch, c0=c0, accumulate=accumulate)

@@ -78,6 +78,7 @@ def kernel(v: Variant) -> str:
            "declare void @tapeml_parallel_for(ptr, ptr, i64, i64)",
            ""]
     out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype)
+    out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True)
     out += pack_b(name, t, v)
     out += pack_a(name, t, v)
     out += driver(v)

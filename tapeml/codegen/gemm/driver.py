@@ -176,10 +176,11 @@ def _pack_job(v: Variant) -> list[str]:
 
 def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
                   rows: tuple[str, str], columns: tuple[str, str], depth: str,
-                  load: str) -> None:
+                  load: str, direct: tuple[str, str] | None = None) -> None:
     """Rows [ic, ic + height) of C (n columns), columns [j0, j1), against one packed block of A
     (`ap`, from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR
-    tile."""
+    tile. `direct` = (flag, lda): where the flag holds, `ap` is A itself at row ic (and the
+    block's first k), read in place by `.tile.direct` with rows lda apart."""
     name, t, mr, nr = v.symbol, v.element[0], v.mr, v.nr
     ap, bp, c = buffers
     ic, height = rows
@@ -191,10 +192,25 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
 
         def tile(ir: str) -> None:
             tall = w.min(str(mr), w(f"sub i64 {height}, {ir}"))
-            a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {depth}"))
             c_tile = w.gep(t, c, w.add(w(f"mul i64 {w.add(ic, ir)}, {n}"), jr))
-            w.do(f"call void @{name}.tile(i64 {depth}, ptr {a_panel}, ptr {b_panel}, "
-                 f"ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load})")
+
+            def packed() -> None:
+                a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {depth}"))
+                w.do(f"call void @{name}.tile(i64 {depth}, ptr {a_panel}, ptr {b_panel}, "
+                     f"ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load})")
+
+            if direct is None:
+                packed()
+                return
+            flag, lda = direct
+
+            def in_place() -> None:
+                a_rows = w.gep(t, ap, w(f"mul i64 {ir}, {lda}"))
+                w.do(f"call void @{name}.tile.direct(i64 {depth}, ptr {a_rows}, "
+                     f"ptr {b_panel}, ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, "
+                     f"i1 {load}, i64 {lda})")
+
+            w.choose(flag, in_place, packed)
 
         w.loop("0", height, mr, tile, "ir")
 
@@ -264,18 +280,21 @@ def _part(v: Variant) -> list[str]:
     w = Writer()
     w.lines.append(f"define internal void @{name}.part({_PART_ARGS}) {WIDE} {{")
     w.label("%entry")
-    m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset = _fields(
-        w, "%plan", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "a_offset")
+    m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset, direct_a = _fields(
+        w, "%plan", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "a_offset",
+        "direct_a")
     bp = "%scratch"
     ap = w.gep("i8", bp, a_offset)
+    direct = _true(w, direct_a)
     # one A for every batch (a convolution's weights), in one block of rows and of k: packed
     # once here, not once per batch
     one_block = w(f"and i1 {w(f'icmp sle i64 {m}, {mc}')}, {w(f'icmp sle i64 {k}, {KC}')}")
     shared_a = w(f"and i1 {w(f'icmp eq i64 {a0}, 0')}, {one_block}")
+    shared_a = w(f"and i1 {shared_a}, {w(f'xor i1 {direct}, true')}")
     w.when(shared_a, lambda: w.do(
         f"call void @{name}.pack_a(ptr %A, ptr {ap}, i64 %m0, i64 {w('sub i64 %m1, %m0')}, "
         f"i64 0, i64 {k}, i64 {m}, i64 {a1}, i64 {a2})"))
-    own_a = w(f"xor i1 {shared_a}, true")
+    own_a = w(f"and i1 {w(f'xor i1 {shared_a}, true')}, {w(f'xor i1 {direct}, true')}")
     summed = w(f"icmp eq i64 {c0}, 0")
 
     def batch(b: str) -> None:
@@ -296,7 +315,10 @@ def _part(v: Variant) -> list[str]:
                 w.when(own_a, lambda: w.do(
                     f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
                     f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})"))
-                _macro_kernel(w, v, n, (ap, bp, c), (ic, height), ("%n0", "%n1"), depth, load)
+                in_place = w.gep(t, a, w.add(w(f"mul i64 {ic}, {a1}"), pc))
+                a_here = w(f"select i1 {direct}, ptr {in_place}, ptr {ap}")
+                _macro_kernel(w, v, n, (a_here, bp, c), (ic, height), ("%n0", "%n1"), depth,
+                              load, (direct, a1))
 
             w.loop("%m0", "%m1", mc, rows, "ic")
 

@@ -19,6 +19,7 @@ rows and columns of C, as `partition.Part`):
     a_offset           where A's packed block starts in a slice (after B's)
     sums               where the groups' own sums start in the scratch
     total              the scratch's bytes, a multiple of 64
+    direct_a           1: the micro-kernel reads A in place, not packed (`direct_a`)
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from tapeml.codegen.gemm.target import KC, Target, tiles
 from tapeml.dialects.kernel import GemmSpec
 
 FIELDS = ("batch", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "accumulate",
-          "threads", "shared", "groups", "parts", "part_bytes", "a_offset", "sums", "total")
+          "threads", "shared", "groups", "parts", "part_bytes", "a_offset", "sums", "total",
+          "direct_a")
 INDEX = {name: i for i, name in enumerate(FIELDS)}
 
 
@@ -91,6 +93,20 @@ def scratch_bytes(spec: GemmSpec, v: Variant) -> tuple[int, int]:
     return -(-b_bytes // 64) * 64, -(-a_bytes // 64) * 64
 
 
+DIRECT_A_COLUMNS = 128
+"""A product at most this many columns wide, with A's rows contiguous along k, reads A in place
+(`direct_a`): packing A pays for itself over n / NR panels of B, and over four or fewer it cost
+a quarter of the time (a 1024 x 512 x 128 product: 0.95-1.05 ms packed)."""
+
+
+def direct_a(spec: GemmSpec, v: Variant, shared: bool) -> bool:
+    """The micro-kernel reads A where it is (row i of a tile at A + i * a1, k along the row):
+    a narrow product (n <= DIRECT_A_COLUMNS) whose A runs along k with stride 1, unless the
+    threads share one packed B (their rows jobs pack A on their stacks)."""
+    return (not shared and spec.n <= DIRECT_A_COLUMNS and v.a_unit
+            and along_rows(spec.a[1], spec.a[2]))
+
+
 def plan(spec: GemmSpec, target: Target) -> list[int]:
     """The table `spec`'s calls pass the kernel (the module doc), for `target`'s threads."""
     v = variant(spec, target)
@@ -110,5 +126,6 @@ def plan(spec: GemmSpec, target: Target) -> list[int]:
               "b0": spec.b[0], "b1": spec.b[1], "b2": spec.b[2], "c0": spec.c0,
               "accumulate": int(spec.accumulate), "threads": threads, "shared": int(shared),
               "groups": groups, "parts": len(parts), "part_bytes": part_bytes,
-              "a_offset": b_bytes, "sums": sums, "total": total}
+              "a_offset": b_bytes, "sums": sums, "total": total,
+              "direct_a": int(direct_a(spec, v, shared))}
     return [values[name] for name in FIELDS] + [x for part in parts for x in part]

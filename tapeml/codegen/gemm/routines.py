@@ -12,16 +12,23 @@ from tapeml.codegen.gemm.writer import WIDE, Writer
 
 
 def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
-                 dtype: str) -> list[str]:
-    """C[mr x nr tile] (+)= Ap[kc][MR]^T Bp[kc][NR], accumulated in registers."""
+                 dtype: str, direct: bool = False) -> list[str]:
+    """C[mr x nr tile] (+)= Ap[kc][MR]^T Bp[kc][NR], accumulated in registers. `direct`
+    (`.tile.direct`): A read in place instead, row i of the tile at %a + i * %lda (rows past
+    %mr read the last one: they are not stored), k along each row."""
     w = Writer()
     vectors = nr // lanes
     acc = [[f"%c{i}.{v}" for v in range(vectors)] for i in range(mr)]
     new = [[f"%c{i}.{v}.n" for v in range(vectors)] for i in range(mr)]
-    w.lines.append(f"define internal void @{name}.tile(i64 %kc, ptr noalias align 64 %a, "
-                   f"ptr noalias align 64 %b, ptr noalias %c, i64 %ldc, i64 %mr, i64 %nr, "
-                   f"i1 %load) {WIDE} {{")
+    a_align = "" if direct else " align 64"
+    w.lines.append(f"define internal void @{name}.tile{'.direct' if direct else ''}(i64 %kc, "
+                   f"ptr noalias{a_align} %a, ptr noalias align 64 %b, ptr noalias %c, "
+                   f"i64 %ldc, i64 %mr, i64 %nr, i1 %load{', i64 %lda' if direct else ''}) "
+                   f"noinline {WIDE} {{")
     w.label("%entry")
+    if direct:
+        last = w("sub i64 %mr, 1")
+        rows = [w.gep(t, "%a", w(f"mul i64 {w.min(str(i), last)}, %lda")) for i in range(mr)]
     w.do("br label %head")
     w.label("%head")
     w.do("%k = phi i64 [ 0, %entry ], [ %k.next, %body ]")
@@ -36,9 +43,15 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     for v in range(vectors):
         p = bp if v == 0 else w.gep(t, bp, str(v * lanes))
         bs.append(w(f"load {vec}, ptr {p}, align 64", "b"))
-    ap = w.gep(t, "%a", w(f"mul i64 %k, {mr}"))
+    ap = None if direct else w.gep(t, "%a", w(f"mul i64 %k, {mr}"))
+
+    def a_at(i: int) -> str:  # A[i, k]: in place along row i, or packed: MR per k
+        if direct:
+            return w.gep(t, rows[i], "%k")
+        return ap if i == 0 else w.gep(t, ap, str(i))
+
     for i in range(mr):
-        p = ap if i == 0 else w.gep(t, ap, str(i))
+        p = a_at(i)
         x = w(f"load {t}, ptr {p}, align {4 if t == 'float' else 8}", "a")
         one = w(f"insertelement {vec} poison, {t} {x}, i64 0")
         splat = w(f"shufflevector {vec} {one}, {vec} poison, <{lanes} x i32> zeroinitializer")
