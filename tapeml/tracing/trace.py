@@ -143,9 +143,6 @@ def canonical_dtype(dtype: np.dtype) -> np.dtype:
                                  f"got {dtype}"))
 
 
-_TAPE_DTYPES = frozenset(map(np.dtype, (np.bool_, np.int32, np.int64, np.float32, np.float64)))
-
-
 def as_array(x: Any) -> np.ndarray:
     """`x` as a numpy array of a tape dtype (see `canonical_dtype`). Python scalars and lists
     keep their kind: bool, int64 or float32 (a Python float), as numpy makes them except for
@@ -250,7 +247,8 @@ def bind(op_type: type[TapeOp], *operands: Any, **params: Any) -> Any:
         if not operands and _TRACES and _TRACES[-1].active:
             trace = _TRACES[-1]  # an op of no operands (tape.iota) joins the trace it is in
         else:
-            arrays = [x if type(x) is np.ndarray and x.dtype in _TAPE_DTYPES else as_array(x)
+            arrays = [x if type(x) is np.ndarray and x.dtype in tape.ELEMENT_TYPES else
+                      as_array(x)
                       for x in operands]
             return ieee(op_type)(*arrays, **_checked(op_type, arrays, params))
     values = [trace.operand(x) for x in operands]
