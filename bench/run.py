@@ -330,13 +330,15 @@ def threads(repeat: int) -> None:
     the 1-thread call outlasts their spin; a training loop calls one step back to back.)"""
     import os
 
+    from tapeml.codegen.gemm import host_threads
+
     loss, params, x, y = _cnn()
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((1024, 1024)).astype(np.float32) for _ in range(2))
     cases = [("W2 matmul n=1024", lambda a, b: a @ b, (a, b)),
              ("W4 CNN training step", tapeml.value_and_grad(loss), (params, x, y))]
     many = os.environ.get("TAPEML_NUM_THREADS")
-    count = int(many) if many else tapeml.codegen.gemm.host_threads()
+    count = int(many) if many else host_threads()
     print(f"{'workload':<34}{'1 thread':>12}{f'{count} threads':>12}{'speedup':>9}")
     for name, fn, args in cases:
         os.environ["TAPEML_NUM_THREADS"] = "1"
