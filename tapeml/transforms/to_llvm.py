@@ -246,7 +246,8 @@ class KernelToLLVM(RewritePattern):
     """kernel.gemm -> a call to the generated kernel its parameters name (declared here, defined
     by the CPU backend: tapeml/codegen/gemm/). kernel.parallel_for -> its buffers' addresses in
     a stack array, and a call to the thread pool (tapeml/codegen/pool.py) with the address of
-    the callee's entry, which reads them back."""
+    the callee's entry, which reads them back. kernel.mark -> a call of the profiling clock
+    (MARK, with its entry's index)."""
 
     symbols: dict[Operation, str]
     """Each kernel op's callee (read before the buffer types become pointers)."""
