@@ -258,7 +258,7 @@ def jit(fn: Callable | None = None, *, backend: str = "cpu",
         static_argnums: int | Sequence[int] = (), cache_size: int = 16, **options: Any) -> Any:
     """Compile `fn` for `backend` ("cpu", "cuda", or "interp" for the reference interpreter)
     on its first call with each argument signature. Usable as `@jit` or `@jit(backend=...)`.
-    Backend options: cpu takes `fuse=True` and `libm=False` (True: libm's exp/log/tanh instead
+    Backend options: cpu takes `fuse=True` and `libm=False` (True: libm's exp/log/tanh/erf instead
     of the vectorizable arithmetic, within 4 ulp of numpy either way); cuda takes `fuse=True`,
     `emulate=False` (True: the GPU kernels on xDSL's interpreter, no GPU needed), `arch=None`
     (sm_80 or sm_90; default the GPU's) and `gemm_tile=16`."""

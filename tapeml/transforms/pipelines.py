@@ -84,7 +84,7 @@ class TapeToLLVMPass(ModulePass):
     fuse: bool = True
     """Run tape-fuse first."""
     libm: bool = False
-    """Call libm for exp, log, tanh and sigmoid (default: vectorizable arithmetic)."""
+    """Call libm for exp, log, tanh, sigmoid and f32 erf (default: vectorizable arithmetic)."""
     threads: int = 1
     """Threads the thread pool shares each outlined loop among (jit: the host's)."""
     tidy: bool = False

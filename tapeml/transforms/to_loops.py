@@ -267,7 +267,7 @@ def profile_label(op: Operation) -> str:
 def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False,
                  share: bool = False, profile: bool = False) -> PlanReport:
     """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
-    call libm for exp, log, tanh and sigmoid (default: vectorizable arithmetic, see
+    call libm for exp, log, tanh, sigmoid and f32 erf (default: vectorizable arithmetic, see
     transcendentals.py). `row_reductions`: reductions that keep the input's last axes fold a
     row of accumulators at a time (the CPU's choice, see `lower_reduction`; a GPU wants one
     thread per output). `share`: ops whose loops are the same (a model's repeated layers')
@@ -287,7 +287,7 @@ class ToLoopsPass(ModulePass):
     name = "tape-to-loops"
 
     libm: bool = False
-    """Call libm for exp, log, tanh and sigmoid (default: vectorizable arithmetic)."""
+    """Call libm for exp, log, tanh, sigmoid and f32 erf (default: vectorizable arithmetic)."""
     row_reductions: bool = False
     """Reductions that keep the last axes fold a row of accumulators at a time (the CPU's)."""
     share: bool = False
