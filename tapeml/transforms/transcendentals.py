@@ -123,9 +123,9 @@ class Math:
         hi_bits = 12 if self.bits == 32 else 32  # n * ln2_hi is exact for |n| <= reach
         ln2_hi = math.floor(math.log(2) * 2**hi_bits) / 2**hi_bits
         ln2_lo = float(_LN2 - Decimal(ln2_hi))  # from ln 2 to 40 digits, not from a double
-        r = self.op(arith.SubfOp, self.op(arith.SubfOp, x, self.op(arith.MulfOp, n,
-                                                                    self.c(ln2_hi))),
-                    self.op(arith.MulfOp, n, self.c(ln2_lo)))
+        # x - n ln2_hi (exact: n ln2_hi is), then - n ln2_lo, each a fused multiply-add
+        r = self.op(xmath.FmaOp, n, self.c(-ln2_lo),
+                    self.op(xmath.FmaOp, n, self.c(-ln2_hi), x))
         taylor = [1 / math.factorial(k) for k in range(_EXP_DEGREE[self.bits] + 1)]
         if constant:
             polynomial = self.polynomial(r, taylor)
