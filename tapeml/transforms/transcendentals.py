@@ -102,20 +102,27 @@ class Math:
         """exp(x) - 1 for x <= 0 (nan stays nan), without the cancellation of exp(x) - 1 near
         0: 2^n (exp(r) - 1) + (2^n - 1), exp(r) - 1 by the Taylor polynomial without its
         constant term (n = 0 near 0: the polynomial alone); 2^n - 1 is exact for n >= -24
-        (-53 in f64) and -1 to the last place below."""
-        polynomial, scale = self._exp_parts(x, constant=False)
+        (-53 in f64) and -1 to the last place below. x is taken as at least -(bias - 1) ln 2
+        (-87.3 in f32), where exp(x) - 1 is -1 to every last place: 2^n is then one normal
+        power of two, applied in one multiplication."""
+        polynomial, scale = self._exp_parts(x, constant=False, below_zero=True)
         power = scale(self.c(1.0))
         return self.op(arith.AddfOp, scale(polynomial),
                        self.op(arith.SubfOp, power, self.c(1.0)))
 
-    def _exp_parts(self, x: SSAValue, constant: bool) -> tuple[SSAValue, Any]:
+    def _exp_parts(self, x: SSAValue, constant: bool, below_zero: bool = False
+                   ) -> tuple[SSAValue, Any]:
         """exp's reduction: the Taylor polynomial of exp(r) (without its constant term unless
-        `constant`), and a function multiplying a value by 2^n."""
+        `constant`), and a function multiplying a value by 2^n (`below_zero`: x in
+        [-(bias - 1) ln 2, 0], 2^n one normal power)."""
         mantissa, bias = (23, 127) if self.bits == 32 else (52, 1023)
-        reach = 160.0 if self.bits == 32 else 1100.0  # past every finite exp(x)
-        bound = self.c(reach * math.log(2))
-        x = self.op(arith.MinimumfOp, self.op(arith.MaximumfOp, x, self.op(arith.NegfOp, bound)),
-                    bound)  # nan stays nan
+        if below_zero:
+            x = self.op(arith.MaximumfOp, x, self.c(-(bias - 1) * math.log(2)))  # nan stays
+        else:
+            reach = 160.0 if self.bits == 32 else 1100.0  # past every finite exp(x)
+            bound = self.c(reach * math.log(2))
+            x = self.op(arith.MinimumfOp, self.op(arith.MaximumfOp, x, self.op(
+                arith.NegfOp, bound)), bound)  # nan stays nan
         t = self.op(arith.MulfOp, x, self.c(1 / math.log(2)))
         magic = self.c(1.5 * 2.0**mantissa)
         shifted = self.op(arith.AddfOp, t, magic)
@@ -138,10 +145,16 @@ class Math:
 
         n_int = self.op(arith.SubiOp, self.op(arith.BitcastOp, shifted, int_t),
                         self.op(arith.BitcastOp, magic, int_t))
-        half = self.op(arith.ShRSIOp, n_int, int_constant(1))
-        powers = [self.op(arith.BitcastOp, self.op(arith.ShLIOp, self.op(
-            arith.AddiOp, part, int_constant(bias)), int_constant(mantissa)), self.t)
-            for part in (half, self.op(arith.SubiOp, n_int, half))]
+
+        def power_of_two(exponent: SSAValue) -> SSAValue:  # 2^exponent, a biased exponent
+            return self.op(arith.BitcastOp, self.op(arith.ShLIOp, self.op(
+                arith.AddiOp, exponent, int_constant(bias)), int_constant(mantissa)), self.t)
+
+        if below_zero:  # n in [-(bias - 1), 0]: one normal power
+            powers = [power_of_two(n_int)]
+        else:  # two halves, so that overflow and underflow happen in the multiplications
+            half = self.op(arith.ShRSIOp, n_int, int_constant(1))
+            powers = [power_of_two(part) for part in (half, self.op(arith.SubiOp, n_int, half))]
 
         def scale(value: SSAValue) -> SSAValue:
             for power in powers:
