@@ -39,7 +39,6 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
-    PatternRewriter,
     PatternRewriteWalker,
     RewritePattern,
 )
@@ -52,7 +51,7 @@ from tapeml.transforms.fuse.backward import (
     ConvBackwardWeight,
     MaxPoolBackward,
 )
-from tapeml.transforms.fuse.elementwise import GrowGroup, UnwrapSingle, WrapElementwise
+from tapeml.transforms.fuse.elementwise import group_elementwise
 from tapeml.transforms.fuse.forward import AvgPoolForward, ConvForward, MaxPoolForward
 from tapeml.transforms.fuse.matching import FusionPattern
 
@@ -89,32 +88,19 @@ def _run(module: ModuleOp, patterns: list[RewritePattern]) -> None:
     PatternRewriteWalker(GreedyRewritePatternApplier(patterns)).rewrite_module(module)
 
 
-def _run_once(module: ModuleOp, pattern: RewritePattern) -> None:
-    """`pattern` on every op there is now, once: for a pattern whose rewrites it never
-    matches again (wrapping an op in a group, unwrapping a group of one), what the greedy
-    walker reaches without its second, confirming walk over every op."""
-    for op in list(module.walk()):
-        if op.parent is not None:  # (not inside an op replaced meanwhile)
-            pattern.match_and_rewrite(op, PatternRewriter(op))
-
-
 def fuse(module: ModuleOp) -> FusionReport:
     """Apply the catalog to `module` in place; returns what fired."""
     report = FusionReport()
     make: Callable[[type[FusionPattern]], FusionPattern] = lambda p: p(report.fired)  # noqa: E731
     _run(module, [*LAYOUT_PATTERNS, *map(make, BACKWARD)])
     _run(module, [*LAYOUT_PATTERNS, *map(make, FORWARD)])
-    _run_once(module, make(WrapElementwise))
-    _run(module, [make(GrowGroup)])
-    _run_once(module, make(UnwrapSingle))
+    group_elementwise(module)
     _count_groups(module, report)
     return report
 
 
 def _count_groups(module: ModuleOp, report: FusionReport) -> None:
-    """Report the groups that remain (wrapping, merging and unwrapping are steps to them)."""
-    for name in (WrapElementwise.name, GrowGroup.name, UnwrapSingle.name):
-        report.fired.pop(name, None)
+    """Report the groups there are."""
     groups = [op for op in module.walk() if isinstance(op, tape.FusedOp)]
     report.groups = len(groups)
     report.grouped_ops = sum(len(g.body.block.ops) - 1 for g in groups)

@@ -1,28 +1,34 @@
-"""tape-fuse's elementwise groups: every elementwise op becomes a tape.fused of one op
-(`WrapElementwise`); a fused op then swallows the fused ops whose only user it is, the
-broadcasts feeding it (it broadcasts its inputs itself), its splat constants and the iotas
-feeding it (as `tape.index`: the loop's position, no buffer) (`GrowGroup`); a group nothing
-joined is that op again (`UnwrapSingle`). Reductions, layout ops and contractions end a group.
+"""tape-fuse's elementwise groups (`group_elementwise`): each elementwise op that no group took
+in starts one, and a group takes in what feeds it: the elementwise ops whose only users are in
+it, the broadcasts feeding it (it broadcasts its inputs itself), its splat constants and the
+iotas feeding it (as `tape.index`: the loop's position, no buffer). A group of one op that
+takes nothing in is left as that op. Reductions, layout ops and contractions end a group.
+
+The ops are visited from the last to the first, so a group starts at the op that consumes a
+chain and reaches back along it; each group is decided on the ops as traced and built once
+(a `tape.fused` built and rebuilt per merge cost most of tape-fuse on a deep model).
 
 The element types in a group are whatever its ops' are: a compare feeding a select, a cast in
 a float chain, integer index arithmetic all fuse as float chains do. Constants and iotas are
-taken in even where they have other users (they cost no reads), and so is a group of positions
-(reading iotas only: a causal mask read by the forward and the backward select); any other group
-is taken in only by its one user (it is not recomputed).
+taken in even where they have other users (they cost no reads), and so is an op of positions
+(reading iotas and constants only: a causal mask read by the forward and the backward select),
+which each group reading it computes itself; any other op is taken in only when every user of
+its result is in the group (it is not recomputed). A group's inputs must still span its result
+shape (a `tape.fused` is as wide as its inputs broadcast together).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import TensorType
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Block, Operation, SSAValue
-from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.transforms.dead_code_elimination import is_trivially_dead
 
 from tapeml.dialects import tape
-from tapeml.transforms.fuse.matching import FusionPattern
 
 
 def _element(t: Any) -> TensorType:
@@ -46,18 +52,8 @@ def _positions_kept(source_shape: Sequence[int], shape: Sequence[int],
     return all(source_shape[a] == shape[lead + a] for a in axes)
 
 
-def _positions_only(group: tape.FusedOp) -> bool:
-    """The group reads no buffer but iotas (a mask of positions): each user may recompute it."""
-    return all(isinstance(v.owner, tape.IotaOp) for v in group.inputs)
-
-
 def _index_axes(group: tape.FusedOp) -> list[int]:
     return [op.params["axis"] for op in group.body.block.ops if isinstance(op, tape.IndexOp)]
-
-
-def _fused_body(inputs: Sequence[SSAValue]) -> tuple[Block, list[SSAValue]]:
-    block = Block(arg_types=[_element(v.type) for v in inputs])
-    return block, list(block.args)
 
 
 def _clone_body(source: Block, args: Sequence[SSAValue], into: Block, lead: int = 0) -> SSAValue:
@@ -76,117 +72,170 @@ def _clone_body(source: Block, args: Sequence[SSAValue], into: Block, lead: int 
     raise AssertionError("a tape.fused body ends in tape.yield")
 
 
-class WrapElementwise(FusionPattern):
-    """An elementwise op outside a group becomes a group of one (unwrapped again at the end if
-    nothing joined it)."""
-
-    name = "elementwise-group"
-
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, tape.ELEMENTWISE) or isinstance(op, tape.ConstantOp) or \
-                isinstance(op.parent_op(), tape.FusedOp):
-            return
-        inputs = list(dict.fromkeys(op.operands))  # a value repeated (x * x) read once
-        body, args = _fused_body(inputs)
-        by_value = dict(zip(inputs, args, strict=True))
-        inner = type(op).build(*(by_value[v] for v in op.operands), **op.params)
-        body.add_ops([inner, tape.YieldOp(inner.results[0])])
-        fused = tape.FusedOp.build(*inputs, body=body)
-        fused.location = op.location
-        rewriter.replace(op, fused)
+def _groupable(op: Operation) -> bool:
+    """An op a group computes element by element: an elementwise op, or a group already."""
+    return isinstance(op, tape.FusedOp) or (
+        isinstance(op, tape.ELEMENTWISE) and not isinstance(op, tape.ConstantOp))
 
 
-class GrowGroup(FusionPattern):
-    """A group takes in what feeds it: groups used by it alone, broadcasts, splat constants,
-    iotas (whose positions it computes itself); and reads a value repeated among its inputs
-    once."""
+def _reads(op: Operation) -> list[SSAValue]:
+    return list(op.inputs) if isinstance(op, tape.FusedOp) else list(op.operands)
 
-    name = "elementwise-merge"
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+class _Positions:
+    """Which ops compute positions only: all they read, transitively, is iotas and splat
+    constants (any group reading one may compute it itself)."""
+
+    def __init__(self) -> None:
+        self.known: dict[Operation, bool] = {}
+
+    def __call__(self, op: Operation) -> bool:
+        if op not in self.known:
+            self.known[op] = _groupable(op) and all(
+                isinstance(v.owner, tape.IotaOp) or _is_splat(v) or
+                (isinstance(v.owner, Operation) and self(v.owner)) for v in _reads(op))
+        return self.known[op]
+
+
+def _is_splat(value: SSAValue) -> bool:
+    return isinstance(value.owner, tape.ConstantOp) and _splat(value.owner.params["value"])
+
+
+@dataclass
+class _Group:
+    """A group being decided: its root (the op whose result it gives), the ops it computes,
+    the values it reads, the broadcasts it reads through and the constants and iotas it
+    computes itself."""
+
+    root: Operation
+    reads: list[SSAValue]
+    members: set[Operation] = field(default_factory=set)
+    through: set[tape.BroadcastOp] = field(default_factory=set)
+    leaves: set[Operation] = field(default_factory=set)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.root.results[0].type.get_shape()
+
+    def spans(self, replace: SSAValue, by: Sequence[SSAValue]) -> bool:
+        """The group still spans its shape with `replace` read as `by`."""
+        rest = [v.type.get_shape() for v in self.reads if v is not replace]
+        rest += [v.type.get_shape() for v in by]
+        return bool(rest) and np.broadcast_shapes(*rest) == self.shape
+
+    def read_only_here(self, value: SSAValue) -> bool:
+        """Every use of `value` is by an op of the group, or by a broadcast it reads
+        through that only it reads."""
+        return all(use.operation in self.members or (
+            use.operation in self.through and self.read_only_here(use.operation.results[0]))
+            for use in value.uses)
+
+    def replace(self, value: SSAValue, by: Sequence[SSAValue]) -> None:
+        at = self.reads.index(value)
+        reads = self.reads[:at] + list(by) + self.reads[at + 1:]
+        self.reads = [v for v in dict.fromkeys(reads) if v is not value]
+
+    def take_in(self, value: SSAValue, positions: _Positions) -> bool:
+        """Take in what computes `value`, if it may be; whether it was."""
+        source = value.owner
+        if not isinstance(source, Operation):
+            return False
+        if _groupable(source) and (self.read_only_here(value) or positions(source)) and \
+                self.spans(value, _reads(source)) and (
+                    not isinstance(source, tape.FusedOp) or
+                    _positions_kept(value.type.get_shape(), self.shape, _index_axes(source))):
+            self.members.add(source)
+            self.reads.remove(value)
+            self.reads = list(dict.fromkeys(self.reads + _reads(source)))
+            return True
+        if isinstance(source, tape.BroadcastOp) and self.spans(value, [source.input]):
+            self.through.add(source)
+            self.replace(value, [source.input])
+            return True
+        if (_is_splat(value) or isinstance(source, tape.IotaOp) and _positions_kept(
+                value.type.get_shape(), self.shape, [source.params["axis"]])) and \
+                self.spans(value, []):
+            self.leaves.add(source)
+            self.reads.remove(value)
+            return True
+        return False
+
+    def grow(self, positions: _Positions) -> None:
+        """Take in what may be taken in, until nothing more may."""
+        while any(self.take_in(v, positions) for v in self.reads):
+            pass
+
+    def alone(self) -> bool:
+        """Nothing taken in: a group as it was, or an op over operands as wide as its
+        result."""
+        if self.leaves or self.through or len(self.members) > 1:
+            return False
+        if isinstance(self.root, tape.FusedOp):
+            return self.reads == list(self.root.inputs)
+        return all(v.type.get_shape() == self.shape for v in self.reads)
+
+    def build(self, order: dict[Operation, int]) -> tape.FusedOp:
+        """The group as one tape.fused over its reads."""
+        body = Block(arg_types=[_element(v.type) for v in self.reads])
+        env: dict[SSAValue, SSAValue] = dict(zip(self.reads, body.args, strict=True))
+        rank = len(self.shape)
+        for leaf in sorted(self.leaves, key=order.__getitem__):
+            if isinstance(leaf, tape.IotaOp):
+                lead = rank - len(leaf.result.type.get_shape())
+                inner = tape.IndexOp.build(axis=leaf.params["axis"] + lead,
+                                           dtype=leaf.params["dtype"])
+            else:
+                element = leaf.params["value"].reshape(-1)[:1].reshape(())
+                inner = tape.ConstantOp.build(value=element)
+            body.add_op(inner)
+            env[leaf.results[0]] = inner.results[0]
+
+        def read(value: SSAValue) -> SSAValue:
+            while value not in env:  # a broadcast read through: its input, broadcast here
+                value = value.owner.input
+            return env[value]
+
+        for op in sorted(self.members, key=order.__getitem__):
+            if isinstance(op, tape.FusedOp):
+                lead = rank - len(op.result.type.get_shape())
+                out = _clone_body(op.body.block, [read(v) for v in op.inputs], body, lead)
+            else:
+                inner = type(op).build(*map(read, op.operands), **op.params)
+                body.add_op(inner)
+                out = inner.results[0]
+            env[op.results[0]] = out
+        body.add_op(tape.YieldOp(env[self.root.results[0]]))
+        fused = tape.FusedOp.build(*self.reads, body=body)
+        fused.location = self.root.location
+        return fused
+
+
+def _blocks(module: ModuleOp) -> Iterator[Block]:
+    """The blocks whose ops may group (not a group's own body)."""
+    for op in module.walk():
         if not isinstance(op, tape.FusedOp):
-            return
-        inputs = list(op.inputs)
-        shape = op.result.type.get_shape()
-
-        def keeps_shape(replace: SSAValue, by: Sequence[SSAValue]) -> bool:
-            """The group still spans its result shape with `replace`'s place taken by `by`."""
-            rest = [v.type.get_shape() for v in inputs if v is not replace]
-            rest += [v.type.get_shape() for v in by]
-            return bool(rest) and np.broadcast_shapes(*rest) == shape
-
-        for value in dict.fromkeys(inputs):
-            source = value.owner
-            only_here = all(use.operation is op for use in value.uses)
-            if isinstance(source, tape.FusedOp) and (only_here or _positions_only(source)) and \
-                    keeps_shape(value, source.inputs) and \
-                    _positions_kept(value.type.get_shape(), shape, _index_axes(source)):
-                return self._merge(op, value, source, rewriter)
-            if isinstance(source, tape.BroadcastOp) and keeps_shape(value, [source.input]):
-                return self._rewire(op, {value: source.input}, rewriter)
-            if isinstance(source, tape.ConstantOp) and keeps_shape(value, []) and \
-                    _splat(source.params["value"]):
-                return self._merge(op, value, None, rewriter)
-            if isinstance(source, tape.IotaOp) and keeps_shape(value, []) and \
-                    _positions_kept(value.type.get_shape(), shape, [source.params["axis"]]):
-                return self._merge(op, value, None, rewriter)
-        if len(set(inputs)) < len(inputs):
-            return self._rewire(op, {}, rewriter)
-
-    def _rewire(self, op: tape.FusedOp, replace: dict[SSAValue, SSAValue],
-                rewriter: PatternRewriter) -> None:
-        """The same group over new inputs (each repeated input once)."""
-        new_inputs = list(dict.fromkeys(replace.get(v, v) for v in op.inputs))
-        body, args = _fused_body(new_inputs)
-        by_value = dict(zip(new_inputs, args, strict=True))
-        out = _clone_body(op.body.block, [by_value[replace.get(v, v)] for v in op.inputs], body)
-        body.add_op(tape.YieldOp(out))
-        self.replace(rewriter, op, tape.FusedOp.build(*new_inputs, body=body))
-
-    def _merge(self, op: tape.FusedOp, value: SSAValue, source: tape.FusedOp | None,
-               rewriter: PatternRewriter) -> None:
-        """`op` computing `value` itself, from `source`'s inputs (or as a constant, or as its
-        position along the iota's axis)."""
-        extra = list(source.inputs) if source else []
-        new_inputs = list(dict.fromkeys([v for v in op.inputs if v is not value] + extra))
-        body, args = _fused_body(new_inputs)
-        by_value = dict(zip(new_inputs, args, strict=True))
-        lead = len(op.result.type.get_shape()) - len(value.type.get_shape())
-        if source is not None:
-            inner = _clone_body(source.body.block, [by_value[v] for v in source.inputs], body,
-                                lead)
-        elif isinstance(value.owner, tape.IotaOp):
-            p = value.owner.params
-            index = tape.IndexOp.build(axis=p["axis"] + lead, dtype=p["dtype"])
-            body.add_op(index)
-            inner = index.result
-        else:
-            element = value.owner.params["value"].reshape(-1)[:1].reshape(())
-            constant = tape.ConstantOp.build(value=element)
-            body.add_op(constant)
-            inner = constant.result
-        by_value[value] = inner
-        out = _clone_body(op.body.block, [by_value[v] for v in op.inputs], body)
-        body.add_op(tape.YieldOp(out))
-        self.replace(rewriter, op, tape.FusedOp.build(*new_inputs, body=body))
+            for region in op.regions:
+                yield from region.blocks
 
 
-class UnwrapSingle(FusionPattern):
-    """A group of one op over inputs of its own shape is just that op."""
-
-    name = "elementwise-single"
-
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, tape.FusedOp):
-            return
-        body_ops = list(op.body.block.ops)
-        if len(body_ops) != 2 or isinstance(body_ops[0], (tape.ConstantOp, tape.IndexOp)):
-            return
-        inner = body_ops[0]
-        shape = op.result.type.get_shape()
-        if any(v.type.get_shape() != shape for v in op.inputs):
-            return
-        by_arg = dict(zip(op.body.block.args, op.inputs, strict=True))
-        plain = type(inner).build(*(by_arg[v] for v in inner.operands), **inner.params)
-        plain.location = op.location
-        rewriter.replace(op, plain)
+def group_elementwise(module: ModuleOp) -> None:
+    """Group `module`'s elementwise ops into tape.fused ops, in place (see the module doc)."""
+    for block in list(_blocks(module)):
+        ops = list(block.ops)
+        order = {op: i for i, op in enumerate(ops)}
+        positions = _Positions()
+        for root in reversed(ops):
+            if not _groupable(root) or root.parent is None:  # (or taken in: erased)
+                continue
+            group = _Group(root, list(dict.fromkeys(_reads(root))), {root})
+            group.grow(positions)
+            if group.alone():
+                continue
+            fused = group.build(order)
+            block.insert_op_before(fused, root)
+            root.results[0].replace_all_uses_with(fused.result)
+            for op in sorted([*group.members, *group.through, *group.leaves],
+                             key=order.__getitem__, reverse=True):
+                if is_trivially_dead(op):
+                    op.detach()
+                    op.erase()
