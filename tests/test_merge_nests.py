@@ -20,7 +20,14 @@ from tapeml import nn, ops
 from tapeml.dialects import kernel
 from tapeml.tracing.pytree import flatten
 from tapeml.transforms import pipelines
-from tapeml.transforms.merge_nests import merge_loop_nests
+from tapeml.transforms.merge_nests import (
+    MAY_ALIAS_ATTR,
+    MIN_RUN,
+    Merged,
+    MergeLoopNestsPass,
+    _periodic_runs,
+    merge_loop_nests,
+)
 from tapeml.transforms.outline_parallel import OutlineParallelLoopsPass
 from tapeml.transforms.pipelines import cpu_pipeline
 from tapeml.transforms.to_loops import ToLoopsPass
@@ -72,9 +79,11 @@ def test_repeated_layers_share_their_nests_and_compute_the_same_bits():
     fn, args = _two_layers()
     program, module = _arena_form(fn, args)
     before = _interpret(program, module, args)
-    calls, outlined, parts = merge_loop_nests(module)
+    merged = merge_loop_nests(module)
     module.verify()
-    assert outlined >= 2 and calls >= 2 * outlined and parts == 0
+    calls, outlined = merged.nest_calls, merged.nest_functions
+    assert outlined >= 2 and calls >= 2 * outlined and merged.parts == 0
+    assert merged.run_calls == 0  # (tape-to-loops' deallocs end every run: no arena here)
     called = _calls(module)
     assert len(called) == calls and len(set(called)) == outlined
     assert _interpret(program, module, args) == before
@@ -87,14 +96,15 @@ def test_nests_that_differ_stay_apart():
         return ops.tanh(x), ops.exp(y), x - y, x + y, x[:3] * y[1:]
 
     program, module = _arena_form(f, (x, x + 1))
-    assert merge_loop_nests(module) == (0, 0, 0) and not _calls(module)
+    assert merge_loop_nests(module) == Merged() and not _calls(module)
 
     def g(x, y):  # the same nests twice, over other buffers (y - x is x - y over (y, x))
         return ops.tanh(x) * 2.0, ops.tanh(y) * 2.0, x - y, y - x
 
     program, module = _arena_form(g, (x, x + 1))
     before = _interpret(program, module, (x, x + 1))
-    assert merge_loop_nests(module)[:2] == (4, 2)
+    merged = merge_loop_nests(module)
+    assert (merged.nest_calls, merged.nest_functions) == (4, 2)
     assert _interpret(program, module, (x, x + 1)) == before
 
 
@@ -106,7 +116,7 @@ def test_identical_thread_pool_parts_become_one():
     parts = {op.callee.root_reference.data for op in module.walk()
              if isinstance(op, kernel.ParallelForOp)}
     before = _interpret(program, module, args)
-    _, _, dropped = merge_loop_nests(module)
+    dropped = merge_loop_nests(module).parts
     module.verify()
     after = {op.callee.root_reference.data for op in module.walk()
              if isinstance(op, kernel.ParallelForOp)}
@@ -127,3 +137,80 @@ def test_compiled_with_merged_nests_matches_the_interpreter(threads):
     np.testing.assert_allclose(value, expected_value, rtol=1e-5)
     for g, e in zip(flatten(grads)[0], flatten(expected_grads)[0], strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# runs of ops: a model's repeated layers, after plan-arena
+
+
+def test_periodic_runs_find_the_longest_repeat_first_and_never_overlap():
+    layer = [f"op{i}" for i in range(MIN_RUN + 2)]
+    keys = ["head", *layer * 3, "mid", *layer[:MIN_RUN] * 2, "tail"]
+    runs = _periodic_runs(keys)
+    assert runs[0] == (1, len(layer), 3)  # three layers: two copies' ops saved
+    assert (2 + 3 * len(layer), MIN_RUN, 2) in runs
+    covered = [i for start, period, copies in runs for i in range(start, start + period * copies)]
+    assert len(covered) == len(set(covered))
+    assert _periodic_runs([f"op{i}" for i in range(40)]) == []
+    assert _periodic_runs(["a"] * (2 * MIN_RUN - 1)) == []  # too short for two copies
+
+
+def _blocks(layers):
+    """A transformer-like stack of identical blocks (layer norm, attention-free mixing, MLP)
+    and its loss: each layer's forward and backward repeat."""
+    rng = np.random.default_rng(1)
+    params = [{"ln": nn.layer_norm_init(16), "fc": nn.linear_init(rng, 16, 32),
+               "out": nn.linear_init(rng, 32, 16)} for _ in range(layers)]
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+
+    def loss(params, x):
+        for p in params:
+            h = nn.gelu(nn.linear(p["fc"], nn.layer_norm(p["ln"], x)))
+            x = x + nn.linear(p["out"], h)
+        return ops.mean(x * x)
+
+    return tapeml.value_and_grad(loss), (params, x)
+
+
+def _run_functions(module):
+    return [op for op in module.ops if isinstance(op, func.FuncOp)
+            and MAY_ALIAS_ATTR in op.attributes]
+
+
+def test_repeated_layers_become_calls_of_one_function_per_run():
+    fn, args = _blocks(4)
+    module = tapeml.trace(fn, *args).module.clone()
+    for step in cpu_pipeline():
+        run = getattr(step.pass_, "run", None)
+        report = run(module) if run is not None else step.pass_.apply(Context(), module)
+        if step.pass_.name == "merge-loop-nests":
+            break
+    module.verify()
+    functions = _run_functions(module)
+    called = _calls(module)
+    assert functions and report.run_functions == len(functions)
+    for f in functions:  # each run is called at least twice, its copies gone
+        assert called.count(f.sym_name.data) >= 2
+    assert report.run_calls == sum(called.count(f.sym_name.data) for f in functions)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_compiled_with_merged_runs_computes_the_same_bits(threads):
+    """The same program compiled with its layers' runs merged and kept apart: bit for bit the
+    same (the same ops in the same order), and as the interpreter within rounding."""
+    fn, args = _blocks(4)
+    results = {}
+    for runs in (True, False):
+        merge = functools.partial(MergeLoopNestsPass, runs=runs)
+        with mock.patch.dict(os.environ, {"TAPEML_NUM_THREADS": threads, "TAPEML_CACHE": "0"}), \
+                mock.patch.object(pipelines, "MergeLoopNestsPass", merge):
+            compiled = tapeml.jit(fn)
+            stages = compiled.lower(*args)
+            results[runs] = [np.asarray(leaf).tobytes()
+                             for leaf in flatten(compiled(*args))[0]]
+        assert ("_run0" in stages["llvm dialect"]) == runs
+    assert results[True] == results[False]
+    expected = flatten(tapeml.jit(fn, backend="interp")(*args))[0]
+    for got, want in zip(results[True], expected, strict=True):
+        np.testing.assert_allclose(np.frombuffer(got, np.float32), np.ravel(want),
+                                   rtol=1e-4, atol=1e-6)

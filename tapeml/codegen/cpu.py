@@ -42,6 +42,7 @@ from tapeml.dialects import kernel as kernel_dialect
 from tapeml.dialects.kernel import GemmSpec, declared_kernels
 from tapeml.profile import KernelProfile, KernelTime, profiling, record
 from tapeml.transforms.arena import ALIGN
+from tapeml.transforms.merge_nests import MAY_ALIAS_ATTR
 from tapeml.transforms.pipelines import cpu_pipeline
 from tapeml.transforms.to_llvm import SYMBOL_PREFIX
 from tapeml.transforms.to_loops import PROFILE_ATTR
@@ -70,10 +71,12 @@ def optimize(module: Any, machine: llvm_binding.TargetMachine) -> tuple[str, Any
     ir_module.data_layout = str(machine.target_data)
     called = {op.callee.root_reference.data for op in module.walk()
               if isinstance(op, llvm.CallOp)}
+    aliased = {op.sym_name.data for op in module.ops
+               if isinstance(op, llvm.FuncOp) and MAY_ALIAS_ATTR in op.attributes}
     for function in ir_module.functions:
         if not function.is_declaration:
             for arg in function.args:  # distinct buffers: inputs, fresh outputs, allocations
-                if arg.type.is_pointer:
+                if arg.type.is_pointer and function.name not in aliased:
                     arg.add_attribute("noalias")
             if function.name in called:  # merge-loop-nests' functions stay out of line
                 function.attributes.add("noinline")

@@ -16,6 +16,26 @@ from outside (in order of first use). A nest that uses another outside value (no
 constant), or occurs once, stays where it is: out of line, a nest loses what its caller knows
 (LLVM's view of its buffers), and the CNN step ran 15% slower with every nest outlined. Run it
 after plan-arena: the buffers are then views of the arena, and no copy allocates.
+
+Then a run of ops that repeats back to back (each layer's forward, each layer's backward: the
+calls, GEMMs and nests between one layer's views and the next's) becomes one function of the
+values it takes from outside, called where each copy was (`runs=false` keeps them apart):
+
+    func.call @f_nest0(%v1, %v2)      (layer 1)       func.call @f_run0(%v1, %v2, %v3, %w1)
+    kernel.gemm ... %v3, %w1 ...                ->    func.call @f_run0(%v4, %v5, %v6, %w2)
+    func.call @f_nest0(%v4, %v5)      (layer 2)
+    kernel.gemm ... %v6, %w2 ...
+
+Runs are found among the function's ops, its constants, views and allocations set aside (they
+stay, and each call follows the views it takes): each op is keyed by what it does, its
+constants and how far back the results it reads were made; a stretch whose keys repeat with
+one period (at least MIN_RUN ops, at least twice) is a candidate, the ones saving the most ops
+first. Each copy is then checked whole, as nests are (the same ops over its outside values in
+the same order of first use, none of its results read after it), and the copies that agree
+become calls. A dealloc is in no run (a call after the copy would read a buffer freed in the
+middle of it). The buffers a run takes may share bytes of the arena (one dead before the other
+is made): the function is marked `tapeml.may_alias`, and the backend does not take its
+arguments for distinct.
 """
 
 from __future__ import annotations
@@ -24,9 +44,10 @@ from collections import defaultdict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+import numpy as np
 from xdsl.context import Context
-from xdsl.dialects import func, scf
-from xdsl.dialects.builtin import MemRefType, ModuleOp
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects.builtin import MemRefType, ModuleOp, UnitAttr
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
@@ -44,12 +65,13 @@ def attribute_key(attribute: Attribute) -> Hashable:
         return str(attribute)
 
 
-def structure(ops: list[Operation], external: list[SSAValue]) -> tuple | None:
+def structure(ops: list[Operation], external: list[SSAValue], any_type: bool = False
+              ) -> tuple | None:
     """A key equal for two runs of ops exactly when they are the same computation over their
     external buffers, in order (see the module doc); None if they use an outside value that is
-    not a buffer or a constant."""
+    not a buffer or a constant (`any_type`: every value of `external` counts as a buffer)."""
     position = {v: ("buffer", i) for i, v in enumerate(external)
-                if isinstance(v.type, MemRefType)}
+                if any_type or isinstance(v.type, MemRefType)}
     local: dict[SSAValue, int] = {}
     key: list[Hashable] = []
     for top in ops:
@@ -96,14 +118,158 @@ def _outline(module: ModuleOp, function: func.FuncOp, name: str, nest: Operation
     return outlined
 
 
-def merge_loop_nests(module: ModuleOp) -> tuple[int, int, int]:
-    """Merge the repeated loop nests and outlined functions of `module`'s functions: how many
-    nests became calls, of how many functions, and how many thread-pool parts were dropped
-    for another the same."""
+MAY_ALIAS_ATTR = "tapeml.may_alias"
+"""On a function whose buffer arguments may share bytes (merge-loop-nests' runs take buffers
+of the arena that live at different times): a backend must not take them for distinct."""
+
+MIN_RUN = 8
+"""The fewest ops a repeated run must hold to become a function (a call and its arguments
+cost about what a short run does)."""
+
+FREE = (arith.ConstantOp, memref.ViewOp, memref.AllocOp)
+"""Ops a run leaves where they are: they make values (buffers, constants) and touch no memory,
+so the run's call can follow them."""
+
+
+def _op_keys(ops: list[Operation]) -> list[Hashable]:
+    """A key per op: equal for two ops that do the same to outside values of the same types
+    (which ones, a run's own key tells), with the same constants, reading the results of ops
+    as far before them."""
+    index = {op: i for i, op in enumerate(ops)}
+    keys: list[Hashable] = []
+    for i, op in enumerate(ops):
+        if isinstance(op, memref.DeallocOp | func.ReturnOp):
+            keys.append(("barrier", i))  # never in a run: it ends a buffer, or the function
+            continue
+        external = [v for v in external_values([op]) if constant_op(v) is None]
+        described = []
+        for value in external:
+            owner = value.owner
+            if isinstance(owner, Operation) and owner in index:
+                described.append(("result", i - index[owner], value.index, value.type))
+            else:
+                described.append(("outside", value.type))
+        keys.append((structure([op], external, any_type=True), tuple(described)))
+    return keys
+
+
+def _periodic_runs(keys: list[Hashable]) -> list[tuple[int, int, int]]:
+    """Stretches of `keys` that repeat one period at least twice, best first (the most ops
+    a merge saves) and not overlapping: (start, period, copies)."""
+    ids: dict[Hashable, int] = {}
+    codes = np.array([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)
+    n = len(codes)
+    found: list[tuple[int, int, int, int]] = []
+    for period in range(MIN_RUN, n // 2 + 1):
+        same = np.concatenate(([False], codes[:-period] == codes[period:], [False]))
+        edges = np.flatnonzero(np.diff(same.astype(np.int8)))
+        for start, end in zip(edges[::2], edges[1::2], strict=True):
+            copies = (end - start + period) // period
+            if copies >= 2:
+                found.append(((copies - 1) * period, int(start), period, int(copies)))
+    taken = np.zeros(n, dtype=bool)
+    runs = []
+    for _, start, period, copies in sorted(found, key=lambda f: (-f[0], f[1])):
+        end = start + period * copies
+        if not taken[start:end].any():
+            taken[start:end] = True
+            runs.append((start, period, copies))
+    return runs
+
+
+def _run_structure(ops: list[Operation]) -> tuple[tuple | None, list[SSAValue]]:
+    """The key of a run (equal for two runs exactly when they compute the same over their
+    outside values, in order of first use) and those values (not its constants); no key if a
+    value it makes is used after it (a call of it would not make it)."""
+    inside = set(ops)
+    for op in ops:
+        for result in op.results:
+            if any(_top(use.operation, inside) is None for use in result.uses):
+                return None, []
+    external = [v for v in external_values(ops) if constant_op(v) is None]
+    key = structure(ops, external, any_type=True)
+    return (None if key is None else (key, tuple(v.type for v in external))), external
+
+
+def _top(op: Operation | None, inside: set[Operation]) -> Operation | None:
+    """The op of `inside` that is `op` or holds it, else None."""
+    while op is not None and op not in inside:
+        op = op.parent_op()
+    return op
+
+
+def _merge_runs(module: ModuleOp, function: func.FuncOp, first_name: int) -> tuple[int, int]:
+    """The runs of ops that repeat in `function`'s body become one function each, called where
+    each copy was: how many copies became calls, of how many functions."""
+    block = function.body.block
+    ops = [op for op in block.ops if not isinstance(op, FREE)]
+    calls = outlined = 0
+    for start, period, copies in _periodic_runs(_op_keys(ops)):
+        groups: defaultdict[tuple, list[tuple[list[Operation], list[SSAValue]]]] = \
+            defaultdict(list)
+        for k in range(copies):
+            run = ops[start + k * period:start + (k + 1) * period]
+            key, external = _run_structure(run)
+            if key is not None:
+                groups[key].append((run, external))
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            name = f"{function.sym_name.data}_run{first_name + outlined}"
+            _outline_run(module, function, name, *members[0])
+            outlined += 1
+            for run, external in members:
+                block.insert_op_after(func.CallOp(name, external, []), run[-1])
+                for op in reversed(run):
+                    Rewriter.erase_op(op)
+                calls += 1
+    return calls, outlined
+
+
+def _outline_run(module: ModuleOp, function: func.FuncOp, name: str, run: list[Operation],
+                 external: list[SSAValue]) -> None:
+    """A function of `external` running a clone of `run` (its constants cloned in), marked
+    MAY_ALIAS_ATTR."""
+    entry = Block(arg_types=[v.type for v in external])
+    mapping: dict[SSAValue, SSAValue] = dict(zip(external, entry.args, strict=True))
+    for value in external_values(run):
+        if value not in mapping:
+            clone = constant_op(value).clone()
+            entry.add_op(clone)
+            mapping[value] = clone.result
+    for op in run:
+        entry.add_op(op.clone(value_mapper=mapping))
+    entry.add_op(func.ReturnOp())
+    outlined = func.FuncOp(name, ([v.type for v in external], []), Region(entry))
+    outlined.attributes[MAY_ALIAS_ATTR] = UnitAttr()
+    module.body.block.insert_op_after(outlined, function)
+
+
+@dataclass(frozen=True)
+class Merged:
+    """What merge-loop-nests did: nests that became calls, of how many functions; runs of ops
+    that became calls, of how many functions; thread-pool parts dropped for another the
+    same."""
+
+    nest_calls: int = 0
+    nest_functions: int = 0
+    run_calls: int = 0
+    run_functions: int = 0
+    parts: int = 0
+
+    def __str__(self) -> str:
+        return (f"{self.nest_calls} loop nests became calls of {self.nest_functions} "
+                f"functions, {self.run_calls} runs of ops calls of {self.run_functions}; "
+                f"{self.parts} thread-pool parts were the same as another")
+
+
+def merge_loop_nests(module: ModuleOp, merge_runs: bool = True) -> Merged:
+    """Merge the repeated loop nests, runs of ops (if `merge_runs`) and outlined functions of
+    `module`'s functions (see the module doc)."""
     functions = [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]
     merged_parts = _merge_functions(module, functions)
     called = _called(module)
-    calls = outlined = 0
+    calls = outlined = run_calls = runs = 0
     for function in functions:
         if function.parent is not None and function.sym_name.data not in called:
             groups: defaultdict[tuple, list[tuple[Operation, list[SSAValue]]]] = \
@@ -130,7 +296,10 @@ def merge_loop_nests(module: ModuleOp) -> tuple[int, int, int]:
                     for value in ext:  # its bounds and constants, now used by nothing
                         if (constant := constant_op(value)) is not None and not value.uses:
                             Rewriter.erase_op(constant)
-    return calls, outlined, merged_parts
+            if merge_runs:
+                merged_calls, merged = _merge_runs(module, function, runs)
+                run_calls, runs = run_calls + merged_calls, runs + merged
+    return Merged(calls, outlined, run_calls, runs, merged_parts)
 
 
 def _called(module: ModuleOp) -> set[str]:
@@ -172,11 +341,12 @@ class MergeLoopNestsPass(ModulePass):
 
     name = "merge-loop-nests"
 
+    runs: bool = True
+    """Merge the runs of ops that repeat (a model's layers), not only the loop nests."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.run(op)
 
-    def run(self, module: ModuleOp) -> str:
-        calls, outlined, parts = merge_loop_nests(module)
-        return (f"{calls} loop nests became calls of {outlined} functions; {parts} "
-                "thread-pool parts were the same as another")
+    def run(self, module: ModuleOp) -> Merged:
+        return merge_loop_nests(module, self.runs)
 

@@ -58,6 +58,7 @@ from xdsl.rewriter import Rewriter
 
 from tapeml.dialects import kernel
 from tapeml.transforms.arena import element_bytes
+from tapeml.transforms.merge_nests import MAY_ALIAS_ATTR
 from tapeml.transforms.to_loops import LoweringError
 
 PTR = llvm.LLVMPointerType()
@@ -322,9 +323,12 @@ class FuncToLLVM(RewritePattern):
         elif isinstance(op, func.FuncOp) and not op.is_declaration:
             inputs = [_llvm_type(t) for t in op.function_type.inputs]
             fty = llvm.LLVMFunctionType(inputs, None)
-            rewriter.replace(op, llvm.FuncOp(self.prefix + op.sym_name.data, fty,
-                                             linkage=llvm.LinkageAttr("external"),
-                                             body=op.detach_region(op.body)))
+            converted = llvm.FuncOp(self.prefix + op.sym_name.data, fty,
+                                    linkage=llvm.LinkageAttr("external"),
+                                    body=op.detach_region(op.body))
+            if MAY_ALIAS_ATTR in op.attributes:  # (merge-loop-nests' runs)
+                converted.attributes[MAY_ALIAS_ATTR] = op.attributes[MAY_ALIAS_ATTR]
+            rewriter.replace(op, converted)
 
 
 def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
