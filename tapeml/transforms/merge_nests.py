@@ -141,16 +141,25 @@ def _op_keys(ops: list[Operation]) -> list[Hashable]:
         if isinstance(op, memref.DeallocOp | func.ReturnOp):
             keys.append(("barrier", i))  # never in a run: it ends a buffer, or the function
             continue
-        external = [v for v in external_values([op]) if constant_op(v) is None]
         described = []
-        for value in external:
+        for value in op.operands:  # (a nest's own: its bounds; what it reads, the run's key)
             owner = value.owner
-            if isinstance(owner, Operation) and owner in index:
+            if (constant := constant_op(value)) is not None:
+                described.append(("constant", constant.value, value.type))
+            elif isinstance(owner, Operation) and owner in index:
                 described.append(("result", i - index[owner], value.index, value.type))
             else:
                 described.append(("outside", value.type))
-        keys.append((structure([op], external, any_type=True), tuple(described)))
+        keys.append((_shallow(op), tuple(described)))
     return keys
+
+
+def _shallow(op: Operation) -> Hashable:
+    """What `op` is, its regions only counted (a run's own key compares them whole)."""
+    return (op.name, tuple((k, attribute_key(v)) for k, v in op.properties.items()),
+            tuple((k, attribute_key(v)) for k, v in op.attributes.items()),
+            tuple(r.type for r in op.results),
+            tuple(len(b.ops) for r in op.regions for b in r.blocks))
 
 
 def _periodic_runs(keys: list[Hashable]) -> list[tuple[int, int, int]]:
@@ -204,6 +213,8 @@ def _merge_runs(module: ModuleOp, function: func.FuncOp, first_name: int) -> tup
     block = function.body.block
     ops = [op for op in block.ops if not isinstance(op, FREE)]
     calls = outlined = 0
+    if len(ops) < 2 * MIN_RUN:
+        return calls, outlined
     for start, period, copies in _periodic_runs(_op_keys(ops)):
         groups: defaultdict[tuple, list[tuple[list[Operation], list[SSAValue]]]] = \
             defaultdict(list)
