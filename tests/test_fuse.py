@@ -139,9 +139,9 @@ def test_an_mlp_gets_elementwise_groups_and_keeps_its_values():
     report = fuse(program.module)
     assert sum(report.fired.values()) == 0 and report.groups >= 3
     names = [op.name for op in program.function.body.ops]
-    # the bias adds took their broadcasts in (a group has one result: the pre-activation, read
-    # again by relu's pullback, stays out of relu's group)
-    assert names[:3] == ["tape.matmul", "tape.fused", "tape.relu"]
+    # the bias add took its broadcast in, and is computed again in each group reading the
+    # pre-activation (relu's, relu's pullback's): one add, no buffer of its own
+    assert names[:3] == ["tape.matmul", "tape.fused", "tape.matmul"]
     assert "tape.broadcast" not in names[:6]
     for a, b in zip(_leaves(program(params, x)), _leaves(before), strict=True):
         assert_same_bits(a, b)  # the same numpy calls, in the same order
@@ -176,3 +176,45 @@ def test_a_group_keeps_its_shape_when_taking_broadcasts_and_constants_in():
     for got, expected in zip(program(b), before, strict=True):
         assert got.shape == (4, 8)
         assert_same_bits(got, expected)
+
+
+def _groups(program):
+    return [sorted(o.name for o in op.body.block.ops if o.name != "tape.yield")
+            for op in program.function.body.ops if op.name == "tape.fused"]
+
+
+def test_a_cheap_op_read_by_elementwise_groups_only_is_computed_in_each():
+    """x * 0.5 read by two groups is computed in both (it reads one buffer as large as itself,
+    so a copy reads no more); an exp (not cheap), an op reading two such buffers, or one
+    a reduction reads too is written once and read back."""
+    rng = np.random.default_rng(3)
+    x, y = (rng.standard_normal((4, 8)).astype(np.float32) for _ in range(2))
+
+    def cheap(x):
+        h = x * 0.5
+        return ops.tanh(h), ops.exp(h)
+
+    def costly(x):
+        h = ops.exp(x)
+        return ops.tanh(h), h * 2.0
+
+    def two_buffers(x, y):
+        h = x * y
+        return ops.tanh(h), ops.exp(h)
+
+    def reduced(x):
+        h = x * 0.5
+        return ops.tanh(h), ops.sum(h)
+
+    for fn, args, copied in [(cheap, (x,), True), (costly, (x,), False),
+                             (two_buffers, (x, y), False), (reduced, (x,), False)]:
+        program = tapeml.trace(fn, *args)
+        before = program(*args)
+        fuse(program.module)
+        groups = _groups(program)
+        holding_mul = sum("tape.mul" in g for g in groups)
+        assert (holding_mul == 2) == copied, (fn.__name__, groups)
+        if copied:
+            assert "tape.mul" not in [op.name for op in program.function.body.ops]
+        for a, b in zip(_leaves(program(*args)), _leaves(before), strict=True):
+            assert_same_bits(a, b)

@@ -12,13 +12,18 @@ The element types in a group are whatever its ops' are: a compare feeding a sele
 a float chain, integer index arithmetic all fuse as float chains do. Constants and iotas are
 taken in even where they have other users (they cost no reads), and so is an op of positions
 (reading iotas and constants only: a causal mask read by the forward and the backward select),
-which each group reading it computes itself; any other op is taken in only when every user of
-its result is in the group (it is not recomputed). A group's inputs must still span its result
-shape (a `tape.fused` is as wide as its inputs broadcast together).
+which each group reading it computes itself; and so is a cheap op (`CHEAP`: an instruction
+or two per element) whose users are all elementwise, at most MAX_COPIES of them, and which
+reads at most one buffer as large as its result: each group computes it again, reading that
+buffer instead of the op's own (a bias add read by an activation and by its pullback is never
+written). Any other op is taken in only when every user of its result is in the group. A
+group's inputs must still span its result shape (a `tape.fused` is as wide as its inputs
+broadcast together).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +83,36 @@ def _groupable(op: Operation) -> bool:
         isinstance(op, tape.ELEMENTWISE) and not isinstance(op, tape.ConstantOp))
 
 
+CHEAP = (tape.AddOp, tape.SubOp, tape.MulOp, tape.MaximumOp, tape.MinimumOp, tape.NegOp,
+         tape.ReluOp, tape.AbsOp, tape.SignOp, tape.CmpOp, tape.SelectOp, tape.CastOp,
+         tape.AndOp, tape.OrOp, tape.XorOp, tape.NotOp)
+"""Ops of an instruction or two per element: cheaper to compute again in each group that
+reads them than to write once and read back."""
+
+MAX_COPIES = 4
+"""The most groups a cheap op is computed in, copied."""
+
+
+def _read_size(value: SSAValue) -> int:
+    """Elements a group reading `value` reads: a broadcast's input's, none of a constant's or
+    an iota's (a group computes those)."""
+    while isinstance(value.owner, tape.BroadcastOp):
+        value = value.owner.input
+    if isinstance(value.owner, tape.ConstantOp | tape.IotaOp):
+        return 0
+    return math.prod(value.type.get_shape())
+
+
+def _copied(op: Operation) -> bool:
+    """`op` may be computed again in each group that reads it, as every user of its result may:
+    it is cheap, it has few users, each of them elementwise, and it reads at most one buffer
+    as large as its result (so a user reading that instead reads no more)."""
+    users = [use.operation for use in op.results[0].uses]
+    return isinstance(op, CHEAP) and len(users) <= MAX_COPIES and all(map(_groupable, users)) \
+        and sum(_read_size(v) == math.prod(op.results[0].type.get_shape())
+                for v in op.operands) <= 1
+
+
 def _reads(op: Operation) -> list[SSAValue]:
     return list(op.inputs) if isinstance(op, tape.FusedOp) else list(op.operands)
 
@@ -110,6 +145,7 @@ class _Group:
     root: Operation
     reads: list[SSAValue]
     members: set[Operation] = field(default_factory=set)
+    copies: set[Operation] = field(default_factory=set)  # (members other ops read too)
     through: set[tape.BroadcastOp] = field(default_factory=set)
     leaves: set[Operation] = field(default_factory=set)
 
@@ -126,7 +162,7 @@ class _Group:
     def read_only_here(self, value: SSAValue) -> bool:
         """Every use of `value` is by an op of the group, or by a broadcast it reads
         through that only it reads."""
-        return all(use.operation in self.members or (
+        return all((use.operation in self.members and use.operation not in self.copies) or (
             use.operation in self.through and self.read_only_here(use.operation.results[0]))
             for use in value.uses)
 
@@ -140,11 +176,14 @@ class _Group:
         source = value.owner
         if not isinstance(source, Operation):
             return False
-        if _groupable(source) and (self.read_only_here(value) or positions(source)) and \
+        only_here = self.read_only_here(value)
+        if _groupable(source) and (only_here or positions(source) or _copied(source)) and \
                 self.spans(value, _reads(source)) and (
                     not isinstance(source, tape.FusedOp) or
                     _positions_kept(value.type.get_shape(), self.shape, _index_axes(source))):
             self.members.add(source)
+            if not only_here:
+                self.copies.add(source)
             self.reads.remove(value)
             self.reads = list(dict.fromkeys(self.reads + _reads(source)))
             return True
