@@ -101,3 +101,32 @@ func.func @broadcast_iota(%x: tensor<3x4xi64>) -> tensor<3x4xi64> {
   %y = tape.add %b, %x : tensor<3x4xi64>
   func.return %y : tensor<3x4xi64>
 }
+
+// -----
+
+// A bias add read by an activation and by another group (its pullback, say) is computed in
+// each: it reads one buffer as large as itself, so neither reads more, and it is never
+// written. An exp read twice is written once and read back (it is not cheap).
+// CHECK-LABEL: func.func @copies
+// CHECK-NEXT:    %{{.*}} = tape.fused %x, %b : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32> {
+// CHECK:           tape.add
+// CHECK:           tape.tanh
+// CHECK:         %{{.*}} = tape.fused %x, %b : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32> {
+// CHECK:           tape.add
+// CHECK:           tape.exp
+// CHECK:         %[[E:.*]] = tape.exp %x
+// CHECK-NEXT:    %{{.*}} = tape.tanh %[[E]]
+// CHECK-NEXT:    %{{.*}} = tape.fused %[[E]]
+// CHECK:           tape.mul
+// CHECK:         func.return
+func.func @copies(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %bb = tape.broadcast %b : tensor<8xf32> -> tensor<4x8xf32>
+  %h = tape.add %x, %bb : tensor<4x8xf32>
+  %t = tape.tanh %h : tensor<4x8xf32>
+  %u = tape.exp %h : tensor<4x8xf32>
+  %e = tape.exp %x : tensor<4x8xf32>
+  %two = tape.constant dense<2.0> : tensor<4x8xf32>
+  %te = tape.tanh %e : tensor<4x8xf32>
+  %me = tape.mul %e, %two : tensor<4x8xf32>
+  func.return %t, %u, %te, %me : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
