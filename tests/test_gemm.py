@@ -497,3 +497,38 @@ def test_narrow_products_read_a_in_place(dtype, m, n, k, batch, c0, accumulate):
         assert plan(transposed, one)[INDEX["direct_a"]] == 0
     check(m, n, k, dtype, batch=batch, c0=c0, accumulate=accumulate)
     check(m, n, k, dtype, ta=True, batch=batch, c0=c0, accumulate=accumulate)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m,panels,k,batch,c0,accumulate,ta", [
+    (64, 2, 32, 64, None, False, False),  # attention's batched products
+    (64, 1, 64, 64, None, False, True),   # ... with A transposed: both packed
+    (29, 1, 257, 1, None, True, False),   # k past one block, accumulating
+    (203, 3, 40, 1, None, False, False),  # rows past the last tile, three panels
+    (17, 2, 40, 5, 0, False, False),      # batches summed into one C (groups)
+])
+def test_small_b_is_read_in_place(monkeypatch, dtype, threads, m, panels, k, batch, c0,
+                                  accumulate, ta):
+    """A B of at most DIRECT_B_BYTES, its rows contiguous and whole panels wide, with A read
+    in place: the plan says to read B in place too (no packing), and the results are numpy's
+    at 1 and 2 threads; a B with an edge panel, a transposed B or A, or a large B is packed
+    as before."""
+    from tapeml.codegen.gemm.plan import DIRECT_B_BYTES, INDEX, plan, variant
+
+    monkeypatch.setenv("TAPEML_NUM_THREADS", str(threads))
+    name = "f32" if dtype == np.float32 else "f64"
+    host = dataclasses.replace(Target.host(), threads=threads)
+    nr = variant(GemmSpec(name, 1, m, 1, k, (0, k, 1), (0, 1, 1), 0, False), host).nr
+    n = panels * nr
+    spec = GemmSpec(name, batch, m, n, k, (m * k, 1, m) if ta else (m * k, k, 1),
+                    (k * n, n, 1), m * n if c0 is None else c0, accumulate)
+    small = k * n * np.dtype(dtype).itemsize <= DIRECT_B_BYTES
+    assert plan(spec, host)[INDEX["direct_b"]] == int(small and not ta)
+    edge = dataclasses.replace(spec, n=n + 1, b=(k * (n + 1), n + 1, 1))
+    transposed = dataclasses.replace(spec, b=(k * n, 1, k))
+    assert plan(edge, host)[INDEX["direct_b"]] == 0
+    if k > 1 and n > 1:
+        assert plan(transposed, host)[INDEX["direct_b"]] == 0
+    check(m, n, k, dtype, ta=ta, batch=batch, c0=c0, accumulate=accumulate)
+    check(m, n, k, dtype, ta=ta, tb=True, batch=batch, c0=c0, accumulate=accumulate)

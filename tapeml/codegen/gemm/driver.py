@@ -176,11 +176,13 @@ def _pack_job(v: Variant) -> list[str]:
 
 def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
                   rows: tuple[str, str], columns: tuple[str, str], depth: str,
-                  load: str, direct: tuple[str, str] | None = None) -> None:
+                  load: str, direct: tuple[str, str] | None = None,
+                  direct_b: tuple[str, str, str] | None = None) -> None:
     """Rows [ic, ic + height) of C (n columns), columns [j0, j1), against one packed block of A
     (`ap`, from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR
     tile. `direct` = (flag, lda): where the flag holds, `ap` is A itself at row ic (and the
-    block's first k), read in place by `.tile.direct` with rows lda apart."""
+    block's first k), read in place by `.tile.direct` with rows lda apart. `direct_b` =
+    (flag, B at the block's first k, ldb): where the flag holds, B is read in place."""
     name, t, mr, nr = v.symbol, v.element[0], v.mr, v.nr
     ap, bp, c = buffers
     ic, height = rows
@@ -189,6 +191,11 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
     def panel(jr: str) -> None:
         width = w.min(str(nr), w(f"sub i64 {j1}, {jr}"))
         b_panel = w.gep(t, bp, w(f"mul i64 {w(f'sub i64 {jr}, {j0}')}, {depth}"))
+        b_here, ldb = b_panel, str(nr)
+        if direct_b is not None:  # (only where A is read in place too: plan.direct_b)
+            flag, b_block, b_row = direct_b
+            b_here = w(f"select i1 {flag}, ptr {w.gep(t, b_block, jr)}, ptr {b_panel}")
+            ldb = w(f"select i1 {flag}, i64 {b_row}, i64 {nr}")
 
         def tile(ir: str) -> None:
             tall = w.min(str(mr), w(f"sub i64 {height}, {ir}"))
@@ -207,8 +214,8 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
             def in_place() -> None:
                 a_rows = w.gep(t, ap, w(f"mul i64 {ir}, {lda}"))
                 w.do(f"call void @{name}.tile.direct(i64 {depth}, ptr {a_rows}, "
-                     f"ptr {b_panel}, ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, "
-                     f"i1 {load}, i64 {lda})")
+                     f"ptr {b_here}, i64 {ldb}, ptr {c_tile}, i64 {n}, i64 {tall}, "
+                     f"i64 {width}, i1 {load}, i64 {lda})")
 
             w.choose(flag, in_place, packed)
 
@@ -280,12 +287,14 @@ def _part(v: Variant) -> list[str]:
     w = Writer()
     w.lines.append(f"define internal void @{name}.part({_PART_ARGS}) {WIDE} {{")
     w.label("%entry")
-    m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset, direct_a = _fields(
+    m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset, direct_a, direct_b = _fields(
         w, "%plan", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "a_offset",
-        "direct_a")
+        "direct_a", "direct_b")
     bp = "%scratch"
     ap = w.gep("i8", bp, a_offset)
     direct = _true(w, direct_a)
+    in_place_b = _true(w, direct_b)
+    packed_b = w(f"xor i1 {in_place_b}, true")
     # one A for every batch (a convolution's weights), in one block of rows and of k: packed
     # once here, not once per batch
     one_block = w(f"and i1 {w(f'icmp sle i64 {m}, {mc}')}, {w(f'icmp sle i64 {k}, {KC}')}")
@@ -305,8 +314,10 @@ def _part(v: Variant) -> list[str]:
 
         def block(pc: str) -> None:
             depth = w.min(str(KC), w(f"sub i64 {k}, {pc}"))
-            w.do(f"call void @{name}.pack_b(ptr {bb}, ptr {bp}, i64 {pc}, i64 {depth}, "
-                 f"i64 %n0, i64 %n1, i64 {b1}, i64 {b2})")
+            w.when(packed_b, lambda: w.do(
+                f"call void @{name}.pack_b(ptr {bb}, ptr {bp}, i64 {pc}, i64 {depth}, "
+                f"i64 %n0, i64 %n1, i64 {b1}, i64 {b2})"))
+            b_block = w.gep(t, bb, w(f"mul i64 {pc}, {b1}"))
             load = w(f"or i1 {w(f'icmp sgt i64 {pc}, 0')}, {later_batch}")
             load = w(f"or i1 {load}, %first")  # into what C held (accumulating)
 
@@ -318,7 +329,7 @@ def _part(v: Variant) -> list[str]:
                 in_place = w.gep(t, a, w.add(w(f"mul i64 {ic}, {a1}"), pc))
                 a_here = w(f"select i1 {direct}, ptr {in_place}, ptr {ap}")
                 _macro_kernel(w, v, n, (a_here, bp, c), (ic, height), ("%n0", "%n1"), depth,
-                              load, (direct, a1))
+                              load, (direct, a1), (in_place_b, b_block, b1))
 
             w.loop("%m0", "%m1", mc, rows, "ic")
 

@@ -20,6 +20,7 @@ rows and columns of C, as `partition.Part`):
     sums               where the groups' own sums start in the scratch
     total              the scratch's bytes, a multiple of 64
     direct_a           1: the micro-kernel reads A in place, not packed (`direct_a`)
+    direct_b           1: ... and B (`direct_b`)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from tapeml.dialects.kernel import GemmSpec
 
 FIELDS = ("batch", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "accumulate",
           "threads", "shared", "groups", "parts", "part_bytes", "a_offset", "sums", "total",
-          "direct_a")
+          "direct_a", "direct_b")
 INDEX = {name: i for i, name in enumerate(FIELDS)}
 
 
@@ -107,6 +108,21 @@ def direct_a(spec: GemmSpec, v: Variant, shared: bool) -> bool:
             and along_rows(spec.a[1], spec.a[2]))
 
 
+DIRECT_B_BYTES = 32 << 10
+"""A B of at most this many bytes (in each batch), its rows contiguous and whole panels wide,
+is read in place (`direct_b`): it stays in L1 however its rows lie, and packing it cost about
+what the product did (attention's batched 64 x 64 x 32 products)."""
+
+
+def direct_b(spec: GemmSpec, v: Variant, shared: bool) -> bool:
+    """The micro-kernel reads B where it is (its row k at B + k * b1): a small B (at most
+    DIRECT_B_BYTES) whose rows run along n with stride 1 and whose columns are whole NR-wide
+    panels (no edge panel to pad), where A is read in place too (`.tile.direct` takes B's
+    row stride; `.tile` keeps it a constant)."""
+    return (direct_a(spec, v, shared) and spec.k * spec.n * v.element[1] <= DIRECT_B_BYTES
+            and spec.n % v.nr == 0 and v.b_unit and along_rows(spec.b[1], spec.b[2]))
+
+
 def plan(spec: GemmSpec, target: Target) -> list[int]:
     """The table `spec`'s calls pass the kernel (the module doc), for `target`'s threads."""
     v = variant(spec, target)
@@ -127,5 +143,6 @@ def plan(spec: GemmSpec, target: Target) -> list[int]:
               "accumulate": int(spec.accumulate), "threads": threads, "shared": int(shared),
               "groups": groups, "parts": len(parts), "part_bytes": part_bytes,
               "a_offset": b_bytes, "sums": sums, "total": total,
-              "direct_a": int(direct_a(spec, v, shared))}
+              "direct_a": int(direct_a(spec, v, shared)),
+              "direct_b": int(direct_b(spec, v, shared))}
     return [values[name] for name in FIELDS] + [x for part in parts for x in part]

@@ -15,14 +15,17 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
                  dtype: str, direct: bool = False) -> list[str]:
     """C[mr x nr tile] (+)= Ap[kc][MR]^T Bp[kc][NR], accumulated in registers. `direct`
     (`.tile.direct`): A read in place instead, row i of the tile at %a + i * %lda (rows past
-    %mr read the last one: they are not stored), k along each row."""
+    %mr read the last one: they are not stored), k along each row; and B's rows %ldb apart
+    (NR packed, or a small B read in place: plan.direct_b). `.tile` keeps NR a constant
+    (a run-time stride there cost W2 n=512 3-4%)."""
     w = Writer()
     vectors = nr // lanes
     acc = [[f"%c{i}.{v}" for v in range(vectors)] for i in range(mr)]
     new = [[f"%c{i}.{v}.n" for v in range(vectors)] for i in range(mr)]
     a_align = "" if direct else " align 64"
+    b_param = "ptr noalias %b, i64 %ldb" if direct else "ptr noalias align 64 %b"
     w.lines.append(f"define internal void @{name}.tile{'.direct' if direct else ''}(i64 %kc, "
-                   f"ptr noalias{a_align} %a, ptr noalias align 64 %b, ptr noalias %c, "
+                   f"ptr noalias{a_align} %a, {b_param}, ptr noalias %c, "
                    f"i64 %ldc, i64 %mr, i64 %nr, i1 %load{', i64 %lda' if direct else ''}) "
                    f"noinline {WIDE} {{")
     w.label("%entry")
@@ -38,11 +41,12 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     w.do("%more = icmp slt i64 %k, %kc")
     w.do("br i1 %more, label %body, label %store")
     w.label("%body")
-    bp = w.gep(t, "%b", w(f"mul i64 %k, {nr}"))
+    bp = w.gep(t, "%b", w(f"mul i64 %k, {'%ldb' if direct else nr}"))
     bs = []
+    b_align = (4 if t == "float" else 8) if direct else 64
     for v in range(vectors):
         p = bp if v == 0 else w.gep(t, bp, str(v * lanes))
-        bs.append(w(f"load {vec}, ptr {p}, align 64", "b"))
+        bs.append(w(f"load {vec}, ptr {p}, align {b_align}", "b"))
     ap = None if direct else w.gep(t, "%a", w(f"mul i64 %k, {mr}"))
 
     def a_at(i: int) -> str:  # A[i, k]: in place along row i, or packed: MR per k
