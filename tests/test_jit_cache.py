@@ -120,3 +120,27 @@ def test_eager_ops_on_arrays_of_one_dtype_compute_what_the_general_path_does():
         ops.subtract(t, t)
     with np.errstate(all="raise"):  # no warnings from the eager ops' IEEE semantics
         assert np.isinf(ops.divide(x, np.zeros(4, np.float32))[0])
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_a_compile_leaves_the_cycle_collector_as_it_found_it(collecting):
+    """The collector is off while a program compiles (its IR is all cycles) and as it was
+    after, also when the compile fails."""
+    import gc
+
+    seen = []
+
+    def f(x):
+        seen.append(gc.isenabled())
+        return x * 2.0
+
+    was = gc.isenabled()
+    try:
+        (gc.enable if collecting else gc.disable)()
+        tapeml.jit(f)(np.ones(3, np.float32))
+        assert seen == [False] and gc.isenabled() == collecting
+        with pytest.raises(Exception):
+            tapeml.jit(lambda x: x + np.ones(4, np.float32))(np.ones(3, np.float32))
+        assert gc.isenabled() == collecting
+    finally:
+        (gc.enable if was else gc.disable)()
