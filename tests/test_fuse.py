@@ -218,3 +218,29 @@ def test_a_cheap_op_read_by_elementwise_groups_only_is_computed_in_each():
             assert "tape.mul" not in [op.name for op in program.function.body.ops]
         for a, b in zip(_leaves(program(*args)), _leaves(before), strict=True):
             assert_same_bits(a, b)
+
+
+def test_an_op_that_is_not_cheap_on_fewer_elements_stays_out_of_a_wider_group():
+    """log of each row's sum is computed once per row, not once per element of the group that
+    reads it broadcast; a cheap op on the row (a scaling) joins the group."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+
+    def log_softmax(x):
+        shifted = x - ops.max(x, axis=1, keepdims=True)
+        return shifted - ops.log(ops.sum(ops.exp(shifted), axis=1, keepdims=True))
+
+    def scaled(x):
+        return x - ops.sum(x, axis=1, keepdims=True) * 0.0625
+
+    for fn, widened in [(log_softmax, False), (scaled, True)]:
+        program = tapeml.trace(fn, x)
+        before = program(x)
+        fuse(program.module)
+        wide = [g for g, op in zip(_groups(program), [o for o in program.function.body.ops
+                                                       if o.name == "tape.fused"], strict=True)
+                if op.result.type.get_shape() == (8, 16)]
+        inner = {"tape.log", "tape.mul"} & {name for g in wide for name in g}
+        assert bool(inner) == widened, (fn.__name__, wide)
+        for a, b in zip(_leaves(program(x)), _leaves(before), strict=True):
+            assert_same_bits(a, b)

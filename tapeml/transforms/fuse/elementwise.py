@@ -16,9 +16,11 @@ which each group reading it computes itself; and so is a cheap op (`CHEAP`: an i
 or two per element) whose users are all elementwise, at most MAX_COPIES of them, and which
 reads at most one buffer as large as its result: each group computes it again, reading that
 buffer instead of the op's own (a bias add read by an activation and by its pullback is never
-written). Any other op is taken in only when every user of its result is in the group. A
-group's inputs must still span its result shape (a `tape.fused` is as wide as its inputs
-broadcast together).
+written). Any other op is taken in only when every user of its result is in the group. An
+op that is not cheap and makes fewer elements than the group (read broadcast) stays out: in
+the group it would run once per element, not once per its own (a log of each row's sum, the
+square root of each row's variance). A group's inputs must still span its result shape (a
+`tape.fused` is as wide as its inputs broadcast together).
 """
 
 from __future__ import annotations
@@ -166,6 +168,15 @@ class _Group:
             use.operation in self.through and self.read_only_here(use.operation.results[0]))
             for use in value.uses)
 
+    def widens(self, value: SSAValue, source: Operation) -> bool:
+        """Taking `source` in would compute it once per element of the group where it makes
+        fewer (`value` broadcast), and it is not cheap: a log of a row's sum, a square root of
+        a row's variance stay out, computed once per row."""
+        if math.prod(value.type.get_shape()) == math.prod(self.shape):
+            return False
+        ops = list(source.body.block.ops)[:-1] if isinstance(source, tape.FusedOp) else [source]
+        return not all(isinstance(op, (*CHEAP, tape.ConstantOp, tape.IndexOp)) for op in ops)
+
     def replace(self, value: SSAValue, by: Sequence[SSAValue]) -> None:
         at = self.reads.index(value)
         reads = self.reads[:at] + list(by) + self.reads[at + 1:]
@@ -178,7 +189,7 @@ class _Group:
             return False
         only_here = self.read_only_here(value)
         if _groupable(source) and (only_here or positions(source) or _copied(source)) and \
-                self.spans(value, _reads(source)) and (
+                not self.widens(value, source) and self.spans(value, _reads(source)) and (
                     not isinstance(source, tape.FusedOp) or
                     _positions_kept(value.type.get_shape(), self.shape, _index_axes(source))):
             self.members.add(source)
