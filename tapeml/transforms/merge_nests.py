@@ -41,8 +41,9 @@ arguments for distinct.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from xdsl.context import Context
@@ -118,9 +119,21 @@ def _outline(module: ModuleOp, function: func.FuncOp, name: str, nest: Operation
     return outlined
 
 
+def _repeated(keyed: Iterable[tuple[Hashable | None, T]]) -> list[list[T]]:
+    """The items that share a key with another (None: no key), grouped, in order of first
+    appearance."""
+    groups: defaultdict[Hashable, list[T]] = defaultdict(list)
+    for key, item in keyed:
+        if key is not None:
+            groups[key].append(item)
+    return [members for members in groups.values() if len(members) > 1]
+
+
 MAY_ALIAS_ATTR = "tapeml.may_alias"
 """On a function whose buffer arguments may share bytes (merge-loop-nests' runs take buffers
 of the arena that live at different times): a backend must not take them for distinct."""
+
+T = TypeVar("T")
 
 MIN_RUN = 8
 """The fewest ops a repeated run must hold to become a function (a call and its arguments
@@ -216,16 +229,9 @@ def _merge_runs(module: ModuleOp, function: func.FuncOp, first_name: int) -> tup
     if len(ops) < 2 * MIN_RUN:
         return calls, outlined
     for start, period, copies in _periodic_runs(_op_keys(ops)):
-        groups: defaultdict[tuple, list[tuple[list[Operation], list[SSAValue]]]] = \
-            defaultdict(list)
-        for k in range(copies):
-            run = ops[start + k * period:start + (k + 1) * period]
-            key, external = _run_structure(run)
-            if key is not None:
-                groups[key].append((run, external))
-        for members in groups.values():
-            if len(members) < 2:
-                continue
+        copied = (ops[start + k * period:start + (k + 1) * period] for k in range(copies))
+        for members in _repeated((key, (run, external)) for run in copied
+                                 for key, external in [_run_structure(run)]):
             name = f"{function.sym_name.data}_run{first_name + outlined}"
             _outline_run(module, function, name, *members[0])
             outlined += 1
@@ -283,18 +289,10 @@ def merge_loop_nests(module: ModuleOp, merge_runs: bool = True) -> Merged:
     calls = outlined = run_calls = runs = 0
     for function in functions:
         if function.parent is not None and function.sym_name.data not in called:
-            groups: defaultdict[tuple, list[tuple[Operation, list[SSAValue]]]] = \
-                defaultdict(list)
-            for op in function.body.block.ops:
-                if not isinstance(op, scf.ParallelOp | scf.ForOp) or op.results:
-                    continue
-                external = external_values([op])
-                key = structure([op], external)
-                if key is not None:
-                    groups[key].append((op, external))
-            for members in groups.values():
-                if len(members) < 2:
-                    continue
+            nests = [op for op in function.body.block.ops
+                     if isinstance(op, scf.ParallelOp | scf.ForOp) and not op.results]
+            for members in _repeated((structure([op], external), (op, external)) for op in nests
+                                     for external in [external_values([op])]):
                 name = f"{function.sym_name.data}_nest{outlined}"
                 first, external = members[0]
                 buffers = [v for v in external if isinstance(v.type, MemRefType)]
