@@ -244,3 +244,25 @@ def test_an_op_that_is_not_cheap_on_fewer_elements_stays_out_of_a_wider_group():
         assert bool(inner) == widened, (fn.__name__, wide)
         for a, b in zip(_leaves(program(x)), _leaves(before), strict=True):
             assert_same_bits(a, b)
+
+
+def test_slices_side_by_side_get_their_gradient_as_a_concatenation_bit_for_bit():
+    """The gradient of x[:, 0:3], x[:, 3:6], x[:, 6:9] is a sum of zero pads tiling the axis:
+    concat-of-pads makes it one concatenation, with the sum's bits (-0.0 + 0.0 is +0.0, NaN
+    and infinities kept), interpreted and compiled."""
+    def loss(x, c):
+        pieces = [x[:, 3 * i:3 * i + 3] * c[:, 3 * i:3 * i + 3] for i in range(3)]
+        return ops.sum(pieces[0]) + ops.sum(pieces[2]) + ops.sum(pieces[1])
+
+    c = np.array([[-0.0, 1.5, np.nan, -np.inf, 0.0, -2.0, -0.0, np.inf, 3.0],
+                  [2.0, -0.0, -1.0, np.nan, -0.0, 0.5, 1.0, -0.0, -3.0]], np.float32)
+    x = np.ones_like(c)
+    program = tapeml.trace(tapeml.grad(loss), x, c)
+    before = program(x, c)
+    report = fuse(program.module)
+    assert report.fired["concat-of-pads"] == 1
+    assert "tape.pad" not in [op.name for op in program.function.body.ops]
+    assert_same_bits(program(x, c), before)
+    assert not np.signbit(before[c == 0]).any()  # each -0.0 of c came out +0.0
+    assert np.isnan(before[np.isnan(c)]).all()
+    assert_same_bits(tapeml.jit(tapeml.grad(loss))(x, c), before)

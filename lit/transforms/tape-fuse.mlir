@@ -158,3 +158,56 @@ func.func @not_pools(%x: tensor<1x1x3x3xf32>) -> (tensor<1x1x2x2xf32>, tensor<1x
 // REPORT: tape-fuse: 1 idiom raised, 0 elementwise groups of 0 ops
 // REPORT: conv2d-forward                 1
 // REPORT: tape-fuse: 0 idioms raised
+
+// -----
+
+// concat-of-pads: the cotangents of three slices side by side (q, k, v), each padded back by
+// zeros and summed, are their concatenation, each plus zero (exact: -0.0 + 0.0 is +0.0).
+// CHECK-LABEL: func.func @slices_back
+// CHECK-NEXT:    %[[A:.*]] = tape.fused %q : tensor<2x3xf32> -> tensor<2x3xf32> {
+// CHECK:           tape.constant dense<0.000000e+00> : tensor<f32>
+// CHECK-NEXT:      tape.add
+// CHECK:         %[[B:.*]] = tape.fused %k
+// CHECK:         %[[C:.*]] = tape.fused %v
+// CHECK:         %{{.*}} = tape.concat %[[A]], %[[B]], %[[C]] axis = 1 : tensor<2x3xf32> -> tensor<2x9xf32>
+// CHECK-NEXT:    func.return
+func.func @slices_back(%q: tensor<2x3xf32>, %k: tensor<2x3xf32>, %v: tensor<2x3xf32>) -> tensor<2x9xf32> {
+  %pv = tape.pad %v low = [0, 6] high = [0, 0] value = 0.0 : tensor<2x3xf32> -> tensor<2x9xf32>
+  %pk = tape.pad %k low = [0, 3] high = [0, 3] value = 0.0 : tensor<2x3xf32> -> tensor<2x9xf32>
+  %s = tape.add %pv, %pk : tensor<2x9xf32>
+  %pq = tape.pad %q low = [0, 0] high = [0, 6] value = 0.0 : tensor<2x3xf32> -> tensor<2x9xf32>
+  %t = tape.add %s, %pq : tensor<2x9xf32>
+  func.return %t : tensor<2x9xf32>
+}
+
+// -----
+
+// Not the idiom: pieces that leave a gap, a pad by -0.0 (-0.0 + -0.0 is -0.0, not +0.0), pads
+// along two axes. The pads stay.
+// CHECK-LABEL: func.func @not_slices
+// CHECK-NOT:     tape.concat
+// CHECK:         func.return
+func.func @not_slices(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> (tensor<2x7xf32>, tensor<2x6xf32>, tensor<3x6xf32>) {
+  %ga = tape.pad %a low = [0, 0] high = [0, 4] value = 0.0 : tensor<2x3xf32> -> tensor<2x7xf32>
+  %gb = tape.pad %b low = [0, 4] high = [0, 0] value = 0.0 : tensor<2x3xf32> -> tensor<2x7xf32>
+  %gap = tape.add %ga, %gb : tensor<2x7xf32>
+  %na = tape.pad %a low = [0, 0] high = [0, 3] value = -0.0 : tensor<2x3xf32> -> tensor<2x6xf32>
+  %nb = tape.pad %b low = [0, 3] high = [0, 0] value = -0.0 : tensor<2x3xf32> -> tensor<2x6xf32>
+  %neg = tape.add %na, %nb : tensor<2x6xf32>
+  %ta = tape.pad %a low = [0, 0] high = [1, 3] value = 0.0 : tensor<2x3xf32> -> tensor<3x6xf32>
+  %tb = tape.pad %b low = [1, 3] high = [0, 0] value = 0.0 : tensor<2x3xf32> -> tensor<3x6xf32>
+  %two = tape.add %ta, %tb : tensor<3x6xf32>
+  func.return %gap, %neg, %two : tensor<2x7xf32>, tensor<2x6xf32>, tensor<3x6xf32>
+}
+
+// -----
+
+// A pad by nothing (the pullback of a slice of a whole dim) is its operand.
+// CHECK-LABEL: func.func @pad_by_nothing
+// CHECK-NEXT:    %{{.*}} = tape.exp %x
+// CHECK-NEXT:    func.return
+func.func @pad_by_nothing(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %p = tape.pad %x low = [0, 0] high = [0, 0] value = 0.0 : tensor<2x3xf32> -> tensor<2x3xf32>
+  %e = tape.exp %p : tensor<2x3xf32>
+  func.return %e : tensor<2x3xf32>
+}

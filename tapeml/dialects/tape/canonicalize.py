@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
-from tapeml.dialects.tape.layout import BroadcastOp, PermuteOp, ReshapeOp
+from tapeml.dialects.tape.layout import BroadcastOp, PadOp, PermuteOp, ReshapeOp
 
 
 class RemoveIdentityLayout(RewritePattern):
-    """permute by the identity, reshape or broadcast to the same type: the operand itself."""
+    """permute by the identity, reshape or broadcast to the same type, pad by nothing (the
+    pullback of a slice of a whole dim): the operand itself."""
 
     @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: PermuteOp | ReshapeOp | BroadcastOp,
+    def match_and_rewrite(self, op: PermuteOp | ReshapeOp | BroadcastOp | PadOp,
                           rewriter: PatternRewriter) -> None:
+        if isinstance(op, PadOp) and (any(op.params["low"]) or any(op.params["high"])):
+            return
         if op.input.type == op.result.type and (
             not isinstance(op, PermuteOp) or op.params["perm"] == tuple(range(len(
                 op.params["perm"])))):

@@ -9,6 +9,7 @@ ops on the weight side and on cotangents are cheap views and may be shared.
     conv2d-forward     pad -> unfold -> permute/reshape -> matmul -> reshape/permute  => conv2d
     maxpool2d-forward  pad(-inf) -> unfold -> max over the window axes               => maxpool2d
     avgpool2d-forward  pad(0) -> unfold -> sum over the window axes / (kh * kw)       => avgpool2d
+    concat-of-pads     add of zero pads tiling one axis (slices' cotangents)         => concat
 
 The backward idioms are matched in a first phase, the forward ones in a second: the weight
 gradient of a convolution reads the forward's im2col rows, which become single-use only once it
@@ -23,6 +24,7 @@ The package:
     forward.py      the forward idioms above
     backward.py     their gradients: conv2d-backward-input, conv2d-backward-weight,
                     maxpool2d-backward, avgpool2d-backward
+    slices.py       concat-of-pads (the gradient of slices taken side by side)
     elementwise.py  elementwise groups (tape.fused)
     __init__.py     the catalog in order, the pass (`fuse`, `FusePass`) and its report
 """
@@ -54,10 +56,11 @@ from tapeml.transforms.fuse.backward import (
 from tapeml.transforms.fuse.elementwise import group_elementwise
 from tapeml.transforms.fuse.forward import AvgPoolForward, ConvForward, MaxPoolForward
 from tapeml.transforms.fuse.matching import FusionPattern
+from tapeml.transforms.fuse.slices import ConcatOfPads
 
 FORWARD: tuple[type[FusionPattern], ...] = (ConvForward, MaxPoolForward, AvgPoolForward)
 BACKWARD: tuple[type[FusionPattern], ...] = (ConvBackwardInput, ConvBackwardWeight,
-                                             MaxPoolBackward, AvgPoolBackward)
+                                             MaxPoolBackward, AvgPoolBackward, ConcatOfPads)
 
 
 @dataclass
