@@ -346,7 +346,8 @@ def _merge_functions(module: ModuleOp, functions: list[func.FuncOp]) -> int:
 
 @dataclass(frozen=True)
 class MergeLoopNestsPass(ModulePass):
-    """Merge the loop nests that occur more than once (see the module doc)."""
+    """Merge the loop nests that occur more than once, and the runs of ops that repeat back to
+    back (see the module doc)."""
 
     name = "merge-loop-nests"
 
