@@ -25,3 +25,9 @@ class TracingError(TypeError):
 class PTXError(RuntimeError):
     """The kernels cannot be compiled to PTX (an unsupported call, no libdevice, ...). Here, not
     in tapeml/codegen/ptx.py, so tapeml-opt can catch it without loading the PTX target."""
+
+
+class OnnxError(ValueError):
+    """An ONNX model tapeml cannot import as it is: an op outside the supported set (named with
+    its node and opset), an element type tape tensors do not hold, a shape that is not static
+    at import, or attributes and inputs the op's rule rejects."""

@@ -1,0 +1,161 @@
+"""ONNX's reductions, softmaxes, scans and contractions."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tapeml.onnx.convert import axis_of, converts, ints, known, present
+from tapeml.onnx.graph import Node
+from tapeml.tracing import ops
+
+_AXES_INPUT_SINCE = {"ReduceSum": 13}
+"""The opset from which `axes` is an input, not an attribute (18 for the others)."""
+
+
+def _reduction(node: Node, ins: list[Any]) -> tuple[Any, tuple[int, ...] | None, bool]:
+    """The input, the axes to reduce (None: the input is returned as it is) and keepdims."""
+    x = ins[0]
+    rank = len(x.shape)
+    if node.opset < _AXES_INPUT_SINCE.get(node.op_type, 18):
+        axes = node.attr("axes")
+    else:
+        axes = ints(node, ins[1], "axes") if len(ins) > 1 and present(ins[1]) else None
+    keepdims = bool(node.attr("keepdims", 1))
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            return x, None, keepdims
+        axes = range(rank)
+    axes = tuple(sorted({axis_of(node, a, rank) for a in axes}))
+    return x, axes, keepdims
+
+
+def _reduce(fn: Any) -> Any:
+    def convert(node: Node, ins: list[Any]) -> Any:
+        x, axes, keepdims = _reduction(node, ins)
+        return x if axes is None else fn(x, axes, keepdims)
+    return convert
+
+
+def _mean(x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
+    """Integers average in float64 and truncate back (ONNX's reference)."""
+    out = ops.mean(x, axis=axes, keepdims=keepdims)
+    return out if np.dtype(x.dtype).kind == "f" else ops.astype(out, x.dtype)
+
+
+def _sum_square(x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
+    return ops.sum(ops.multiply(x, x), axis=axes, keepdims=keepdims)
+
+
+def _prod(x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
+    if not isinstance(x, np.ndarray):  # a product of shapes folds; of traced values, refused
+        raise NotImplementedError("ReduceProd of values computed from the inputs is not "
+                                  "imported (only of values known at import)")
+    return np.prod(x, axis=axes, keepdims=keepdims).astype(x.dtype)
+
+
+for _name, _fn in {
+        "ReduceSum": lambda x, a, k: ops.sum(x, axis=a, keepdims=k),
+        "ReduceMax": lambda x, a, k: ops.max(x, axis=a, keepdims=k),
+        "ReduceMin": lambda x, a, k: ops.min(x, axis=a, keepdims=k),
+        "ReduceMean": _mean,
+        "ReduceSumSquare": _sum_square,
+        "ReduceL1": lambda x, a, k: ops.sum(ops.abs(x), axis=a, keepdims=k),
+        "ReduceL2": lambda x, a, k: ops.sqrt(_sum_square(x, a, k)),
+        "ReduceLogSum": lambda x, a, k: ops.log(ops.sum(x, axis=a, keepdims=k)),
+        "ReduceLogSumExp": lambda x, a, k: ops.logsumexp(x, axis=a, keepdims=k),
+        "ReduceProd": _prod}.items():
+    converts(_name, static=(1,))(_reduce(_fn))
+
+
+def _arg(fn: Any) -> Any:
+    def convert(node: Node, ins: list[Any]) -> Any:
+        x = ins[0]
+        axis = axis_of(node, node.attr("axis", 0), len(x.shape))
+        keepdims = bool(node.attr("keepdims", 1))
+        if not node.attr("select_last_index", 0):
+            return fn(x, axis=axis, keepdims=keepdims)
+        flipped = [slice(None)] * len(x.shape)
+        flipped[axis] = slice(None, None, -1)
+        first = fn(ops.getitem(x, tuple(flipped)), axis=axis, keepdims=keepdims)
+        return ops.subtract(x.shape[axis] - 1, first)
+    return convert
+
+
+converts("ArgMax")(_arg(ops.argmax))
+converts("ArgMin")(_arg(ops.argmin))
+
+
+def _softmax(fn: Any) -> Any:
+    """Before opset 13: over the input flattened to 2-D at `axis` (default 1); from 13: along
+    `axis` (default -1)."""
+    def convert(node: Node, ins: list[Any]) -> Any:
+        x = ins[0]
+        rank = len(x.shape)
+        if node.opset >= 13:
+            return fn(x, axis=axis_of(node, node.attr("axis", -1), rank))
+        axis = axis_of(node, node.attr("axis", 1), rank) if rank else 0
+        flat = ops.reshape(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
+        return ops.reshape(fn(flat, axis=-1), x.shape)
+    return convert
+
+
+converts("Softmax")(_softmax(ops.softmax))
+converts("LogSoftmax")(_softmax(ops.log_softmax))
+
+
+@converts("Hardmax")
+def hardmax(node: Node, ins: list[Any]) -> Any:
+    """1 at the first largest element along the axis (opset 13; before it, flattened as
+    Softmax)."""
+    def one(x: Any, axis: int) -> Any:
+        top = ops.argmax(x, axis=axis, keepdims=True)
+        positions = ops.reshape(np.arange(x.shape[axis], dtype=np.int64),
+                                [x.shape[axis] if a == axis else 1 for a in range(len(x.shape))])
+        return ops.astype(ops.equal(positions, top), x.dtype)
+    return _softmax(one)(node, ins)
+
+
+@converts("CumSum", static=(1,))
+def cumsum(node: Node, ins: list[Any]) -> Any:
+    x = ins[0]
+    axis = axis_of(node, int(known(node, ins[1], "axis").reshape(-1)[0]), len(x.shape))
+    reverse = bool(node.attr("reverse", 0))
+    out = ops.cumsum(x, axis=axis, reverse=reverse)
+    if node.attr("exclusive", 0):  # shifted by one along the axis, a zero first
+        widths = [(0, 0)] * len(x.shape)
+        widths[axis] = (0, 1) if reverse else (1, 0)
+        index = [slice(None)] * len(x.shape)
+        index[axis] = slice(1, None) if reverse else slice(0, x.shape[axis])
+        out = ops.getitem(ops.pad(out, widths, 0), tuple(index))
+    return out
+
+
+@converts("MatMul")
+def matmul(node: Node, ins: list[Any]) -> Any:
+    return ops.matmul(ins[0], ins[1])
+
+
+@converts("Gemm")
+def gemm(node: Node, ins: list[Any]) -> Any:
+    """alpha * A' @ B' + beta * C, A' and B' transposed where transA, transB say."""
+    a, b = ins[0], ins[1]
+    if node.attr("transA", 0):
+        a = ops.transpose(a)
+    if node.attr("transB", 0):
+        b = ops.transpose(b)
+    y = ops.matmul(a, b)
+    alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
+    if alpha != 1.0:
+        y = ops.multiply(y, alpha)
+    if len(ins) > 2 and present(ins[2]):
+        c = ins[2] if beta == 1.0 else ops.multiply(ins[2], beta)
+        y = ops.add(y, c)
+    return y
+
+
+@converts("Einsum")
+def einsum(node: Node, ins: list[Any]) -> Any:
+    return ops.einsum(node.attr("equation").replace(" ", ""), *ins)
