@@ -10,7 +10,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,examples]'
+	$(BIN)/pip install --quiet -e '.[test,examples,onnx]'
 	touch $(STAMP)
 
 test: lint pytest lit

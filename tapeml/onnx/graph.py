@@ -15,7 +15,10 @@ ELEMENT_TYPES = {1: np.dtype(np.float32), 6: np.dtype(np.int32), 7: np.dtype(np.
 """ONNX's element types (TensorProto.DataType) that tape tensors hold."""
 TYPE_NAMES = {0: "undefined", 1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16",
               6: "int32", 7: "int64", 8: "string", 9: "bool", 10: "float16", 11: "double",
-              12: "uint32", 13: "uint64", 14: "complex64", 15: "complex128", 16: "bfloat16"}
+              12: "uint32", 13: "uint64", 14: "complex64", 15: "complex128", 16: "bfloat16",
+              17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz",
+              21: "uint4", 22: "int4", 23: "float4e2m1", 24: "float8e8m0", 25: "uint2",
+              26: "int2"}
 
 
 def type_name(elem_type: int) -> str:

@@ -51,28 +51,25 @@ def div(node: Node, ins: list[Any]) -> Any:
 def mod(node: Node, ins: list[Any]) -> Any:
     """fmod=1: C's fmod (the sign of the dividend); fmod=0: the sign of the divisor."""
     a, b = ins
-    if node.attr("fmod", 0) and np.dtype(a.dtype).kind == "f":
-        return ops.fmod(a, b)
-    if node.attr("fmod", 0):  # integers: the remainder of division truncated toward zero
-        r = ops.remainder(a, b)
-        opposite = ops.not_equal(ops.less(a, 0), ops.less(b, 0))
-        return ops.where(ops.logical_and(ops.not_equal(r, 0), opposite), ops.subtract(r, b), r)
+    if not node.attr("fmod", 0):
+        return ops.remainder(a, b)
     if np.dtype(a.dtype).kind == "f":
-        raise node.fail("Mod of floats needs fmod=1")
-    return ops.remainder(a, b)
+        return ops.fmod(a, b)
+    r = ops.remainder(a, b)  # integers: the remainder of division truncated toward zero
+    opposite = ops.not_equal(ops.less(a, 0), ops.less(b, 0))
+    return ops.where(ops.logical_and(ops.not_equal(r, 0), opposite), ops.subtract(r, b), r)
 
 
 @converts("Pow")
 def power(node: Node, ins: list[Any]) -> Any:
-    """x ** y in x's type. An integer base takes a known, non-negative integer exponent."""
+    """x ** y in x's type. An integer base: by repeated multiplication for one known
+    non-negative integer exponent, else in float64 and truncated back (ONNX's reference)."""
     x, y = ins
     if np.dtype(x.dtype).kind == "f":
         return ops.power(x, ops.astype(y, x.dtype))
-    exponent = known(node, y, "an integer base's exponent")
-    if exponent.size != 1 or exponent.dtype.kind not in "iu" or int(exponent.flat[0]) < 0:
-        raise node.fail(f"an integer base takes one non-negative integer exponent, got "
-                        f"{exponent.tolist()}")
-    return ops.power(x, int(exponent.flat[0]))
+    if isinstance(y, np.ndarray) and y.size == 1 and y.dtype.kind in "iu" and int(y.flat[0]) >= 0:
+        return ops.power(x, int(y.flat[0]))
+    return ops.astype(ops.power(ops.astype(x, np.float64), ops.astype(y, np.float64)), x.dtype)
 
 
 @converts("BitShift")
@@ -167,6 +164,12 @@ def softplus_of(x: Any) -> Any:
 @converts("Softplus")
 def softplus(node: Node, ins: list[Any]) -> Any:
     return softplus_of(ins[0])
+
+
+@converts("Swish")
+def swish(node: Node, ins: list[Any]) -> Any:
+    x = ins[0]
+    return ops.multiply(x, ops.sigmoid(ops.multiply(x, node.attr("alpha", 1.0))))
 
 
 @converts("Softsign")

@@ -32,11 +32,38 @@ def _reduction(node: Node, ins: list[Any]) -> tuple[Any, tuple[int, ...] | None,
     return x, axes, keepdims
 
 
-def _reduce(fn: Any) -> Any:
+def _reduce(fn: Any, empty: float | None = None) -> Any:
+    """A reduction; over an empty axis, `empty` (a max's -inf) where there is no identity."""
     def convert(node: Node, ins: list[Any]) -> Any:
         x, axes, keepdims = _reduction(node, ins)
-        return x if axes is None else fn(x, axes, keepdims)
+        if axes is None:
+            return x
+        if empty is not None and any(x.shape[a] == 0 for a in axes):
+            shape = [1 if a in axes else d for a, d in enumerate(x.shape)
+                     if keepdims or a not in axes]
+            return np.full(shape, _extreme(x.dtype, empty), dtype=x.dtype)
+        if x.dtype == np.bool_ and fn in (_max, _min):  # booleans: any and all
+            return ops.astype(fn(ops.astype(x, np.int32), axes, keepdims), np.bool_)
+        return fn(x, axes, keepdims)
     return convert
+
+
+def _extreme(dtype: np.dtype, value: float) -> Any:
+    """`value` (+-inf) in `dtype`: the type's own extreme for integers and booleans."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return value
+    if dtype == np.bool_:
+        return value > 0
+    return np.iinfo(dtype).min if value < 0 else np.iinfo(dtype).max
+
+
+def _max(x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
+    return ops.max(x, axis=axes, keepdims=keepdims)
+
+
+def _min(x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
+    return ops.min(x, axis=axes, keepdims=keepdims)
 
 
 def _mean(x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
@@ -56,16 +83,17 @@ def _prod(x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
     return np.prod(x, axis=axes, keepdims=keepdims).astype(x.dtype)
 
 
+converts("ReduceMax", static=(1,))(_reduce(_max, -np.inf))
+converts("ReduceMin", static=(1,))(_reduce(_min, np.inf))
+converts("ReduceLogSumExp", static=(1,))(
+    _reduce(lambda x, a, k: ops.logsumexp(x, axis=a, keepdims=k), -np.inf))
 for _name, _fn in {
         "ReduceSum": lambda x, a, k: ops.sum(x, axis=a, keepdims=k),
-        "ReduceMax": lambda x, a, k: ops.max(x, axis=a, keepdims=k),
-        "ReduceMin": lambda x, a, k: ops.min(x, axis=a, keepdims=k),
         "ReduceMean": _mean,
         "ReduceSumSquare": _sum_square,
         "ReduceL1": lambda x, a, k: ops.sum(ops.abs(x), axis=a, keepdims=k),
         "ReduceL2": lambda x, a, k: ops.sqrt(_sum_square(x, a, k)),
         "ReduceLogSum": lambda x, a, k: ops.log(ops.sum(x, axis=a, keepdims=k)),
-        "ReduceLogSumExp": lambda x, a, k: ops.logsumexp(x, axis=a, keepdims=k),
         "ReduceProd": _prod}.items():
     converts(_name, static=(1,))(_reduce(_fn))
 
@@ -124,12 +152,13 @@ def cumsum(node: Node, ins: list[Any]) -> Any:
     axis = axis_of(node, int(known(node, ins[1], "axis").reshape(-1)[0]), len(x.shape))
     reverse = bool(node.attr("reverse", 0))
     out = ops.cumsum(x, axis=axis, reverse=reverse)
-    if node.attr("exclusive", 0):  # shifted by one along the axis, a zero first
-        widths = [(0, 0)] * len(x.shape)
-        widths[axis] = (0, 1) if reverse else (1, 0)
+    if node.attr("exclusive", 0) and x.shape[axis]:  # shifted by one along the axis, 0 first
         index = [slice(None)] * len(x.shape)
-        index[axis] = slice(1, None) if reverse else slice(0, x.shape[axis])
-        out = ops.getitem(ops.pad(out, widths, 0), tuple(index))
+        index[axis] = slice(1, None) if reverse else slice(0, x.shape[axis] - 1)
+        zero_shape = [1 if a == axis else d for a, d in enumerate(x.shape)]
+        zero = np.zeros(zero_shape, dtype=out.dtype)
+        kept = ops.getitem(out, tuple(index))
+        out = ops.concatenate([kept, zero] if reverse else [zero, kept], axis=axis)
     return out
 
 
