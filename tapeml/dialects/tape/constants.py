@@ -36,6 +36,7 @@ __all__ = [
     "DenseLiteralError",
     "dense_literal_errors",
     "dense_to_numpy",
+    "is_splat",
     "numpy_to_dense",
     "print_dense",
 ]
@@ -96,6 +97,23 @@ def numpy_to_dense(array: np.ndarray) -> DenseIntOrFPElementsAttr:
     if flat.size > 1 and np.all(bits == bits[0]):
         flat = flat[:1]  # splat (every element the same bits): printed dense<v>
     return DenseIntOrFPElementsAttr(t, BytesAttr(flat.tobytes()))
+
+
+def is_splat(attr: DenseIntOrFPElementsAttr) -> bool:
+    """Every element of the literal the same bits (-0.0 is not 0.0; NaN is NaN), found from
+    its bytes without making the array (a splat made by numpy_to_dense holds one element)."""
+    t = attr.type
+    assert isinstance(t, TensorType)
+    data = attr.data.data
+    width = np.dtype(dtype_of(t)).itemsize
+    if math.prod(t.get_shape()) == 0 or len(data) < width:
+        return False
+    if len(data) == width:
+        return True
+    bits = np.frombuffer(data, dtype=f"u{width}")
+    if bits.dtype == np.uint8 and dtype_of(t) == np.bool_:
+        bits = bits != 0  # a parsed i1 true is all ones
+    return bool((bits == bits[0]).all())
 
 
 def print_dense(printer: Printer, attr: DenseIntOrFPElementsAttr) -> None:

@@ -80,6 +80,15 @@ def element_type(node: Node, code: int) -> np.dtype:
     return dtype
 
 
+def recorded(x: Any, like: Any) -> Any:
+    """`x`, an array, as a constant of `like`'s trace (where `like` is a tracer), so that the
+    layout ops a converter applies to it are recorded, not folded: a convolution's weight must
+    reach its matmul through the reshape and permute the conv2d idiom matches."""
+    if isinstance(like, Tracer) and not isinstance(x, Tracer):
+        return Tracer(like.trace.operand(np.asarray(x)), like.trace)
+    return x
+
+
 def present(x: Any) -> bool:
     """An optional input given (not left out, not empty: some exporters pass an empty
     tensor for 'none')."""

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tapeml.frontend import nn as tnn
-from tapeml.onnx.convert import axis_of, converts, known, present
+from tapeml.onnx.convert import axis_of, converts, known, present, recorded
 from tapeml.onnx.graph import Node
 from tapeml.tracing import ops
 
@@ -50,7 +50,7 @@ def _as_2d(x: Any) -> Any:
 
 @converts("Conv")
 def conv(node: Node, ins: list[Any]) -> Any:
-    x, w = ins[0], ins[1]
+    x, w = ins[0], recorded(ins[1], ins[0])
     bias = ins[2] if len(ins) > 2 and present(ins[2]) else None
     s = len(x.shape) - 2
     if s not in (1, 2) or len(w.shape) != s + 2:
@@ -253,6 +253,25 @@ def layer_norm(node: Node, ins: list[Any]) -> Any:
     if bias is not None:
         y = ops.add(y, bias)
     return [y, mean, inv]
+
+
+@converts("LRN")
+def lrn(node: Node, ins: list[Any]) -> Any:
+    """x / (bias + alpha / size * the sum of squares over `size` neighbouring channels)^beta."""
+    x = ins[0]
+    size = node.attr("size")
+    alpha, beta, bias = node.attr("alpha", 1e-4), node.attr("beta", 0.75), node.attr("bias", 1.0)
+    channels = x.shape[1]
+    widths = [(0, 0)] * len(x.shape)
+    widths[1] = ((size - 1) // 2, size - 1 - (size - 1) // 2)
+    squares = ops.pad(ops.multiply(x, x), widths, 0.0)
+    index = [slice(None)] * len(x.shape)
+    total = None
+    for k in range(size):
+        index[1] = slice(k, k + channels)
+        term = ops.getitem(squares, tuple(index))
+        total = term if total is None else ops.add(total, term)
+    return ops.divide(x, ops.power(ops.add(ops.multiply(total, alpha / size), bias), beta))
 
 
 @converts("LpNormalization")

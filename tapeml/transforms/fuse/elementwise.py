@@ -42,15 +42,6 @@ def _element(t: Any) -> TensorType:
     return tape.tensor_type((), t.get_element_type())
 
 
-def _splat(value: np.ndarray) -> bool:
-    """Every element the same bits (-0.0 is not 0.0; NaN is NaN)."""
-    flat = np.ascontiguousarray(value).reshape(-1)
-    if flat.size == 0:
-        return False
-    bits = flat.view(np.uint8).reshape(flat.size, -1)
-    return bool((bits == bits[0]).all())  # one pass: a sort (np.unique) took seconds on big ones
-
-
 def _positions_kept(source_shape: Sequence[int], shape: Sequence[int],
                     axes: Sequence[int]) -> bool:
     """Positions along `axes` of `source_shape` are the same read in `shape` it broadcasts to
@@ -135,7 +126,7 @@ class _Positions:
 
 
 def _is_splat(value: SSAValue) -> bool:
-    return isinstance(value.owner, tape.ConstantOp) and _splat(value.owner.params["value"])
+    return isinstance(value.owner, tape.ConstantOp) and tape.is_splat(value.owner.value)
 
 
 @dataclass

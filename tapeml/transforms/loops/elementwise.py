@@ -6,6 +6,7 @@ A group's body mixes element types freely (each scalar op reads its operands' ty
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -24,7 +25,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from tapeml.dialects import tape
 from tapeml.dialects.registry import OpTable
-from tapeml.dialects.tape import numpy_to_dense
+from tapeml.dialects.tape import dense_to_numpy, is_splat, numpy_to_dense
 from tapeml.transforms.loops.emitter import (
     Emitter,
     LoweringError,
@@ -332,15 +333,15 @@ def position(e: Emitter, iv: SSAValue, t: Attribute) -> SSAValue:
 def lower_constant(e: Emitter, op: tape.ConstantOp, ins: list[SSAValue], out: SSAValue,
                    cx: Context) -> SSAValue | None:
     """A splat fills `out`; any other constant becomes a memref.global read in place."""
-    value = op.params["value"]
-    flat = value.reshape(-1)
     t = op.result.type.get_element_type()
-    if flat.size == 0:
+    size = math.prod(op.result.type.get_shape())
+    if size == 0:
         return None  # nothing to hold
-    if np.unique(flat.view(np.uint8).reshape(flat.size, -1), axis=0).shape[0] == 1:
-        element = e.scalar(flat[0].item(), t)
-        e.loops([flat.size], lambda e, ivs: e.store(element, out, ivs[0]), parallel=True)
+    if is_splat(op.value):
+        element = e.scalar(dense_to_numpy(op.value).reshape(-1)[0].item(), t)
+        e.loops([size], lambda e, ivs: e.store(element, out, ivs[0]), parallel=True)
         return None
+    value = op.params["value"]
     name = cx.constant_name()
     kind = buffer_type(op.result.type)
     cx.module.body.block.add_op(memref.GlobalOp.get(StringAttr(name), kind,
