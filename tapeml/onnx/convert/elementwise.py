@@ -124,7 +124,10 @@ def leaky_relu(node: Node, ins: list[Any]) -> Any:
 
 @converts("PRelu")
 def prelu(node: Node, ins: list[Any]) -> Any:
+    """Before opset 7 a (C,) slope runs along axis 1; from it, the slope broadcasts."""
     x, slope = ins
+    if node.opset < 7 and len(slope.shape) == 1 and len(x.shape) > 2:
+        slope = ops.reshape(slope, (slope.shape[0], *[1] * (len(x.shape) - 2)))
     return ops.where(ops.less(x, 0), ops.multiply(x, slope), x)
 
 

@@ -53,9 +53,9 @@ def conv(node: Node, ins: list[Any]) -> Any:
     x, w = ins[0], recorded(ins[1], ins[0])
     bias = ins[2] if len(ins) > 2 and present(ins[2]) else None
     s = len(x.shape) - 2
-    if s not in (1, 2) or len(w.shape) != s + 2:
+    if s < 1 or len(w.shape) != s + 2:
         raise node.fail(f"a convolution of input {tuple(x.shape)} and weight "
-                        f"{tuple(w.shape)}: 1-D and 2-D convolutions are imported")
+                        f"{tuple(w.shape)}: their ranks do not fit")
     kernel, strides, dilations, before, after = _spatial(node, x, tuple(w.shape[2:]))
     if tuple(w.shape[2:]) != kernel:
         raise node.fail(f"kernel_shape {list(kernel)} is not the weight's {tuple(w.shape)}")
@@ -64,8 +64,34 @@ def conv(node: Node, ins: list[Any]) -> Any:
         y = tnn.conv2d(_as_2d(x), _as_2d(w), bias, (1, strides[0]), (0, before[0], 0, after[0]),
                        (1, dilations[0]), groups)
         return ops.reshape(y, (*y.shape[:2], y.shape[3]))
-    return tnn.conv2d(x, w, bias, strides, (before[0], before[1], after[0], after[1]),
-                      dilations, groups)
+    if s == 2:
+        return tnn.conv2d(x, w, bias, strides, (before[0], before[1], after[0], after[1]),
+                          dilations, groups)
+    return _conv_nd(node, x, w, bias, kernel, strides, dilations, before, after, groups)
+
+
+def _conv_nd(node: Node, x: Any, w: Any, bias: Any, kernel: tuple[int, ...],
+             strides: tuple[int, ...], dilations: tuple[int, ...], before: list[int],
+             after: list[int], groups: int) -> Any:
+    """Any number of spatial dims: the windows (pad, unfold) regrouped as rows, one matmul
+    per group."""
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    if groups < 1 or c % groups or o % groups or w.shape[1] * groups != c:
+        raise node.fail(f"input {tuple(x.shape)} and weight {tuple(w.shape)} do not fit "
+                        f"group={groups}")
+    s, g, cg, og = len(kernel), groups, c // groups, o // groups
+    cols = _windows(x, kernel, strides, dilations, before, after, 0.0)  # N, C, *out, *k
+    out = cols.shape[2:2 + s]
+    cols = ops.reshape(cols, (n, g, cg, *out, *kernel))
+    spatial = tuple(range(3, 3 + s))
+    taps = tuple(range(3 + s, 3 + 2 * s))
+    rows = ops.reshape(ops.transpose(cols, (1, 0, *spatial, 2, *taps)),
+                       (g, n * math.prod(out), cg * math.prod(kernel)))
+    wg = ops.transpose(ops.reshape(w, (g, og, cg * math.prod(kernel))), (0, 2, 1))
+    y = ops.reshape(ops.matmul(rows, wg), (g, n, *out, og))  # G, N, *out, O/G
+    y = ops.reshape(ops.transpose(y, (1, 0, 2 + s, *range(2, 2 + s))), (n, o, *out))
+    return y if bias is None else ops.add(y, _per_channel(bias, len(y.shape)))
 
 
 @converts("ConvTranspose")
