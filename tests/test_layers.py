@@ -8,6 +8,7 @@ level or inside a function alike). The order, lowest first:
     transforms        passes and pipelines (tape-differentiate writes backward ops by tracing)
     codegen           backends: they run the pipelines, then LLVM, PTX, the thread pool
     frontend          Program, grad, jit, nn, optim
+    onnx              ONNX models in (a program traced from the graph)
     universe, tools   what xDSL's tools and tapeml-opt / tapeml-run see
     tapeml            the package's own API
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 import tapeml
 
 LAYERS = ["errors", "profile", "dialects", "interpreters", "tracing", "transforms", "codegen",
-          "frontend", "universe", "tools", ""]
+          "frontend", "onnx", "universe", "tools", ""]
 PACKAGE = Path(tapeml.__file__).parent
 
 

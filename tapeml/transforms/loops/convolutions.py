@@ -235,6 +235,11 @@ def lower_conv2d_backward(e: Emitter, op: Operation, ins: list[SSAValue], out: S
         e.loops([geo.groups, og, geo.cg], padding, parallel=True)
 
 
+UNROLLED_TAPS = 49
+"""im2col and col2im write one loop nest per kernel tap (each over exactly the positions
+inside the input: no bounds checks) up to 7 x 7 taps; a bigger kernel gets one nest with the
+taps as loops and a bounds check per position."""
+
 RUN_COLUMNS = 16
 """A weight gradient with at least this many weights per output channel (C * kh * kw) is a
 few products over runs of whole images (`_weight_gradient_over_runs`); a narrower one (a
@@ -280,6 +285,8 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
 
     def taps(move: Callable[[Emitter, SSAValue, SSAValue], None]) -> None:
         """move(x index, cols index) for every (b, c, tap, y, x) that reads inside the input."""
+        if geo.kh * geo.kw > UNROLLED_TAPS:
+            return all_taps(move)
         for i, j, (y0, y1), (x0, x1), _ in geo.taps():
             def body(e: Emitter, ivs: list[SSAValue], i=i, j=j, y0=y0, x0=x0) -> None:
                 b, c, y, xx = ivs
@@ -294,6 +301,29 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
 
             # one tap's positions are distinct in both x and cols: im2col and col2im alike
             e.loops([geo.n, geo.c, y1 - y0, x1 - x0], body, parallel=True)
+
+    def all_taps(move: Callable[[Emitter, SSAValue, SSAValue], None]) -> None:
+        """`taps` as one nest for a kernel of many taps (an audio model's 1 x 256): the taps
+        are loops too, each position checked against the input's bounds (a nest per tap
+        wrote 256 nests per convolution, and LLVM took minutes over them)."""
+        def plane(e: Emitter, ivs: list[SSAValue]) -> None:
+            b, c = ivs
+
+            def body(e: Emitter, inner: list[SSAValue]) -> None:
+                i, j, y, xx = inner
+                iy = e.addi(e.muli(y, e.index(sh)), e.linear([i], [dh], -top))
+                ix = e.addi(e.muli(xx, e.index(sw)), e.linear([j], [dw], -left))
+                inside = e.insert(arith.AndIOp(e.in_range(iy, geo.h), e.in_range(ix, geo.w)))
+                source = e.linear([b, c, iy, ix], [geo.c * geo.h * geo.w, geo.h * geo.w,
+                                                   geo.w, 1])
+                target = e.linear([b, c, i, j, y, xx], [col_steps[0], col_steps[1],
+                                                        geo.kw * ohw, ohw, geo.ow, 1])
+                e.if_(inside, lambda e: move(e, source, target))
+
+            e.loops([geo.kh, geo.kw, geo.oh, geo.ow], body)
+
+        # each (image, channel) plane of x and of cols is its own: im2col and col2im alike
+        e.loops([geo.n, geo.c], plane, parallel=True)
 
     covered = sum((y1 - y0) * (x1 - x0) for _, _, (y0, y1), (x0, x1), _ in geo.taps())
     if kind is not tape.Conv2dBackwardInputOp:  # im2col
