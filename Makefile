@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,examples,onnx]'
+	# basic-pitch for its ONNX note model, a test input; not its dependencies (tensorflow)
+	$(BIN)/pip install --quiet --no-deps 'basic-pitch==0.4.*'
 	touch $(STAMP)
 
 test: lint pytest lit

@@ -16,11 +16,12 @@ from typing import Any
 
 # light, and loaded at once: `profile` must be the function, not the submodule of its name
 from tapeml.errors import InterpretError as InterpretError
+from tapeml.errors import OnnxError as OnnxError
 from tapeml.errors import ShapeError as ShapeError
 from tapeml.errors import TracingError as TracingError
 from tapeml.profile import profile as profile
 
-_EAGER = ["InterpretError", "ShapeError", "TracingError", "profile"]
+_EAGER = ["InterpretError", "OnnxError", "ShapeError", "TracingError", "profile"]
 
 # name -> the module that defines it (or is it: _MODULES)
 _HOMES = {
