@@ -63,7 +63,8 @@ def import_graph(graph: Graph, input_shapes: Mapping[str, Any] | None = None,
     run.__name__ = ssa_name(graph.name) or "model"
     example = ((dict(trained),) if params else ()) + tuple(specs)
     program = trace_with(run, example, {})
-    _name_values(program, [i.name for i in inputs], graph.outputs, params)
+    order = flatten({name: name for name in trained})[0]  # the params dict's leaves, in order
+    _name_values(program, [*order, *(i.name for i in inputs)], graph.outputs)
     return (program, dict(trained)) if params else program
 
 
@@ -150,14 +151,11 @@ def _run_node(graph: Graph, node: Node, values: dict[str, Any]) -> None:
         values[name] = outs[k]
 
 
-def _name_values(program: Program, inputs: list[str], outputs: list[str], params: bool) -> None:
-    """The program's arguments and results named as the graph's inputs and outputs."""
+def _name_values(program: Program, inputs: list[str], outputs: list[str]) -> None:
+    """The program's arguments and results named as the graph's initializers (params=True's),
+    inputs and outputs."""
     f = program.function
-    args = list(f.body.block.args)
-    first = len(args) - len(inputs)
-    attrs = list(f.arg_attrs.data) if f.arg_attrs is not None else [DictionaryAttr({})] * len(args)
-    for arg, name in zip(args[first:], inputs, strict=True):
+    for arg, name in zip(f.body.block.args, inputs, strict=True):
         arg.name_hint = ssa_name(name)
-    attrs[first:] = [DictionaryAttr({NAME_ATTR: StringAttr(n)}) for n in inputs]
-    f.arg_attrs = ArrayAttr(attrs)
+    f.arg_attrs = ArrayAttr([DictionaryAttr({NAME_ATTR: StringAttr(n)}) for n in inputs])
     f.res_attrs = ArrayAttr([DictionaryAttr({NAME_ATTR: StringAttr(n)}) for n in outputs])

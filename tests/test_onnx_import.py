@@ -1,0 +1,147 @@
+"""tapeml.onnx.load's contract: names, params=True (fine-tuning, checked by finite
+differences), input_shapes and constants, and the errors for what it does not import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import tapeml  # noqa: E402
+import tapeml.onnx  # noqa: E402
+from tapeml import ops  # noqa: E402
+
+RNG = np.random.default_rng(7)
+CONVERTED = Path(onnx.__file__).parent / "backend" / "test" / "data" / "pytorch-converted"
+
+
+def small_cnn() -> onnx.ModelProto:
+    """Conv -> Relu -> MaxPool -> Flatten -> Gemm, opset 17, float32 initializers."""
+    def init(name, *shape):
+        return numpy_helper.from_array((0.3 * RNG.standard_normal(shape)).astype(np.float32),
+                                       name)
+
+    nodes = [helper.make_node("Conv", ["image", "conv.w", "conv.b"], ["c"], pads=[1, 1, 1, 1],
+                              name="conv"),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc.w", "fc.b"], ["logits"], transB=1)]
+    graph = helper.make_graph(
+        nodes, "small_cnn",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 1, 6, 6])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
+        [init("conv.w", 4, 1, 3, 3), init("conv.b", 4), init("fc.w", 3, 36), init("fc.b", 3)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_arguments_and_results_carry_the_graphs_names():
+    program = tapeml.onnx.load(small_cnn(), input_shapes={"image": (2, 1, 6, 6)})
+    text = str(program)
+    assert 'tapeml.name = "image"' in text and 'tapeml.name = "logits"' in text
+    assert program.name == "small_cnn"
+
+
+def _finite_difference_check(loss, params, x, eps=1e-2, directions=3):
+    """The gradient against central differences along random directions (float32: loose)."""
+    grads = tapeml.grad(loss)(params, x)
+    for _ in range(directions):
+        d = {k: RNG.standard_normal(v.shape).astype(np.float32) for k, v in params.items()}
+        plus = {k: v + eps * d[k] for k, v in params.items()}
+        minus = {k: v - eps * d[k] for k, v in params.items()}
+        numeric = (float(loss(plus, x)) - float(loss(minus, x))) / (2 * eps)
+        analytic = sum(float(np.sum(grads[k] * d[k])) for k in params)
+        assert abs(numeric - analytic) <= 2e-2 * max(1.0, abs(numeric)), (numeric, analytic)
+    return grads
+
+
+def test_fine_tuning_a_small_cnn_gradients_match_finite_differences():
+    program, params = tapeml.onnx.load(small_cnn(), input_shapes={"image": (2, 1, 6, 6)},
+                                       params=True)
+    assert sorted(params) == ["conv.b", "conv.w", "fc.b", "fc.w"]
+    x = RNG.standard_normal((2, 1, 6, 6)).astype(np.float32)
+    labels = np.eye(3, dtype=np.float32)[[0, 2]]
+
+    def loss(p, x):
+        return tapeml.nn.softmax_cross_entropy(program(p, x), labels)
+
+    grads = _finite_difference_check(loss, params, x)
+    compiled = tapeml.jit(tapeml.grad(loss))(params, x)
+    for k in params:
+        np.testing.assert_allclose(compiled[k], grads[k], rtol=1e-4, atol=1e-6)
+
+
+def test_fine_tuning_a_converted_pytorch_conv():
+    """A model from the wheel's converted PyTorch set (grouped Conv2d with bias)."""
+    program, params = tapeml.onnx.load(CONVERTED / "test_Conv2d_groups" / "model.onnx",
+                                       params=True)
+    assert sorted(params) == ["1", "2"]
+    (_, spec), _ = program.input_shapes  # (the params dict comes first)
+    assert 'tapeml.name = "1"' in str(program) and 'tapeml.name = "0"' in str(program)
+    shape = spec.shape
+    x = RNG.standard_normal(shape).astype(np.float32)
+
+    def loss(p, x):
+        return ops.mean(ops.tanh(program(p, x)))
+
+    _finite_difference_check(loss, params, x)
+
+
+def test_constants_bind_inputs_at_import():
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+                      helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(tapeml.OnnxError, match=r"Reshape node.*input 1 \('shape'\) must be "
+                                               r"known when the model is imported"):
+        tapeml.onnx.load(model)
+    program = tapeml.onnx.load(model, constants={"shape": np.array([3, 4])})
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(program(x), x.reshape(3, 4))
+
+
+def test_an_unsupported_op_names_its_node_and_opset():
+    node = helper.make_node("Unique", ["x"], ["y"], name="the_unique")
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(tapeml.OnnxError, match=r"Unique node 'the_unique' \(#0, output 'y', "
+                                               r"opset 13\)"):
+        tapeml.onnx.load(model)
+
+
+def test_wrong_input_shapes_and_dtypes_are_errors():
+    with pytest.raises(tapeml.OnnxError, match="names \\['images'\\], not inputs"):
+        tapeml.onnx.load(small_cnn(), input_shapes={"images": (1, 1, 6, 6)})
+    with pytest.raises(tapeml.OnnxError, match="gives 'image' the shape \\(1, 2, 6, 6\\)"):
+        tapeml.onnx.load(small_cnn(), input_shapes={"image": (1, 2, 6, 6)})
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [4])])
+    with pytest.raises(tapeml.OnnxError, match="input 'x' is of type float16"):
+        tapeml.onnx.load(helper.make_model(graph))
+    with pytest.raises(tapeml.OnnxError, match="no such file"):
+        tapeml.onnx.load("/nonexistent/model.onnx")
+    with pytest.raises(tapeml.OnnxError, match="not an ONNX model"):
+        tapeml.onnx.load(b"not a model")
+
+
+def test_a_shape_mistake_inside_a_node_names_the_node():
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"], name="mm")], "g",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3]),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, [4, 5])],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2, 5])])
+    with pytest.raises(tapeml.OnnxError, match=r"MatMul node 'mm' \(#0, output 'c', opset"):
+        tapeml.onnx.load(helper.make_model(graph))
+
+
+def test_supported_ops_are_all_converters():
+    assert {"Conv", "Gemm", "MatMul", "Resize", "LayerNormalization", "Gelu",
+            "BatchNormalization"} <= set(tapeml.onnx.supported_ops())
