@@ -9,6 +9,7 @@ from collections.abc import Callable
 from xdsl.ir import Dialect
 from xdsl.passes import ModulePass
 from xdsl.universe import Universe
+from xdsl.utils.frontend import Frontend
 from xdsl.utils.target import Target
 
 
@@ -129,4 +130,14 @@ def _ptx() -> type[Target]:
 
 TARGETS: dict[str, Callable[[], type[Target]]] = {"host-asm": _host_asm, "ptx": _ptx}
 
-TAPEML_UNIVERSE = Universe(all_dialects=DIALECTS, all_passes=PASSES, all_targets=TARGETS)
+
+def _onnx() -> type[Frontend]:
+    from tapeml.onnx.frontend import OnnxFrontend
+
+    return OnnxFrontend
+
+
+FRONTENDS: dict[str, Callable[[], type[Frontend]]] = {"onnx": _onnx}
+
+TAPEML_UNIVERSE = Universe(all_dialects=DIALECTS, all_passes=PASSES, all_targets=TARGETS,
+                           all_frontends=FRONTENDS)

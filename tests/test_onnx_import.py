@@ -3,6 +3,8 @@ differences), input_shapes and constants, and the errors for what it does not im
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -140,6 +142,32 @@ def test_a_shape_mistake_inside_a_node_names_the_node():
                               [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2, 5])])
     with pytest.raises(tapeml.OnnxError, match=r"MatMul node 'mm' \(#0, output 'c', opset"):
         tapeml.onnx.load(helper.make_model(graph))
+
+
+def _opt(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tapeml.tools.opt", *args],
+                          capture_output=True, text=True)
+
+
+def test_tapeml_opt_reads_onnx_models(tmp_path):
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), str(path))
+    out = _opt(str(path))  # the batch dim is open in the file: a located error, exit 1
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "dim 0 of input 'image' ('batch') is not static" in out.stderr
+    fixed = small_cnn()
+    for value in (*fixed.graph.input, *fixed.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_value = 2
+    onnx.save(fixed, str(path))
+    out = _opt(str(path), "-p", "tape-fuse")
+    assert out.returncode == 0, out.stderr
+    assert "tape.conv2d" in out.stdout and 'tapeml.name = "logits"' in out.stdout
+    out = _opt("-f", "onnx", str(path), "-p", "tape-to-llvm", "-t", "llvm")
+    assert out.returncode == 0 and "define void @_mlir_ciface" not in out.stderr, out.stderr
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    out = _opt(str(tmp_path / "bad.onnx"))
+    assert out.returncode == 1 and "is not an ONNX model" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_supported_ops_are_all_converters():

@@ -23,15 +23,17 @@ except ImportError as error:  # pragma: no cover - the onnx extra is not install
 
 
 
-def model_proto(model: Any) -> tuple[Any, str]:
-    """The ModelProto `model` is (a path, bytes, or one already) and where it came from."""
+def model_proto(model: Any, source: str | None = None) -> tuple[Any, str]:
+    """The ModelProto `model` is (a path, bytes, or one already) and where it came from
+    (`source`, if given: the file the bytes were read from)."""
     if isinstance(model, onnx.ModelProto):
-        return model, f"<{model.graph.name or 'model'}>"
+        return model, source or f"<{model.graph.name or 'model'}>"
     if isinstance(model, bytes | bytearray):
+        source = source or "<bytes>"
         try:
-            return onnx.load_model_from_string(bytes(model)), "<bytes>"
+            return onnx.load_model_from_string(bytes(model)), source
         except Exception as error:  # noqa: BLE001 (protobuf's DecodeError and others)
-            raise OnnxError(f"onnx: the bytes given are not an ONNX model ({error})") from None
+            raise OnnxError(f"onnx: {source} is not an ONNX model ({error})") from None
     path = Path(model)
     if not path.is_file():
         raise OnnxError(f"onnx: no such file: {path}")
@@ -41,9 +43,10 @@ def model_proto(model: Any) -> tuple[Any, str]:
         raise OnnxError(f"onnx: {path} is not an ONNX model ({error})") from None
 
 
-def read(model: Any) -> Graph:
-    """The main graph of `model` (a path, bytes or a ModelProto)."""
-    proto, source = model_proto(model)
+def read(model: Any, source: str | None = None) -> Graph:
+    """The main graph of `model` (a path, bytes or a ModelProto; `source`: where it came
+    from, for messages and locations)."""
+    proto, source = model_proto(model, source)
     opsets = {(o.domain or "ai.onnx"): o.version for o in proto.opset_import}
     opset = opsets.get("ai.onnx", 1)
     g = proto.graph

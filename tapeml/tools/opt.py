@@ -23,7 +23,7 @@ from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from tapeml import universe
-from tapeml.errors import PTXError
+from tapeml.errors import OnnxError, PTXError
 from tapeml.tools.diagnostics import (
     LocatedParseError,
     LocatingParser,
@@ -80,8 +80,18 @@ class TapeOptMain(xDSLOptMain):
         check_pass_options(self.available_passes, self.args.passes)
         super().setup_pipeline()
 
+    def register_all_frontends(self) -> None:
+        super().register_all_frontends()
+        for name, factory in universe.FRONTENDS.items():
+            self.available_frontends.setdefault(name, factory)
+
     def parse_chunk(self, chunk: IO[bytes], file_extension: str,
                     start_offset: int = 0) -> ModuleOp | None:
+        if (self.args.frontend or file_extension) == "onnx":
+            try:
+                return super().parse_chunk(chunk, file_extension, start_offset)
+            except OnnxError as error:  # the model's mistake or an op tapeml does not import
+                raise UserError(str(error)) from None  # (it names the file)
         if (self.args.frontend or file_extension) != "mlir":
             return super().parse_chunk(chunk, file_extension, start_offset)
         text = chunk.read()
