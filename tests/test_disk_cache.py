@@ -462,3 +462,54 @@ def test_a_program_loaded_from_disk_loads_the_kernels_it_calls(cache_dir, fresh_
     assert all(cpu.load_kernel(v) == "loaded" for v in loaded.variants)
     assert not any(s.name == "GEMM kernels" for s in stages)  # nothing linked: loaded
     _same_bits(_run(program, loaded, args), expected)
+
+
+def _weights():
+    """A program holding constants above and below data.DATA_BYTES, of three dtypes."""
+    rng = np.random.default_rng(5)
+    big = rng.standard_normal((64, 48)).astype(np.float32)  # 12 KB: data
+    big64 = rng.standard_normal((40, 30))  # 9.6 KB of float64: data
+    table = rng.integers(-9, 9, (1200, 3))  # int64: data
+    small = rng.standard_normal((48,)).astype(np.float32)  # in the code
+
+    def f(x, i):
+        y = ops.tanh(x @ big + small)
+        return y, ops.sum(big64 * ops.astype(x[0, 0], np.float64)), ops.take(table, i, axis=0)
+
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    i = np.array([0, 7, 1199, 3])
+    expected = (np.tanh(x @ big + small), np.sum(big64 * np.float64(x[0, 0])), table[i])
+    return f, (x, i), expected
+
+
+def test_large_constants_are_data_bound_at_load_and_kept_in_the_cache(cache_dir):
+    """The constants above DATA_BYTES leave the code (pointers bound to copies of their bytes,
+    stored once per content in the cache); the program computes the same from the cache, and
+    a program whose data is gone from the cache is compiled again, not run on nothing."""
+    from tapeml.codegen import data
+
+    fn, args, expected = _weights()
+    program, stored = _compile(fn, args)
+    assert stored.origin == "compiled" and len(stored.data) == 3
+    assert all(len(b) > data.DATA_BYTES for b in stored.data.values())
+    got = stored(*args)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-12)
+    np.testing.assert_array_equal(got[2], expected[2])
+    _, loaded = _compile(fn, args)
+    assert loaded.origin == "disk cache"
+    _same_bits(loaded(*args), got)
+    for payload in stored.data.values():  # the data gone: compiled again
+        (cache_dir / f"{disk_cache.key('data', data.digest(payload))}.tapeml").unlink()
+    _, again = _compile(fn, args)
+    assert again.origin == "compiled"
+    _same_bits(again(*args), got)
+
+
+def test_the_program_text_digests_dense_literals():
+    a = np.arange(4096, dtype=np.float32)
+    f, g = (lambda x: x + a), (lambda x: x + a[::-1].copy())
+    x = np.ones(4096, np.float32)
+    text_f = disk_cache.program_text(tapeml.trace(f, x).module)
+    assert text_f != disk_cache.program_text(tapeml.trace(g, x).module)
+    assert len(text_f) < 2000  # a digest, not the 4096 elements

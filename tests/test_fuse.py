@@ -266,3 +266,42 @@ def test_slices_side_by_side_get_their_gradient_as_a_concatenation_bit_for_bit()
     assert not np.signbit(before[c == 0]).any()  # each -0.0 of c came out +0.0
     assert np.isnan(before[np.isnan(c)]).all()
     assert_same_bits(tapeml.jit(tapeml.grad(loss))(x, c), before)
+
+
+def _conv_bn(weight_known: bool, bias: bool, scale_shape=(4, 1, 1)):
+    """conv2d -> (+ bias) -> an inference batch norm (x * a + b, per channel)."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal((4, 1, 1)).astype(np.float32)
+    a = rng.uniform(0.5, 2.0, scale_shape).astype(np.float32)
+    shift = rng.standard_normal((4, 1, 1)).astype(np.float32)
+
+    def f(x, w_arg):
+        y = nn.conv2d(x, w if weight_known else w_arg, padding=1)
+        if bias:
+            y = y + b
+        return ops.relu(y * a + shift)
+
+    x = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    return f, (x, w)
+
+
+def _fired(program) -> dict:
+    module = program.module.clone()
+    return fuse(module).fired, str(module)
+
+
+def test_an_inference_batch_norm_folds_into_its_convolution():
+    for bias in (False, True):
+        f, args = _conv_bn(weight_known=True, bias=bias)
+        program = tapeml.trace(f, *args)
+        fired, text = _fired(program)
+        assert fired["conv2d-scale"] == 1 and "tape.mul" not in text, text
+        np.testing.assert_allclose(tapeml.jit(f)(*args), program(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_the_batch_norm_fold_declines_what_it_cannot_fold():
+    f, args = _conv_bn(weight_known=False, bias=True)  # a weight to train: an argument
+    assert _fired(tapeml.trace(f, *args))[0]["conv2d-scale"] == 0
+    f, args = _conv_bn(weight_known=True, bias=False, scale_shape=(4, 5, 1))  # varies by row
+    assert _fired(tapeml.trace(f, *args))[0]["conv2d-scale"] == 0

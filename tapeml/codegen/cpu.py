@@ -20,7 +20,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -34,7 +34,7 @@ from xdsl.dialects import func, llvm
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target as XTarget
 
-from tapeml.codegen import disk_cache, marks, pool
+from tapeml.codegen import data, disk_cache, marks, pool
 from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.gemm import Target, Variant, caller, host_threads, kernel, variant
 from tapeml.codegen.stages import Stages, run_pipeline
@@ -64,11 +64,13 @@ def target_machine() -> llvm_binding.TargetMachine:
         features=llvm_binding.get_host_cpu_features().flatten(), opt=3, jit=True)
 
 
-def optimize(module: Any, machine: llvm_binding.TargetMachine) -> tuple[str, Any]:
+def optimize(module: Any, machine: llvm_binding.TargetMachine, detached: Sequence[str] = ()
+             ) -> tuple[str, Any]:
     """An llvm-dialect module as LLVM IR text, and parsed, verified and optimized (at
-    PROGRAM_LEVEL)."""
+    PROGRAM_LEVEL); the globals data.detach made pointers, `detached`, null."""
     ir_module = convert_module(module, fallback_target_triple=machine.triple)
     ir_module.data_layout = str(machine.target_data)
+    data.initialize(ir_module, list(detached))
     called = {op.callee.root_reference.data for op in module.walk()
               if isinstance(op, llvm.CallOp)}
     aliased = {op.sym_name.data for op in module.ops
@@ -363,10 +365,14 @@ class Native:
     def __init__(self, name: str, inputs: list[Argument], outputs: list[Argument],
                  engine: Any, function: Any, arena_bytes: int, scratch: list[np.ndarray],
                  kernels: list[str], variants: list[Variant],
-                 stages: dict[str, str] | None = None, origin: str = "compiled") -> None:
+                 stages: dict[str, str] | None = None, origin: str = "compiled",
+                 data: dict[str, bytes] | None = None, bound: list[np.ndarray] | None = None
+                 ) -> None:
         self.name, self.inputs, self.outputs = name, inputs, outputs
         self.engine, self.function = engine, function
         self.scratch = scratch  # the kernels' packing buffers (bind_scratch)
+        self.data = data or {}  # its large constants' bytes, by global (tapeml/codegen/data.py)
+        self._bound = bound or []  # the copies the code points at
         self.kernels = kernels  # the GEMM callers linked in, by symbol
         self.variants = variants  # the shape-generic kernels they call (load_kernel)
         self.origin = origin
@@ -460,7 +466,7 @@ class CPUBackend:
         if cache is not None:
             started = time.perf_counter()
             payload = cache.get(key)
-            loaded = None if payload is None else _load(payload, name, inputs, outputs)
+            loaded = None if payload is None else _load(payload, name, inputs, outputs, cache)
             if loaded is not None:
                 record("disk cache: hit", None, started, str(cache.path(key)))
                 return loaded
@@ -473,7 +479,8 @@ class CPUBackend:
             started = time.perf_counter()
             cache.put(key, _pack({"name": name, "arena_bytes": native.arena_bytes,
                                   "kernels": native.kernels,
-                                  "variants": [dataclasses.astuple(v) for v in native.variants]},
+                                  "variants": [dataclasses.astuple(v) for v in native.variants],
+                                  "data": data.store(cache, native.data)},
                                  object_code))
             record("disk cache: stored", None, started, str(cache.path(key)))
         return native
@@ -503,10 +510,11 @@ class CPUBackend:
             module, cpu_pipeline(self.fuse, self.libm, threads, profile=profile), kept, after)
         arena_bytes = reports["plan-arena"].sizes[name]
         objects: list[bytes] = []
+        detached = data.detach(module)
         with _LLVM_LOCK:
             started = time.perf_counter()
             machine = target_machine()
-            ir_text, parsed = optimize(module, machine)
+            ir_text, parsed = optimize(module, machine, list(detached))
             if profiling():
                 record("LLVM O2", _instructions(parsed), started, "(LLVM instructions)")
             prefetched = prefetch[0].join() if prefetch else {}
@@ -524,9 +532,11 @@ class CPUBackend:
             engine.finalize_object()
             address = engine.get_function_address(SYMBOL_PREFIX + name)
             scratch = bind_scratch(engine, kernels)
+            bound = data.bind(engine, detached)
             record("machine code (MCJIT)", None, started)
         native = Native(name, inputs, outputs, engine, _entry(address, inputs, outputs),
-                        arena_bytes, scratch, kernels, variants, kept.texts)
+                        arena_bytes, scratch, kernels, variants, kept.texts, data=detached,
+                        bound=bound)
         native.profile_labels = labels if profile else None
         return native, objects[0] if len(objects) == 1 else None
 
@@ -548,9 +558,10 @@ def _pack(meta: dict[str, Any], object_code: bytes) -> bytes:
     return struct.pack("<Q", len(text)) + text + object_code
 
 
-def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argument]
-          ) -> Native | None:
-    """A cache entry's program, linked into a new engine; None if it is not `name`'s."""
+def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argument],
+          cache: Any) -> Native | None:
+    """A cache entry's program, linked into a new engine; None if it is not `name`'s (or its
+    data is no longer in `cache`)."""
     (length,) = struct.unpack_from("<Q", payload)
     try:
         meta = json.loads(payload[8:8 + length])
@@ -563,7 +574,11 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
         variants = [Variant(*fields) for fields in meta["variants"]]
         kernels = [str(symbol) for symbol in meta["kernels"]]
         arena_bytes = int(meta["arena_bytes"])
-    except (KeyError, TypeError, ValueError):
+        keys = {str(k): str(v) for k, v in meta.get("data", {}).items()}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    detached = data.fetch(cache, keys)
+    if detached is None:
         return None
     with _LLVM_LOCK:
         load_pool()  # tapeml_parallel_for, for the programs that call it
@@ -574,5 +589,7 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
         if not address:
             return None
         scratch = bind_scratch(engine, kernels)
+        bound = data.bind(engine, detached)
     return Native(name, inputs, outputs, engine, _entry(address, inputs, outputs),
-                  arena_bytes, scratch, kernels, variants, origin="disk cache")
+                  arena_bytes, scratch, kernels, variants, origin="disk cache", data=detached,
+                  bound=bound)

@@ -165,6 +165,16 @@ def sources_digest() -> str:
 
 
 
+def _attr_text(attr: Any) -> str:
+    """An attribute as text; a dense literal as its type and a digest of its bytes (printing a
+    model's weights element by element took seconds)."""
+    from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
+
+    if isinstance(attr, DenseIntOrFPElementsAttr):
+        return f"dense {attr.type} {hashlib.sha256(attr.data.data).hexdigest()}"
+    return str(attr)
+
+
 def program_text(module: Any) -> str:
     """Everything that determines what `module` (an xDSL operation) computes, as one string
     for `key()`: each op in order with its name, its operands (numbered as their definitions
@@ -179,7 +189,7 @@ def program_text(module: Any) -> str:
     def text(attr: Any) -> str:
         found = texts.get(id(attr))
         if found is None:
-            found = texts[id(attr)] = str(attr)
+            found = texts[id(attr)] = _attr_text(attr)
         return found
 
     def define(value: Any) -> None:

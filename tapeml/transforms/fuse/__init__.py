@@ -9,6 +9,8 @@ ops on the weight side and on cotangents are cheap views and may be shared.
     conv2d-forward     pad -> unfold -> permute/reshape -> matmul -> reshape/permute  => conv2d
     maxpool2d-forward  pad(-inf) -> unfold -> max over the window axes               => maxpool2d
     avgpool2d-forward  pad(0) -> unfold -> sum over the window axes / (kh * kw)       => avgpool2d
+    conv2d-scale       (conv2d(x, W constant) [+ c]) * s, s and c per channel       => conv2d(x,
+                       W*s) [+ c*s]: an inference batch norm folded into its convolution
     concat-of-pads     add of zero pads tiling one axis (slices' cotangents)         => concat
 
 The backward idioms are matched in a first phase, the forward ones in a second: the weight
@@ -54,11 +56,12 @@ from tapeml.transforms.fuse.backward import (
     MaxPoolBackward,
 )
 from tapeml.transforms.fuse.elementwise import group_elementwise
-from tapeml.transforms.fuse.forward import AvgPoolForward, ConvForward, MaxPoolForward
+from tapeml.transforms.fuse.forward import AvgPoolForward, ConvForward, ConvScale, MaxPoolForward
 from tapeml.transforms.fuse.matching import FusionPattern
 from tapeml.transforms.fuse.slices import ConcatOfPads
 
-FORWARD: tuple[type[FusionPattern], ...] = (ConvForward, MaxPoolForward, AvgPoolForward)
+FORWARD: tuple[type[FusionPattern], ...] = (ConvForward, MaxPoolForward, AvgPoolForward,
+                                            ConvScale)
 BACKWARD: tuple[type[FusionPattern], ...] = (ConvBackwardInput, ConvBackwardWeight,
                                              MaxPoolBackward, AvgPoolBackward, ConcatOfPads)
 
