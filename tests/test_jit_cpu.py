@@ -177,6 +177,10 @@ CONVS = [  # x, w, stride, padding, dilation, groups
     # model's 1 x 64 filter, strided, padded unevenly; a 7 x 8 one, dilated)
     ((2, 3, 2, 70), (4, 3, 1, 64), (1, 2), (0, 5, 1, 3), (1, 1), 1),
     ((1, 2, 9, 12), (2, 2, 7, 8), (1, 1), (3, 3, 3, 4), (1, 2), 1),
+    # 1 x 1, stride 1, no padding: the GEMMs read x itself (no im2col), the input cotangent is
+    # the product itself; the weight gradient too below 16 channels, over runs at 20
+    ((2, 5, 4, 6), (3, 5, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    ((3, 20, 3, 5), (7, 20, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
 ]
 
 

@@ -273,10 +273,14 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     dtype = "f32" if t == f32 else "f64"
     ckk, ohw = geo.c * geo.kh * geo.kw, geo.oh * geo.ow
     size = geo.n * ckk * ohw
-    cols = e.insert(alloc(MemRefType(t, [size])))
-    report.scratch_bytes = max(report.scratch_bytes, size * (t.bitwidth // 8))
     (sh, sw), (dh, dw) = op.params["stride"], op.params["dilation"]
     top, left = op.params["padding"][:2]
+    if (geo.kh, geo.kw, sh, sw) == (1, 1, 1, 1) and not any(op.params["padding"]) and (
+            kind is not tape.Conv2dBackwardWeightOp or ckk < RUN_COLUMNS):
+        _pointwise(e, op, ins, out, geo, dtype)  # im2col is the input itself
+        return
+    cols = e.insert(alloc(MemRefType(t, [size])))
+    report.scratch_bytes = max(report.scratch_bytes, size * (t.bitwidth // 8))
     col_steps = [ckk * ohw, geo.kh * geo.kw * ohw, ohw, geo.ow, 1]  # over (b, c, tap, y, x)
     if kind is tape.Conv2dBackwardWeightOp and ckk >= RUN_COLUMNS:
         _weight_gradient_over_runs(e, geo, ins, out, cols, report, op.params, dtype)
@@ -348,6 +352,28 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
             b=(ckk * ohw, 1, ohw), c0=0, accumulate=False)))
     e.insert(dealloc(cols))
 
+
+
+def _pointwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
+               geo: _ConvGeometry, dtype: str) -> None:
+    """A 1 x 1 convolution of stride 1 without padding: its im2col matrix is x itself
+    ([b][c][y*x], what cols would hold), and col2im is the identity, so the GEMMs read x and
+    the input cotangent is the product itself (a ResNet's bottleneck convolutions)."""
+    c, o, hw = geo.c, geo.o, geo.oh * geo.ow
+    if isinstance(op, tape.Conv2dOp):
+        spec = GemmSpec(dtype=dtype, batch=geo.n, m=o, n=hw, k=c, a=(0, c, 1),
+                        b=(c * hw, hw, 1), c0=o * hw, accumulate=False)
+        e.insert(kernel.GemmOp(ins[1], ins[0], out, spec))  # out[n] = w @ x[n]
+    elif isinstance(op, tape.Conv2dBackwardInputOp):
+        ct, weight = ins
+        spec = GemmSpec(dtype=dtype, batch=geo.n, m=c, n=hw, k=o, a=(0, 1, c),
+                        b=(o * hw, hw, 1), c0=c * hw, accumulate=False)
+        e.insert(kernel.GemmOp(weight, ct, out, spec))  # dx[n] = w^T @ ct[n]
+    else:
+        x, ct = ins
+        spec = GemmSpec(dtype=dtype, batch=geo.n, m=o, n=c, k=hw, a=(o * hw, hw, 1),
+                        b=(c * hw, 1, hw), c0=0, accumulate=False)
+        e.insert(kernel.GemmOp(ct, x, out, spec))  # dw = sum over n of ct[n] @ x[n]^T
 
 
 RUNS = 8
