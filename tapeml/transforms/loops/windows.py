@@ -84,27 +84,55 @@ def _window_max(e: Emitter, op: Operation, x_buf: SSAValue, x_shape: Sequence[in
     return e.reduce(op.params["kernel"], e.scalar(-np.inf, t), step)
 
 
+def _inside(count: int, size: int, stride: int, k: int, pad: int) -> tuple[int, int]:
+    """The output positions in [0, count) whose whole window (k taps from position * stride -
+    pad) is inside [0, size)."""
+    low = -(-pad // stride)
+    high = (size - k + pad) // stride + 1 if size - k + pad >= 0 else 0
+    low, high = min(max(low, 0), count), min(max(high, 0), count)
+    return low, max(low, high)
+
+
 @lowering(tape.MaxPool2dOp, tape.AvgPool2dOp)
 def lower_pool(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
                cx: Context) -> None:
+    """Each output the max (or mean) of its window: the windows wholly inside the input read
+    it without bounds checks (LLVM vectorizes along the row), those at its edges through
+    them (padding is -inf for a max, 0 for a mean)."""
     x_shape, out_shape = shape_of(op.input), shape_of(op.result)
     t = op.result.type.get_element_type()
     kh, kw = op.params["kernel"]
+    (sh, sw), (top, left, _, _) = op.params["stride"], op.params["padding"]
+    n, c, h, w = x_shape
+    oh, ow = out_shape[2:]
+    maximum = isinstance(op, tape.MaxPool2dOp)
 
-    def body(e: Emitter, ivs: list[SSAValue]) -> None:
-        if isinstance(op, tape.MaxPool2dOp):
-            value = _window_max(e, op, ins[0], x_shape, ivs, t)
-        else:
-            def step(e: Emitter, taps: list[SSAValue], acc: SSAValue) -> SSAValue:
+    def body(e: Emitter, ivs: list[SSAValue], checked: bool) -> None:
+        def step(e: Emitter, taps: list[SSAValue], acc: SSAValue) -> SSAValue:
+            if checked:
                 inside, index = _window(e, op, ins[0], x_shape, ivs, taps)
-                x = e.insert(arith.SelectOp(inside, e.load(ins[0], index), e.scalar(0.0, t)))
-                return e.insert(arith.AddfOp(acc, x))
+                x = e.insert(arith.SelectOp(inside, e.load(ins[0], index),
+                                            e.scalar(-np.inf if maximum else 0.0, t)))
+            else:
+                x = e.load(ins[0], e.linear([*ivs, *taps], [c * h * w, h * w, sh * w, sw, w, 1],
+                                            -top * w - left))
+            return e.insert(arith.MaximumfOp(acc, x) if maximum else arith.AddfOp(acc, x))
 
-            total = e.reduce([kh, kw], e.scalar(0.0, t), step)
-            value = e.insert(arith.DivfOp(total, e.scalar(kh * kw, t)))
+        value = e.reduce([kh, kw], e.scalar(-np.inf if maximum else 0.0, t), step)
+        if not maximum:
+            value = e.insert(arith.DivfOp(value, e.scalar(kh * kw, t)))
         e.store(value, out, e.linear(ivs, strides(out_shape)))
 
-    e.loops(out_shape, body, parallel=True)
+    (r0, r1), (c0, c1) = _inside(oh, h, sh, kh, top), _inside(ow, w, sw, kw, left)
+    if r0 == r1 or c0 == c1:
+        r0 = r1 = c0 = c1 = 0
+    parts = [((r0, r1), (c0, c1), False), ((0, r0), (0, ow), True), ((r1, oh), (0, ow), True),
+             ((r0, r1), (0, c0), True), ((r0, r1), (c1, ow), True)]
+    for (y0, y1), (x0, x1), checked in parts:
+        if y0 < y1 and x0 < x1:
+            e.loops([n, c, y1 - y0, x1 - x0], lambda e, ivs, y0=y0, x0=x0, checked=checked: body(
+                e, [ivs[0], ivs[1], e.linear([ivs[2]], [1], y0), e.linear([ivs[3]], [1], x0)],
+                checked), parallel=True)
 
 
 @lowering(tape.MaxPool2dBackwardOp, tape.AvgPool2dBackwardOp)
