@@ -500,6 +500,22 @@ def test_narrow_products_read_a_in_place(dtype, m, n, k, batch, c0, accumulate):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_narrow_products_aliasing_rows_are_packed(dtype):
+    """Rows of A a multiple of ALIASED_ROWS bytes apart would evict each other from L1 read in
+    place: such an A is packed (the same sums: numpy's); a stride off the multiple is read in
+    place."""
+    from tapeml.codegen.gemm.plan import ALIASED_ROWS, INDEX, plan
+
+    one = dataclasses.replace(Target.host(), threads=1)
+    size = 4 if dtype == np.float32 else 8
+    for k, direct in ((ALIASED_ROWS // size, 0), (ALIASED_ROWS // size + 16, 1)):
+        spec = GemmSpec("f32" if dtype == np.float32 else "f64", 1, 40, 49, k, (40 * k, k, 1),
+                        (k * 49, 49, 1), 40 * 49, False)
+        assert plan(spec, one)[INDEX["direct_a"]] == direct, k
+        check(40, 49, k, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("m,panels,k,batch,c0,accumulate,ta", [
     (64, 2, 32, 64, None, False, False),  # attention's batched products

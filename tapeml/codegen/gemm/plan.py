@@ -100,12 +100,20 @@ DIRECT_A_COLUMNS = 128
 a quarter of the time (a 1024 x 512 x 128 product: 0.95-1.05 ms packed)."""
 
 
+ALIASED_ROWS = 4096
+"""Rows of A this many bytes apart (or a multiple) fall in the same L1 sets: a tile's MR rows
+read in place evict each other. A 512 x k x 49 product: 84 GFLOP/s read in place at k = 512,
+2304 or 4608, 37 at k = 1024 to 4096 (rows 4, 8, 12, 16 KB apart), 52 packed (Zen 4, one core)."""
+
+
 def direct_a(spec: GemmSpec, v: Variant, shared: bool) -> bool:
     """The micro-kernel reads A where it is (row i of a tile at A + i * a1, k along the row):
     a narrow product (n <= DIRECT_A_COLUMNS) whose A runs along k with stride 1, unless the
-    threads share one packed B (their rows jobs pack A on their stacks)."""
+    threads share one packed B (their rows jobs pack A on their stacks) or A's rows alias
+    (ALIASED_ROWS)."""
     return (not shared and spec.n <= DIRECT_A_COLUMNS and v.a_unit
-            and along_rows(spec.a[1], spec.a[2]))
+            and along_rows(spec.a[1], spec.a[2])
+            and (spec.a[1] * v.element[1]) % ALIASED_ROWS != 0)
 
 
 DIRECT_B_BYTES = 32 << 10
