@@ -333,6 +333,9 @@ def _source(node: Node, mode: str, out: int, size: int, scale: float) -> np.ndar
         return x / scale
     if mode == "tf_half_pixel_for_nn":
         return (x + 0.5) / scale
+    if mode == "half_pixel_symmetric":  # half_pixel, centred when out / scale is not whole
+        offset = size / 2 * (1 - out / (size * scale))
+        return offset + (x + 0.5) / scale - 0.5
     raise node.fail(f"coordinate_transformation_mode {mode!r} is not imported")
 
 
@@ -352,17 +355,39 @@ def _nearest(node: Node, coords: np.ndarray, size: int) -> np.ndarray:
     return np.clip(index, 0, size - 1).astype(np.int64)
 
 
+def _cubic(node: Node, coords: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The four taps around each coordinate (clamped to the edge) and their weights from
+    Keys' cubic with a = cubic_coeff_a; with exclude_outside, taps past the edge weigh 0 and
+    the rest are scaled back to a sum of 1."""
+    a = node.attr("cubic_coeff_a", -0.75)
+    base = np.floor(coords)
+    t = coords - base
+    distance = np.stack([t + 1, t, 1 - t, 2 - t], axis=1)
+    near = ((a + 2) * distance - (a + 3)) * distance * distance + 1
+    far = ((a * distance - 5 * a) * distance + 8 * a) * distance - 4 * a
+    weights = np.where(distance <= 1, near, far)
+    taps = base[:, None].astype(np.int64) + np.arange(-1, 3)
+    if node.attr("exclude_outside", 0):
+        weights = np.where((taps < 0) | (taps >= size), 0.0, weights)
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    return np.clip(taps, 0, size - 1), weights
+
+
 @converts("Resize", static=(1, 2, 3))
 @converts("Upsample", static=(1,))
 def resize(node: Node, ins: list[Any]) -> Any:
-    """Nearest and linear (separable: one gather, or two and a blend, per resized axis)."""
+    """Nearest, linear and cubic (separable: one gather, or two or four and their weights,
+    per resized axis)."""
     x = ins[0]
     rank = len(x.shape)
     mode = node.attr("mode", "nearest")
-    if mode not in ("nearest", "linear", "bilinear"):
-        raise node.fail(f"mode {mode!r} is not imported (nearest and linear are)")
-    if node.attr("antialias", 0) or node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-        raise node.fail("antialias and keep_aspect_ratio_policy are not imported")
+    if mode not in ("nearest", "linear", "bilinear", "cubic"):
+        raise node.fail(f"mode {mode!r} is not one ONNX defines")
+    if node.attr("antialias", 0):
+        raise node.fail("antialias is not imported")
+    policy = node.attr("keep_aspect_ratio_policy", "stretch")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise node.fail(f"keep_aspect_ratio_policy {policy!r} is not one ONNX defines")
     axes = [axis_of(node, a, rank) for a in node.attr("axes", range(rank))]
     default = "asymmetric" if node.op_type == "Upsample" or node.opset < 11 else "half_pixel"
     transform = node.attr("coordinate_transformation_mode", default)
@@ -379,6 +404,10 @@ def resize(node: Node, ins: list[Any]) -> Any:
     given = scales if sizes is None else sizes
     if given is None or len(given) != len(axes):
         raise node.fail(f"give scales or sizes for each of the {len(axes)} resized axes")
+    if sizes is not None and policy != "stretch":  # one scale for all, the sizes its bound
+        ratios = [target / x.shape[a] for a, target in zip(axes, sizes, strict=True)]
+        common = min(ratios) if policy == "not_larger" else max(ratios)
+        sizes = given = [int(math.floor(common * x.shape[a] + 0.5)) for a in axes]
     for axis, value in zip(axes, given, strict=True):
         size = x.shape[axis]
         out = int(value) if sizes is not None else int(math.floor(size * value))
@@ -389,10 +418,16 @@ def resize(node: Node, ins: list[Any]) -> Any:
         if mode == "nearest":
             x = ops.take(x, _nearest(node, coords, size), axis=axis)
             continue
+        shape = [out if a == axis else 1 for a in range(rank)]
+        if mode == "cubic":
+            taps, weights = _cubic(node, coords, size)
+            terms = [ops.multiply(ops.take(x, taps[:, k], axis=axis),
+                                  weights[:, k].astype(x.dtype).reshape(shape)) for k in range(4)]
+            x = ops.add(ops.add(terms[0], terms[1]), ops.add(terms[2], terms[3]))
+            continue
         coords = np.clip(coords, 0, size - 1)
         low = np.floor(coords).astype(np.int64)
         high = np.minimum(low + 1, size - 1)
-        shape = [out if a == axis else 1 for a in range(rank)]
         weight = (coords - low).astype(x.dtype).reshape(shape)
         x = ops.add(ops.multiply(ops.take(x, low, axis=axis), 1 - weight),
                     ops.multiply(ops.take(x, high, axis=axis), weight))

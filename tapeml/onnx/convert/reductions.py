@@ -77,10 +77,26 @@ def _sum_square(x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
 
 
 def _prod(x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
-    if not isinstance(x, np.ndarray):  # a product of shapes folds; of traced values, refused
-        raise NotImplementedError("ReduceProd of values computed from the inputs is not "
-                                  "imported (only of values known at import)")
-    return np.prod(x, axis=axes, keepdims=keepdims).astype(x.dtype)
+    """The reduced axes moved last as one, then halves multiplied pairwise (log2 of its length
+    multiplies; an odd length padded with a 1): a tree of products, as a parallel reduction
+    would order them."""
+    if isinstance(x, np.ndarray):  # (a product of shapes: folds)
+        return np.prod(x, axis=axes, keepdims=keepdims).astype(x.dtype)
+    rank = len(x.shape)
+    kept = [a for a in range(rank) if a not in axes]
+    length = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    y = ops.reshape(ops.transpose(x, (*kept, *axes)), (*(x.shape[a] for a in kept), length))
+    if length == 0:
+        y = ops.full_like(ops.sum(y, axis=-1, keepdims=True), 1)
+    while y.shape[-1] > 1:
+        half = -(-y.shape[-1] // 2)
+        if y.shape[-1] % 2:
+            one = np.ones((*y.shape[:-1], 1), dtype=y.dtype)
+            y = ops.concatenate([y, one], axis=-1)
+        y = ops.multiply(ops.getitem(y, (..., slice(0, half))),
+                         ops.getitem(y, (..., slice(half, None))))
+    shape = [1 if a in axes else d for a, d in enumerate(x.shape) if keepdims or a not in axes]
+    return ops.reshape(y, tuple(shape))
 
 
 converts("ReduceMax", static=(1,))(_reduce(_max, -np.inf))
