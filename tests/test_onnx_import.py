@@ -173,3 +173,25 @@ def test_tapeml_opt_reads_onnx_models(tmp_path):
 def test_supported_ops_are_all_converters():
     assert {"Conv", "Gemm", "MatMul", "Resize", "LayerNormalization", "Gelu",
             "BatchNormalization"} <= set(tapeml.onnx.supported_ops())
+
+
+def test_an_imported_model_runs_on_every_backend():
+    """Interpreted, compiled for the CPU and for the GPU (emulated: xDSL's interpreter runs its
+    kernels), the same numbers; eval_shape and summary() see it as any program."""
+    w = RNG.standard_normal((5, 3)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [4, 5])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [4, 3])], [numpy_helper.from_array(w, "w")])
+    program = tapeml.onnx.load(helper.make_model(graph,
+                                                 opset_imports=[helper.make_opsetid("", 17)]))
+    x = RNG.standard_normal((4, 5)).astype(np.float32)
+    expected = np.exp(np.maximum(x @ w, 0))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(program(x), expected, rtol=1e-5)
+    np.testing.assert_allclose(tapeml.jit(program)(x), expected, rtol=1e-5)
+    np.testing.assert_allclose(tapeml.jit(program, backend="cuda", emulate=True)(x), expected,
+                               rtol=1e-5)
+    assert tapeml.eval_shape(program, tapeml.Spec((4, 5))) == tapeml.Spec((4, 3))
+    assert "tape.matmul" in program.summary()
