@@ -42,11 +42,11 @@ def import_graph(graph: Graph, input_shapes: Mapping[str, Any] | None = None,
 
     def run(*args: Any) -> Any:
         values = dict(fixed)
+        trace = next((x.trace for x in flatten(args)[0] if isinstance(x, Tracer)), None)
         if params:
             values.update(args[0])
             args = args[1:]
         values.update(zip((i.name for i in inputs), args, strict=True))
-        trace = next((x.trace for x in flatten(args)[0] if isinstance(x, Tracer)), None)
         for node in graph.nodes:
             if trace is not None:
                 trace.location = FileLineColLoc(StringAttr(graph.source), IntAttr(node.index + 1),
