@@ -190,16 +190,45 @@ def _windows(x: Any, kernel: tuple[int, ...], strides: tuple[int, ...],
 
 @converts("MaxPool")
 def max_pool(node: Node, ins: list[Any]) -> Any:
+    """The max of each window (padding is -inf); its Indices output, when asked for: where the
+    first maximum is, as an index into the input flattened (row-major, or column-major over
+    the spatial dims with storage_order=1)."""
     x = ins[0]
-    if len(node.outputs) > 1 and node.outputs[1]:
-        raise node.fail("the Indices output is not imported")
-    if node.attr("storage_order", 0):
-        raise node.fail("storage_order=1 is not imported")
     kernel, strides, dilations, before, after, extra = _pool_geometry(node, x)
     lowest = -np.inf if np.dtype(x.dtype).kind == "f" else np.iinfo(x.dtype).min
-    cols = _windows(x, kernel, strides, dilations, before,
-                    [a + e for a, e in zip(after, extra, strict=True)], lowest)
-    return ops.max(cols, axis=tuple(range(-len(kernel), 0)))
+    ends = [a + e for a, e in zip(after, extra, strict=True)]
+    cols = _windows(x, kernel, strides, dilations, before, ends, lowest)
+    taps = tuple(range(-len(kernel), 0))
+    pooled = ops.max(cols, axis=taps)
+    if len(node.outputs) < 2 or not node.outputs[1]:
+        return pooled
+    shape = tuple(x.shape)
+    flat = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    if node.attr("storage_order", 0):  # the spatial dims counted column-major
+        spatial = np.arange(math.prod(shape[2:]), dtype=np.int64).reshape(shape[2:][::-1]).T
+        flat = (np.arange(shape[0] * shape[1], dtype=np.int64).reshape(shape[:2] + (1,) * (
+            len(shape) - 2)) * math.prod(shape[2:]) + spatial)
+    positions = _index_windows(flat, kernel, strides, dilations, before, ends)
+    count = math.prod(kernel)
+    windows = ops.reshape(cols, (*cols.shape[:-len(kernel)], count))
+    first = ops.argmax(windows, axis=-1, keepdims=True)
+    chosen = ops.take_along_axis(np.reshape(positions, (*positions.shape[:-len(kernel)], count)),
+                                 first, axis=-1)
+    return [pooled, ops.reshape(chosen, pooled.shape)]
+
+
+def _index_windows(flat: np.ndarray, kernel: tuple[int, ...], strides: tuple[int, ...],
+                   dilations: tuple[int, ...], before: list[int], after: list[int]
+                   ) -> np.ndarray:
+    """`_windows` of an index array, known at import (-1 in the padding): numpy's sliding
+    windows, strided and dilated as the pool's."""
+    s = len(kernel)
+    padded = np.pad(flat, [(0, 0), (0, 0), *zip(before, after, strict=True)], constant_values=-1)
+    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
+    windows = np.lib.stride_tricks.sliding_window_view(padded, spans, axis=tuple(range(2, 2 + s)))
+    picked = (slice(None), slice(None), *(slice(None, None, st) for st in strides),
+              *(slice(None, None, d) for d in dilations))
+    return np.ascontiguousarray(windows[picked])
 
 
 @converts("AveragePool")
