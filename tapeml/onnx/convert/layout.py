@@ -282,7 +282,7 @@ def _wrapped(node: Node, indices: Any, dim: int) -> Any:
 
 @converts("Pad", static=(1, 2, 3))
 def pad(node: Node, ins: list[Any]) -> Any:
-    """constant (negative pads crop), reflect and edge."""
+    """constant (negative pads crop), reflect, edge and wrap."""
     x = ins[0]
     rank = len(x.shape)
     if node.opset < 11:
@@ -302,8 +302,8 @@ def pad(node: Node, ins: list[Any]) -> Any:
     mode = node.attr("mode", "constant")
     if mode == "constant":
         return ops.pad(x, widths, value)
-    if mode not in ("reflect", "edge"):
-        raise node.fail(f"mode {mode!r} is not imported (constant, reflect, edge are)")
+    if mode not in ("reflect", "edge", "wrap"):
+        raise node.fail(f"mode {mode!r} is not one ONNX defines")
     for a, (before, after) in enumerate(widths):
         if before or after:
             if min(before, after) < 0 or (mode == "reflect" and max(before, after) >= x.shape[a]):
