@@ -203,6 +203,32 @@ def test_convolutions_pools_and_their_gradients_compile(case, fused):
     close(CPUBackend(fuse=fused).compile(step.module)(*args), step(*args))
 
 
+@pytest.mark.parametrize("weight_runs", [False, True])
+def test_a_wide_weight_gradient_either_way(weight_runs, monkeypatch):
+    """C * kh * kw >= RUN_COLUMNS: products over runs of images or one per image, as the host's
+    Target says (tape-to-loops' weight_runs); the same gradients either way."""
+    import dataclasses
+
+    from tapeml.codegen.cpu import CPUBackend
+    from tapeml.codegen.gemm import Target
+    from tapeml.transforms.differentiate import differentiate
+
+    host = Target.host()
+    monkeypatch.setattr(Target, "host", staticmethod(
+        lambda: dataclasses.replace(host, weight_runs=weight_runs)))
+
+    def loss(x, w):
+        return ops.sum(ops.tanh(nn.conv2d(x, w, stride=(2, 1), padding=(1, 0, 2, 1))))
+
+    args = (r(3, 20, 9, 7, dtype=np.float64), r(5, 20, 3, 3, dtype=np.float64))
+    step = tapeml.trace(loss, *args)
+    differentiate(step.function)
+    compiled = CPUBackend().compile(step.module, stages=True)
+    # over runs, the weight gradient's A is ct' [o][b][y][x]: rows of 3 * 5 * 6 = 90
+    assert ("a_strides = array<i64: 30, 90, 1>" in compiled.stages["loops"]) == weight_runs
+    close(compiled(*args), step(*args))
+
+
 @settings(max_examples=15, deadline=None)
 @given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
 def test_generated_programs_compile_to_what_the_interpreter_computes(data, dtype):

@@ -507,7 +507,8 @@ class CPUBackend:
                     labels.extend(_profile_labels(lowered, name))
 
         module, reports = run_pipeline(
-            module, cpu_pipeline(self.fuse, self.libm, threads, profile=profile), kept, after)
+            module, cpu_pipeline(self.fuse, self.libm, threads, profile=profile,
+                                 weight_runs=Target.host().weight_runs), kept, after)
         arena_bytes = reports["plan-arena"].sizes[name]
         objects: list[bytes] = []
         detached = data.detach(module)

@@ -39,14 +39,15 @@ class Step(NamedTuple):
 
 
 def cpu_pipeline(fuse: bool = True, libm: bool = False, threads: int = 1, tidy: bool = False,
-                 profile: bool = False) -> list[Step]:
+                 profile: bool = False, weight_runs: bool = True) -> list[Step]:
     """tape -> the llvm dialect, for the CPU: `threads` > 1 outlines the parallel loops worth
     it for the thread pool; `tidy` runs canonicalize and cse after convert-scf-to-cf, for a
     reader (LLVM does that work again, so the backend does not); `profile` marks each tape
     op's loops for a profiled run (tape-to-loops')."""
     return [
         *([Step(FusePass(), "fused tape")] if fuse else []),
-        Step(ToLoopsPass(libm=libm, row_reductions=True, share=True, profile=profile), "loops"),
+        Step(ToLoopsPass(libm=libm, row_reductions=True, share=True, profile=profile,
+                         weight_runs=weight_runs), "loops"),
         *([Step(OutlineParallelLoopsPass(), "outlined loops")] if threads > 1 else []),
         Step(PlanArenaPass(), "arena"),
         Step(MergeLoopNestsPass()),
@@ -90,9 +91,12 @@ class TapeToLLVMPass(ModulePass):
     tidy: bool = False
     """canonicalize and cse after convert-scf-to-cf, for a reader (the backend leaves that
     work to LLVM)."""
+    weight_runs: bool = True
+    """tape-to-loops' (jit: the host's choice, Target.weight_runs)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        apply_pipeline(cpu_pipeline(self.fuse, self.libm, self.threads, self.tidy), ctx, op)
+        apply_pipeline(cpu_pipeline(self.fuse, self.libm, self.threads, self.tidy,
+                                    weight_runs=self.weight_runs), ctx, op)
 
 
 @dataclass(frozen=True)

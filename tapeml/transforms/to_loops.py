@@ -117,7 +117,8 @@ def _shared(block: Block, views: dict[SSAValue, list[int]]) -> dict[Operation, H
 
 def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                    libm: bool = False, row_reductions: bool = False,
-                   share: bool = False, profile: bool = False) -> None:
+                   share: bool = False, profile: bool = False, weight_runs: bool = True
+                   ) -> None:
     if len(f.body.blocks) != 1 or not isinstance(f.body.block.last_op, func.ReturnOp):
         raise LoweringError(f"tape-to-loops: @{f.sym_name.data} must be one block of tape ops "
                             "ending in func.return")
@@ -146,7 +147,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     views = transposes_read_in_place(block)
     counter = iter(range(1 << 30))
     cx = Context(module, report, views, row_reductions,
-                 lambda: f"{f.sym_name.data}_constant_{next(counter)}")
+                 lambda: f"{f.sym_name.data}_constant_{next(counter)}", weight_runs)
     shared = _shared(block, views) if share else {}
     functions: dict[Hashable, tuple[str, list[MemRefType]]] = {}  # a key -> its function
     labels: list[str] = []  # profile: what each kernel.mark's entry counts
@@ -265,7 +266,8 @@ def profile_label(op: Operation) -> str:
 
 
 def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False,
-                 share: bool = False, profile: bool = False) -> PlanReport:
+                 share: bool = False, profile: bool = False, weight_runs: bool = True
+                 ) -> PlanReport:
     """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
     call libm for exp, log, tanh, sigmoid and f32 erf (default: vectorizable arithmetic, see
     transcendentals.py). `row_reductions`: reductions that keep the input's last axes fold a
@@ -273,10 +275,12 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     thread per output). `share`: ops whose loops are the same (a model's repeated layers')
     call one function holding them (`SHAREABLE`), lowered once (the CPU's choice: later
     passes see each distinct op once). `profile`: a kernel.mark before each op's loops, and
-    the function's PROFILE_ATTR naming them (Jitted.profile's rows)."""
+    the function's PROFILE_ATTR naming them (Jitted.profile's rows). `weight_runs`: a wide
+    convolution weight gradient as products over runs of images (lower_conv2d_gemm; a
+    machine's choice, which the CPU backend makes from its Target)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
-        lower_function(f, module, report, libm, row_reductions, share, profile)
+        lower_function(f, module, report, libm, row_reductions, share, profile, weight_runs)
     return report
 
 
@@ -294,9 +298,12 @@ class ToLoopsPass(ModulePass):
     """Ops whose loops are the same call one function holding them (the CPU's)."""
     profile: bool = False
     """A kernel.mark before each op's loops: a profiled run times each op."""
+    weight_runs: bool = True
+    """A wide convolution weight gradient as products over runs of images, not per image."""
 
     def apply(self, ctx: PassContext, op: ModuleOp) -> None:
         self.run(op)
 
     def run(self, module: ModuleOp) -> PlanReport:
-        return lower_module(module, self.libm, self.row_reductions, self.share, self.profile)
+        return lower_module(module, self.libm, self.row_reductions, self.share, self.profile,
+                            self.weight_runs)

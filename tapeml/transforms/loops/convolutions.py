@@ -31,7 +31,7 @@ def lower_convolution(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
                       cx: Context) -> None:
     """groups = 1: GEMMs over an im2col matrix; otherwise direct loops."""
     if op.params["groups"] == 1:
-        lower_conv2d_gemm(e, op, ins, out, cx.report)
+        lower_conv2d_gemm(e, op, ins, out, cx.report, cx.weight_runs)
     elif isinstance(op, tape.Conv2dOp):
         lower_conv2d(e, op, ins, out)
     else:
@@ -243,7 +243,8 @@ taps as loops and a bounds check per position. ResNet-50's 7 x 7 stem (random we
 the model's first call 12.4 s -> 7.0 s."""
 
 RUN_COLUMNS = 16
-"""A weight gradient with at least this many weights per output channel (C * kh * kw) is a
+"""A weight gradient with at least this many weights per output channel (C * kh * kw) is,
+where the machine is better at it (`weight_runs`, Target.weight_runs), a
 few products over runs of whole images (`_weight_gradient_over_runs`); a narrower one (a
 first layer's one input channel: 9) stays a product per image summed in groups, where the
 long products' B would be mostly masked columns (W4's 1 -> 16 conv: 1.05 ms as it is, 1.15
@@ -251,7 +252,7 @@ ms as one product)."""
 
 
 def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
-                      report: PlanReport) -> None:
+                      report: PlanReport, weight_runs: bool = True) -> None:
     """conv2d (groups = 1) and its two cotangents as GEMMs over the im2col matrix
     cols[b, c, i, j, y, x] = x[b, c, y*sh + i*dh - top, x*sw + j*dw - left] (0 in the padding),
     a scratch buffer of N*C*kh*kw*OH*OW elements freed after the op:
@@ -259,8 +260,8 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
         forward   out[b] = W[o, (c,i,j)] @ cols[b]                     per image, one kernel.gemm
         input     dcols[b] = W^T @ ct[b], then dx += dcols scattered back (col2im)
         weight    dW = sum_b ct[b] @ cols[b]^T                         batches summed in the kernel,
-                  or, C*kh*kw >= RUN_COLUMNS, products over runs of whole images
-                  (`_weight_gradient_over_runs`)
+                  or, C*kh*kw >= RUN_COLUMNS and `weight_runs`, products over runs of whole
+                  images (`_weight_gradient_over_runs`)
     """
     kind = type(op)
     if kind is tape.Conv2dOp:
@@ -277,14 +278,15 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     size = geo.n * ckk * ohw
     (sh, sw), (dh, dw) = op.params["stride"], op.params["dilation"]
     top, left = op.params["padding"][:2]
+    runs = weight_runs and ckk >= RUN_COLUMNS
     if (geo.kh, geo.kw, sh, sw) == (1, 1, 1, 1) and not any(op.params["padding"]) and (
-            kind is not tape.Conv2dBackwardWeightOp or ckk < RUN_COLUMNS):
+            kind is not tape.Conv2dBackwardWeightOp or not runs):
         _pointwise(e, op, ins, out, geo, dtype)  # im2col is the input itself
         return
     cols = e.insert(alloc(MemRefType(t, [size])))
     report.scratch_bytes = max(report.scratch_bytes, size * (t.bitwidth // 8))
     col_steps = [ckk * ohw, geo.kh * geo.kw * ohw, ohw, geo.ow, 1]  # over (b, c, tap, y, x)
-    if kind is tape.Conv2dBackwardWeightOp and ckk >= RUN_COLUMNS:
+    if kind is tape.Conv2dBackwardWeightOp and runs:
         _weight_gradient_over_runs(e, geo, ins, out, cols, report, op.params, dtype)
         e.insert(dealloc(cols))
         return

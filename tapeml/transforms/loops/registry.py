@@ -29,6 +29,9 @@ class Context:
     """The CPU's reductions (see lower_reduction)."""
     constant_name: Callable[[], str]
     """A fresh name for a memref.global."""
+    weight_runs: bool = True
+    """A wide convolution weight gradient as products over runs of images (see
+    lower_conv2d_gemm), not a product per image."""
 
 
 Lowering = Callable[[Emitter, Operation, list[SSAValue], SSAValue, Context], SSAValue | None]
