@@ -31,3 +31,8 @@ class OnnxError(ValueError):
     """An ONNX model tapeml cannot import as it is: an op outside the supported set (named with
     its node and opset), an element type tape tensors do not hold, a shape that is not static
     at import, or attributes and inputs the op's rule rejects."""
+
+
+class StableHLOError(ValueError):
+    """A module holds an op tapeml cannot write as StableHLO (one outside the tape dialect:
+    a lowered program), named with the op."""

@@ -128,7 +128,14 @@ def _ptx() -> type[Target]:
     return PTXTarget
 
 
-TARGETS: dict[str, Callable[[], type[Target]]] = {"host-asm": _host_asm, "ptx": _ptx}
+def _stablehlo() -> type[Target]:
+    from tapeml.stablehlo.target import StableHLOTarget
+
+    return StableHLOTarget
+
+
+TARGETS: dict[str, Callable[[], type[Target]]] = {"host-asm": _host_asm, "ptx": _ptx,
+                                                  "stablehlo": _stablehlo}
 
 
 def _onnx() -> type[Frontend]:

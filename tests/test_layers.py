@@ -6,6 +6,7 @@ level or inside a function alike). The order, lowest first:
     interpreters      the semantics (xDSL's interpreter)
     tracing           tracers, the ops API, pytrees (eager ops run on the interpreter)
     transforms        passes and pipelines (tape-differentiate writes backward ops by tracing)
+    stablehlo         tape programs written as StableHLO text (IREE's input, XLA's)
     codegen           backends: they run the pipelines, then LLVM, PTX, the thread pool
     frontend          Program, grad, jit, nn, optim
     onnx              ONNX models in (a program traced from the graph)
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import tapeml
 
-LAYERS = ["errors", "profile", "dialects", "interpreters", "tracing", "transforms", "codegen",
+LAYERS = ["errors", "profile", "dialects", "interpreters", "tracing", "transforms", "stablehlo",
+          "codegen",
           "frontend", "onnx", "universe", "tools", ""]
 PACKAGE = Path(tapeml.__file__).parent
 

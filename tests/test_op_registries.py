@@ -1,6 +1,6 @@
 """Every tape op has a row in every table that gives it a meaning: its numpy semantics, its
-pullback (or a mark that it has none), its loops (which the CPU and the GPU both compile), and
-its FLOPs. A new op without one fails here, naming the table."""
+pullback (or a mark that it has none), its loops (which the CPU and the GPU both compile), its
+FLOPs and its StableHLO. A new op without one fails here, naming the table."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tapeml.dialects import tape
 from tapeml.dialects.registry import OpTable
 from tapeml.frontend.flops import FLOPS
 from tapeml.interpreters.tape import SEMANTICS
+from tapeml.stablehlo import EMITTERS
 from tapeml.transforms.gpu_to_nvvm import LIBDEVICE
 from tapeml.transforms.loops.elementwise import OPS as ELEMENTWISE_OPS
 from tapeml.transforms.loops.elementwise import SCALARS
@@ -25,6 +26,7 @@ TABLES = {
         set(PULLBACKS) | NON_DIFFERENTIABLE,
     "loops (tapeml/transforms/loops/)": set(LOWERINGS),
     "FLOPs (tapeml/frontend/flops.py)": set(FLOPS),
+    "StableHLO (tapeml/stablehlo/)": set(EMITTERS),
 }
 
 
@@ -77,4 +79,5 @@ def test_a_table_refuses_a_second_rule_for_one_op():
     table.register(tape.AddOp)(lambda: 1)
     with pytest.raises(ValueError, match="tape.add has two rules for its loops"):
         table.register(tape.SubOp, tape.AddOp)(lambda: 2)
-    assert all(isinstance(t, OpTable) for t in (SEMANTICS, PULLBACKS, LOWERINGS, SCALARS, FLOPS))
+    assert all(isinstance(t, OpTable) for t in (SEMANTICS, PULLBACKS, LOWERINGS, SCALARS, FLOPS,
+                                                EMITTERS))

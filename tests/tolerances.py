@@ -29,6 +29,9 @@ class Tolerance:
 
 
 BITWISE = Tolerance()
+IREE_ULP_F32 = 4
+IREE_ULP_F64 = 4
+IREE_TRIG_ATOL = 4e-6
 
 
 def _per_dtype(f32: Tolerance, f64: Tolerance) -> dict[str, Tolerance]:
@@ -89,6 +92,19 @@ TABLE: dict[str, dict[str, Any]] = {
     "program-exact": {},
 }
 """row -> stage kind -> dtype name -> Tolerance; a row or kind not listed is bitwise."""
+
+# IREE (tests/test_stablehlo.py), against the interpreter: its own approximations of the
+# transcendentals, and its own order for sums and products
+_IREE_FUNCTIONS = _per_dtype(Tolerance(ulp=IREE_ULP_F32, against="interp"),
+                             Tolerance(ulp=IREE_ULP_F64, against="interp"))
+for _row in ("exp", "log", "tanh", "sin", "cos", "sigmoid", "fused", "pow", "erf"):
+    TABLE.setdefault(_row, {})["iree"] = _IREE_FUNCTIONS
+# its f32 sin and cos (on [-20, 20]: test_stablehlo's trigonometry cases) are a polynomial
+# within an absolute bound, not ulps
+TABLE["trigonometry"] = {"iree": _per_dtype(
+    Tolerance(atol=IREE_TRIG_ATOL, bitwise=False, against="interp"), BITWISE)}
+for _row in ("fold", "sum", "matmul", "conv2d", "avgpool2d", "maxpool2d_backward"):
+    TABLE[_row]["iree"] = TABLE[_row]["arith"]
 
 
 def tolerance(row: str, kind: str, dtype: Any) -> Tolerance:

@@ -9,7 +9,8 @@ its arguments and results, with their names, are the compiled function's
 
 `interp` runs the program on xDSL's interpreter (the reference); `cpu` compiles it through the
 loop form and LLVM to machine code for this CPU; `cuda` to PTX for an NVIDIA GPU, run through
-cuda-python (or, with emulate=True, its GPU form on the interpreter).
+cuda-python (or, with emulate=True, its GPU form on the interpreter); `iree` writes it as
+StableHLO and runs it through IREE's compiler and runtime.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class Backend(Protocol):
 
 def get_backend(name: str, **options: Any) -> Backend:
     """A backend by name; options go to its constructor (cpu: fuse=, libm=; cuda: fuse=,
-    emulate=, arch=)."""
+    emulate=, arch=; iree: fuse=)."""
     if name == "interp":
         from tapeml.codegen.interp import InterpBackend
 
@@ -50,4 +51,8 @@ def get_backend(name: str, **options: Any) -> Backend:
         from tapeml.codegen.cuda import CUDABackend
 
         return CUDABackend(**options)
-    raise ValueError(f"unknown backend {name!r} (backends: interp, cpu, cuda)")
+    if name == "iree":
+        from tapeml.codegen.iree import IREEBackend
+
+        return IREEBackend(**options)
+    raise ValueError(f"unknown backend {name!r} (backends: interp, cpu, cuda, iree)")

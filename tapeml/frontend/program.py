@@ -362,6 +362,18 @@ class Program:
         return unflatten(self.out_tree, [_spec(t) for t in self.function.function_type.outputs])
 
 
+    def as_stablehlo(self, fuse: bool = True) -> str:
+        """The program as upstream StableHLO text (`func.func @main`), for IREE, XLA or any
+        compiler that reads it; after tape-fuse unless `fuse=False`, so the idioms it raises
+        (a convolution written as pad, unfold and a product) are one StableHLO op."""
+        from tapeml.stablehlo import emit
+        from tapeml.transforms.fuse import fuse as fuse_module
+
+        module = self.module.clone()
+        if fuse:
+            fuse_module(module)
+        return emit(module, self.name)
+
     def summary(self) -> str:
         """A table of op counts, parameter counts by name prefix, FLOPs and I/O bytes."""
         f = self.function

@@ -23,7 +23,7 @@ from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from tapeml import universe
-from tapeml.errors import OnnxError, PTXError
+from tapeml.errors import OnnxError, PTXError, StableHLOError
 from tapeml.tools.diagnostics import (
     LocatedParseError,
     LocatingParser,
@@ -121,6 +121,8 @@ class TapeOptMain(xDSLOptMain):
             return super().output_resulting_program(prog)
         except PTXError as error:
             raise UserError(str(error)) from None
+        except StableHLOError as error:
+            raise UserError(f"-t {self.args.target}: {error}") from None
         except NotImplementedError as error:  # a target met ops it does not emit
             raise UserError(
                 f"-t {self.args.target}: {error} (targets take the llvm dialect: "

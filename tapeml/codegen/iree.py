@@ -1,0 +1,93 @@
+"""The IREE backend: the program written as StableHLO (tapeml/stablehlo/), compiled by IREE's
+compiler for this CPU (llvm-cpu, the host's features; f64 kept f64) and run by IREE's runtime
+(the local-task driver). A reading of the same program by an industrial compiler: tests check
+the StableHLO tapeml writes against the interpreter through it, and users can compare.
+
+Needs the `iree` extra (`pip install tapeml[iree]`: iree-base-compiler, iree-base-runtime).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from tapeml.codegen.arguments import Argument, checked, signature
+from tapeml.codegen.stages import Stages, run_pipeline
+from tapeml.stablehlo import emit
+from tapeml.transforms.fuse import FusePass
+from tapeml.transforms.pipelines import Step
+
+COMPILE_FLAGS = ["--iree-llvmcpu-target-cpu=host", "--iree-input-demote-f64-to-f32=false"]
+"""IREE demotes f64 to f32 unless told not to; tape's f64 is f64."""
+
+
+def _iree() -> tuple[Any, Any]:
+    try:
+        import iree.compiler as compiler
+        import iree.runtime as runtime
+    except ImportError:
+        raise ImportError("backend='iree' needs IREE's compiler and runtime: "
+                          "pip install 'tapeml[iree]'") from None
+    return compiler, runtime
+
+
+_CONFIG: list[Any] = []
+
+
+def _config(runtime: Any) -> Any:
+    """One runtime configuration (one task pool) for the process; TAPEML_NUM_THREADS, when
+    set, bounds its threads as it bounds tapeml's own."""
+    if not _CONFIG:
+        threads = os.environ.get("TAPEML_NUM_THREADS")
+        if threads:
+            runtime.flags.parse_flags(f"--task_topology_max_group_count={int(threads)}")
+        _CONFIG.append(runtime.Config("local-task"))
+    return _CONFIG[0]
+
+
+@dataclass
+class IREECompiled:
+    name: str
+    inputs: list[Argument]
+    function: Any
+    context: Any
+    stages: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self, *leaves: Any) -> tuple[Any, ...]:
+        """Every argument checked as the other backends check theirs, then run by IREE."""
+        if len(leaves) != len(self.inputs):
+            raise TypeError(f"@{self.name} takes {len(self.inputs)} arrays, got {len(leaves)}")
+        arrays = [checked(leaf, arg, self.name) for leaf, arg in zip(leaves, self.inputs,
+                                                                     strict=True)]
+        results = self.function(*arrays)
+        if not isinstance(results, tuple | list):
+            results = (results,)
+        return tuple(np.asarray(r.to_host()) if hasattr(r, "to_host") else np.asarray(r)
+                     for r in results)
+
+
+class IREEBackend:
+    name = "iree"
+
+    def __init__(self, fuse: bool = True) -> None:
+        self.fuse = fuse
+
+    def compile(self, module: ModuleOp, stages: bool = False) -> IREECompiled:
+        compiler, runtime = _iree()
+        name, inputs, _ = signature(module)
+        kept = Stages(stages)
+        steps = [Step(FusePass(), "fused tape")] if self.fuse else []
+        fused, _ = run_pipeline(module, steps, kept)
+        text = emit(fused)
+        kept.keep("stablehlo", lambda: text)
+        vmfb = compiler.compile_str(text, target_backends=["llvm-cpu"], input_type="stablehlo",
+                                    extra_args=COMPILE_FLAGS)
+        context = runtime.SystemContext(config=_config(runtime))
+        loaded = runtime.VmModule.copy_buffer(context.instance, vmfb)
+        context.add_vm_module(loaded)
+        return IREECompiled(name, inputs, context.modules[loaded.name]["main"], context,
+                            kept.texts)
