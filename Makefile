@@ -41,6 +41,7 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/onnx_models.py
+	$(BIN)/python bench/data_parallel.py
 
 # Long runs of the fuzzers make test runs a slice of: the tapeml-opt mutation fuzzer
 # (tests/fuzz_cli.py; pytest runs 150 cases) and generated programs on edge values through every

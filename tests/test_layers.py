@@ -10,6 +10,7 @@ level or inside a function alike). The order, lowest first:
     codegen           backends: they run the pipelines, then LLVM, PTX, the thread pool
     frontend          Program, grad, jit, nn, optim
     onnx              ONNX models in (a program traced from the graph)
+    distributed       data-parallel training on MPI ranks (wraps a compiled step)
     universe, tools   what xDSL's tools and tapeml-opt / tapeml-run see
     tapeml            the package's own API
 """
@@ -23,7 +24,7 @@ import tapeml
 
 LAYERS = ["errors", "profile", "dialects", "interpreters", "tracing", "transforms", "stablehlo",
           "codegen",
-          "frontend", "onnx", "universe", "tools", ""]
+          "frontend", "onnx", "distributed", "universe", "tools", ""]
 PACKAGE = Path(tapeml.__file__).parent
 
 
