@@ -44,11 +44,13 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/data_parallel.py
 
 # Long runs of the fuzzers make test runs a slice of: the tapeml-opt mutation fuzzer
-# (tests/fuzz_cli.py; pytest runs 150 cases) and generated programs on edge values through every
-# stage (tests/test_edge_values_programs.py; pytest runs 6).
+# (tests/fuzz_cli.py; pytest runs 150 cases), generated programs on edge values through every
+# stage (tests/test_edge_values_programs.py; pytest runs 6) and through IREE
+# (tests/test_stablehlo.py; pytest runs 8).
 FUZZ_CASES ?= 5000
 FUZZ_SEED ?= 1
 FUZZ_PROGRAMS ?= 300
 fuzz: $(STAMP)
 	$(BIN)/python tests/fuzz_cli.py --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
 	TAPEML_FUZZ_EXAMPLES=$(FUZZ_PROGRAMS) $(BIN)/pytest tests/test_edge_values_programs.py -k generated
+	TAPEML_FUZZ_EXAMPLES=$(FUZZ_PROGRAMS) $(BIN)/pytest tests/test_stablehlo.py -k generated

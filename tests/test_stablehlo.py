@@ -12,6 +12,7 @@ approximates those in f32 only), marked below. The edge cases of one dtype run a
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -24,8 +25,11 @@ import pytest
 pytest.importorskip("iree.compiler", reason="IREE is in the test extra (make test installs it)")
 
 from bits import assert_same_bits, assert_within  # noqa: E402
-from edge_values import DTYPE_IDS, DTYPES, run_interp  # noqa: E402
+from edge_values import DTYPE_IDS, DTYPES, run_interp, traced  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from test_edge_values import Case, all_cases  # noqa: E402
+from test_naturality import generated_program  # noqa: E402
 from tolerances import tolerance  # noqa: E402
 
 import tapeml  # noqa: E402
@@ -267,6 +271,23 @@ def test_integer_extremes_and_indexing_through_iree(name):
             compare([g], [e], row, dtype, f"{name} on iree, result {i}")
         return
     compare(got, expected, "exact", dtype, f"{name} on iree")
+
+
+@settings(max_examples=int(os.environ.get("TAPEML_FUZZ_EXAMPLES", "0")) or 8, deadline=None,
+          derandomize="TAPEML_FUZZ_EXAMPLES" not in os.environ,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_generated_programs_through_iree(data):
+    """test_naturality's generated programs (random ops, shapes and broadcasts), in f32 (IREE
+    links no f64 tanh), against the interpreter."""
+    fn, inputs = generated_program(data, np.float32, max_dim=4, max_steps=6)
+    got = _leaves(tapeml.jit(fn, backend="iree")(*inputs))
+    want = run_interp(fn, inputs)
+    tol = tolerance("program", "arith", np.float32)
+    for i, (g, e) in enumerate(zip(got, want, strict=True)):
+        e = flushed_where_iree_flushed(g, e)
+        assert_within(g, e, tol.rtol * np.abs(e.astype(np.float64)) + tol.atol,
+                      context=f"result {i} of {traced(fn, inputs)}")
 
 
 # ----------------------------------------------------------------------------------------------
