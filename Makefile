@@ -42,6 +42,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/onnx_models.py
 	$(BIN)/python bench/data_parallel.py
+	$(BIN)/python bench/iree_steps.py
 
 # Long runs of the fuzzers make test runs a slice of: the tapeml-opt mutation fuzzer
 # (tests/fuzz_cli.py; pytest runs 150 cases), generated programs on edge values through every
