@@ -12,8 +12,8 @@ from tapeml.stablehlo import emit
 
 
 class StableHLOTarget(Target):
-    """The module's tape function as upstream StableHLO (after the passes given with -p:
-    `-p tape-fuse` raises convolutions and pools first)."""
+    """`-t stablehlo`: the module's tape function as upstream StableHLO (after the passes
+    given with -p: `-p tape-fuse` raises convolutions and pools first)."""
 
     name = "stablehlo"
 

@@ -15,11 +15,9 @@ def max_over(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np
     """The IEEE maximum of `x` over `axes`: NaN if any is NaN, +0 if the largest are zeros of
     both signs (np.max keeps whichever zero its order meets first)."""
     top = np.asarray(np.maximum.reduce(x, axis=axes, keepdims=keepdims))
-    if x.dtype.kind != "f":
+    if x.dtype.kind != "f" or np.count_nonzero(top) == top.size:  # no zero among the maxima
         return top
     zero = top == 0
-    if not zero.any():
-        return top
     positive = np.any((x == 0) & ~np.signbit(x), axis=axes, keepdims=keepdims)
     return np.asarray(np.where(zero & positive, np.zeros((), x.dtype), top))
 

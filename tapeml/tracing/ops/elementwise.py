@@ -13,6 +13,7 @@ import numpy as np
 from tapeml.dialects import tape
 from tapeml.dialects.tape.types import BOOL, FLOAT, INT
 from tapeml.interpreters.tape import ieee, is_ufunc
+from tapeml.interpreters.tape.elementwise import COMPARE
 from tapeml.tracing.ops.promotion import (
     Array,
     astype,
@@ -273,11 +274,12 @@ def clip(x: Any, a_min: Any = None, a_max: Any = None) -> Array:
 
 
 def _compare(predicate: str, name: str):
-    run = ieee(tape.CmpOp)
+    ufunc = COMPARE[predicate]  # tape.cmp's semantics: no IEEE flag to quiet (no errstate)
 
     def fn(x: Any, y: Any) -> Array:
         if plain(x) and type(y) is np.ndarray and x.dtype == y.dtype and x.shape == y.shape:
-            return run(x, y, predicate=predicate)  # eager, nothing to promote: at once
+            result = ufunc(x, y)  # eager, nothing to promote: at once
+            return result if type(result) is np.ndarray else np.asarray(result)
         return bind(tape.CmpOp, *common(name, x, y)[0], predicate=predicate)
 
     fn.__name__ = fn.__qualname__ = name
