@@ -1,7 +1,8 @@
 """The same programs through tapeml's CPU backend and through IREE (`backend="iree"`: the
 StableHLO tapeml writes, compiled by IREE for this CPU), on one thread: W3's and W4's training
 steps (loss and gradients), and the GPT step (2 layers, integer tokens). Medians of alternating
-blocks, the results checked against each other first, and each backend's first call.
+blocks, the results checked against each other first, and each backend's first call (with an
+empty disk cache).
 
     .venv/bin/python bench/iree_steps.py [--rounds 5]
 """
@@ -12,10 +13,12 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("TAPEML_NUM_THREADS", "1")  # both backends read it (IREE: its task pool)
+os.environ["TAPEML_CACHE_DIR"] = tempfile.mkdtemp(prefix="tapeml-bench-iree-")  # cold firsts
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "examples")]
 

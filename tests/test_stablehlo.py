@@ -466,3 +466,18 @@ def test_iree_opt_parses_the_loop_form_but_for_the_kernel_dialect(tmp_path):
     done = subprocess.run([iree_opt, "--allow-unregistered-dialect", str(source)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_iree_modules_come_from_the_disk_cache_the_second_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAPEML_CACHE", "1")  # conftest turns it off for the other tests
+    monkeypatch.setenv("TAPEML_CACHE_DIR", str(tmp_path))
+    from tapeml.codegen import get_backend  # noqa: PLC0415
+
+    program = tapeml.trace(lambda x: ops.tanh(x) * 2.0, np.ones(5, np.float32))
+    x = np.linspace(-1, 1, 5).astype(np.float32)
+    first = get_backend("iree").compile(program.module)
+    second = get_backend("iree").compile(program.module)
+    assert (first.origin, second.origin) == ("compiled", "disk cache")
+    assert first(x)[0].tobytes() == second(x)[0].tobytes()
+    other = tapeml.trace(lambda x: ops.tanh(x) * 3.0, np.ones(5, np.float32))
+    assert get_backend("iree").compile(other.module).origin == "compiled"

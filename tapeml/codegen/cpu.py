@@ -166,7 +166,7 @@ def cached_engine(what: str, source: str, build: Any, symbol: str) -> tuple[Any,
     its object code from the disk cache (keyed by `what`, `source` and the machine), else
     compiled from `build(machine)` (the module parsed and optimized) and stored there."""
     cache = disk_cache.default()
-    key = disk_cache.key(what, source, *_machine_key()) if cache is not None else ""
+    key = disk_cache.key(what, source, *machine_key()) if cache is not None else ""
     payload = cache.get(key) if cache is not None else None
     engine = None if payload is None else _object_engine(payload)
     if engine is not None and engine.get_function_address(symbol):
@@ -284,7 +284,7 @@ def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
     return list(kernels), variants
 
 
-def _machine_key() -> tuple[str, ...]:
+def machine_key() -> tuple[str, ...]:
     """What, besides its source, determines a module's machine code: the CPU, the compiler."""
     return (llvm_binding.get_default_triple(), llvm_binding.get_host_cpu_name(),
             llvm_binding.get_host_cpu_features().flatten(),
@@ -490,7 +490,7 @@ class CPUBackend:
         return disk_cache.key(
             "cpu", disk_cache.program_text(module),
             f"fuse={self.fuse} libm={self.libm} threads={threads}",
-            disk_cache.sources_digest(), f"xdsl {xdsl_version}", *_machine_key())
+            disk_cache.sources_digest(), f"xdsl {xdsl_version}", *machine_key())
 
     def _compile(self, module: ModuleOp, name: str, inputs: list[Argument],
                  outputs: list[Argument], threads: int, kept: Stages, keep_object: bool,

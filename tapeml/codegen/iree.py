@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from typing import Any
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
+from tapeml.codegen import disk_cache
 from tapeml.codegen.arguments import Argument, checked, signature
+from tapeml.codegen.cpu import machine_key
 from tapeml.codegen.stages import Stages, run_pipeline
 from tapeml.stablehlo import emit
 from tapeml.transforms.fuse import FusePass
@@ -59,6 +62,8 @@ class IREECompiled:
     function: Any
     context: Any
     stages: dict[str, str] = field(default_factory=dict)
+    origin: str = "compiled"
+    """Where IREE's module came from: "compiled" or "disk cache"."""
 
     def __call__(self, *leaves: Any) -> tuple[Any, ...]:
         """Every argument checked as the other backends check theirs, then run by IREE."""
@@ -87,10 +92,25 @@ class IREEBackend:
         fused, _ = run_pipeline(module, steps, kept)
         text = emit(fused)
         kept.keep("stablehlo", lambda: text)
-        vmfb = compiler.compile_str(text, target_backends=["llvm-cpu"], input_type="stablehlo",
-                                    extra_args=COMPILE_FLAGS)
+        vmfb, origin = _compiled(compiler, text)
         context = runtime.SystemContext(config=_config(runtime))
         loaded = runtime.VmModule.copy_buffer(context.instance, vmfb)
         context.add_vm_module(loaded)
         return IREECompiled(name, inputs, context.modules[loaded.name]["main"], context,
-                            kept.texts)
+                            kept.texts, origin)
+
+
+def _compiled(compiler: Any, text: str) -> tuple[bytes, str]:
+    """IREE's module for `text` and where it came from: the disk cache (tapeml's, keyed by
+    the text, the flags, IREE's version and this CPU), else IREE's compiler (then stored)."""
+    cache = disk_cache.default()
+    key = disk_cache.key("iree", text, *COMPILE_FLAGS, version("iree-base-compiler"),
+                         *machine_key()) if cache is not None else ""
+    payload = cache.get(key) if cache is not None else None
+    if payload is not None:
+        return payload, "disk cache"
+    vmfb = bytes(compiler.compile_str(text, target_backends=["llvm-cpu"],
+                                      input_type="stablehlo", extra_args=COMPILE_FLAGS))
+    if cache is not None:
+        cache.put(key, vmfb)
+    return vmfb, "compiled"
