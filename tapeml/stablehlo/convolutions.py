@@ -129,9 +129,37 @@ def _spread(w: Writer, ct: V, kernel: Sequence[int]) -> V:
     return w.broadcast(ct, [*ct.shape, *kernel], [0, 1, 2, 3])
 
 
+def _upsampled(w: Writer, y: V, kernel: Sequence[int]) -> V:
+    """(N, C, OH, OW) -> (N, C, OH * KH, OW * KW): each window's value on each of its taps,
+    for windows that tile the input (stride = kernel)."""
+    n, c, oh, ow = y.shape
+    kh, kw = kernel
+    spread = w.broadcast(y, [n, c, oh, kh, ow, kw], [0, 1, 2, 4])
+    return w.reshape(spread, [n, c, oh * kh, ow * kw])
+
+
+def _tiled_maxpool2d_backward(w: Writer, x: V, ct: V, kernel: Sequence[int]) -> V:
+    """max-pool's backward where the windows tile the input (stride = kernel, no padding, the
+    common 2x2/2 pool): every element is in at most one window, so the ties and their count
+    are elementwise work and one reduce_window, with no windows unfolded."""
+    n, c, oh, ow = ct.shape
+    kh, kw = kernel
+    covered = w.slice(x, [0, 0, 0, 0], [n, c, oh * kh, ow * kw])
+    top = _pool(w, x, kernel, kernel, (0, 0, 0, 0), "maximum", lowest(x.dtype))
+    tops = w.compare("eq", covered, _upsampled(w, top, kernel))
+    count = _pool(w, w.convert(tops, x.dtype), kernel, kernel, (0, 0, 0, 0), "add", 0)
+    share = _upsampled(w, w.binary("divide", ct, count), kernel)
+    off = w.select(w.is_finite(share), w.like(0, share), w.like(np.nan, share))
+    spread = w.select(tops, share, off)  # tape's mask * share: NaN where the max is NaN
+    return w.pad(spread, w.scalar(0, x.dtype), [0, 0, 0, 0],
+                 [0, 0, x.shape[2] - oh * kh, x.shape[3] - ow * kw])
+
+
 @emits(tape.MaxPool2dBackwardOp)
 def maxpool2d_backward(w: Writer, out: V, x: V, ct: V, *, kernel: Sequence[int],
                        stride: Sequence[int], padding: Sequence[int]) -> V:
+    if list(stride) == list(kernel) and not any(padding):
+        return _tiled_maxpool2d_backward(w, x, ct, kernel)
     padded = pad2d(w, x, padding, -np.inf)
     cols = unfold_windows(w, padded, kernel, stride, [1, 1])
     top = _pool(w, x, kernel, stride, padding, "maximum", lowest(x.dtype))
