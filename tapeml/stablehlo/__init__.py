@@ -51,6 +51,13 @@ from tapeml.stablehlo.registry import EMITTERS, V, Writer
 __all__ = ["EMITTERS", "emit"]
 
 
+SUMS_OF_NOTHING = (tape.SumOp, tape.MatmulOp, tape.Conv2dOp, tape.Conv2dBackwardInputOp,
+                   tape.Conv2dBackwardWeightOp)
+"""Ops whose result elements are sums over an operand's elements: with an empty operand, each
+is the sum of nothing, 0, written as such (IREE 3.13's compiler crashes on an empty
+contraction)."""
+
+
 def _symbol(name: str) -> str:
     return f"@{name}" if re.fullmatch(r"[A-Za-z_][\w$.]*", name) else '@"' + \
         name.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -82,10 +89,14 @@ def emit(module: ModuleOp, name: str | None = None) -> str:
             raise StableHLOError(f"{op.name} has no StableHLO form (StableHLO is written from "
                                  "tape ops, before any lowering)")
         out = _value(op.results[0])
+        operands = [values[o] for o in op.operands]
         if out.size == 0:  # no elements: nothing to compute, whatever the op
             values[op.results[0]] = w.constant(np.zeros(out.shape, out.dtype))
             continue
-        values[op.results[0]] = rule(w, out, *(values[o] for o in op.operands), **op.params)
+        if isinstance(op, SUMS_OF_NOTHING) and any(o.size == 0 for o in operands):
+            values[op.results[0]] = w.splat(0, out.shape, out.dtype)
+            continue
+        values[op.results[0]] = rule(w, out, *operands, **op.params)
     else:
         raise StableHLOError(f"@{f.sym_name.data} does not end in func.return")
     inputs = value_names(f.arg_attrs, list(block.args), "arg")

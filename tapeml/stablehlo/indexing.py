@@ -27,6 +27,9 @@ _COMBINE = {"add": "add", "max": "maximum", "min": "minimum"}
 
 @emits(tape.ScatterOp)
 def scatter(w: Writer, out: V, x: V, indices: V, updates: V, *, kind: str, axis: int) -> V:
+    if updates.size == 0:  # nothing lands: x (IREE 3.13's compiler crashes on an empty one)
+        return x
+
     def combine(b: Writer, args: list[V]) -> list[V]:
         current, update = args
         return [update if kind == "set" else b.binary(_COMBINE[kind], current, update)]

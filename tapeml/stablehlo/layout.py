@@ -31,6 +31,8 @@ def permute(w: Writer, out: V, x: V, *, perm: Sequence[int]) -> V:
 @emits(tape.PadOp)
 def pad(w: Writer, out: V, x: V, *, low: Sequence[int], high: Sequence[int],
         value: float) -> V:
+    if x.size == 0:  # all padding
+        return w.splat(value, out.shape, out.dtype)
     return w.pad(x, w.scalar(value, x.dtype), low, high)
 
 
