@@ -34,9 +34,11 @@ from tolerances import tolerance  # noqa: E402
 
 import tapeml  # noqa: E402
 from tapeml import ops  # noqa: E402
+from tapeml.dialects import tape  # noqa: E402
 from tapeml.errors import StableHLOError  # noqa: E402
 from tapeml.stablehlo import emit  # noqa: E402
 from tapeml.tracing.pytree import flatten  # noqa: E402
+from tapeml.tracing.trace import bind  # noqa: E402
 
 IREE_LINKS_NO_F64 = {"tanh", "sin", "cos", "tanh-accuracy", "fused", "fmod-float64",
                      "trigonometry-float64"}
@@ -510,3 +512,26 @@ def test_edge_shapes_through_iree(name):
         assert g.shape == e.shape and g.dtype == e.dtype
         assert_same_bits(g, e, ulp=4 if (name, i) == ("rank 0", 1) else 0,
                          context=f"{name}, result {i}")
+
+
+@pytest.mark.parametrize(("groups", "stride", "padding", "dilation"), [
+    (1, 2, (1, 0, 2, 1), 1), (2, 1, (1, 1, 1, 1), 2), (3, 2, (0, 2, 1, 0), 1), (6, 1, 1, 1)])
+def test_convolution_gradients_through_iree(groups, stride, padding, dilation):
+    """Both backward convolutions as XLA writes them, grouped (feature and batch group
+    counts), strided, dilated, padded unevenly: IREE's gradients are the interpreter's."""
+    pad = (padding,) * 4 if isinstance(padding, int) else padding
+
+    def loss(x, w):
+        return ops.sum(ops.tanh(bind(tape.Conv2dOp, x, w, stride=(stride, stride),
+                                     padding=pad, dilation=(dilation, dilation),
+                                     groups=groups)))
+
+    rng = np.random.default_rng(groups)
+    x = rng.normal(size=(2, 6, 9, 8)).astype(np.float32)
+    w = rng.normal(size=(12, 6 // groups, 3, 2)).astype(np.float32)
+    grad = tapeml.grad(loss, argnums=(0, 1))
+    text = tapeml.trace(grad, x, w).as_stablehlo()
+    assert text.count("stablehlo.convolution") == 3, "one convolution each"
+    for g, e in zip(tapeml.jit(grad, backend="iree")(x, w), tapeml.trace(grad, x, w)(x, w),
+                    strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)

@@ -2,10 +2,12 @@
 ops are convolutions as XLA writes them: the input's cotangent convolves the cotangent, dilated
 by the stride, with the weight reversed and its feature dims swapped; the weight's convolves the
 input with the cotangent as the kernel (batch and feature dims swapped, the stride as the
-kernel's dilation). The pools are `stablehlo.reduce_window`; max-pool's backward splits each
-window's cotangent evenly among the elements that attain its max (tape's rule, which
-`select_and_scatter` cannot state: it picks one), written with the windows unfolded, and
-avg-pool's spreads it over every tap, folded back."""
+kernel's dilation); groups are the convolutions' feature_group_count (the input's cotangent)
+and batch_group_count (the weight's). The pools are `stablehlo.reduce_window`; max-pool's
+backward splits each window's cotangent evenly among the elements that attain its max (tape's
+rule, which `select_and_scatter` cannot state: it picks one), elementwise where the windows
+tile the input and with the windows unfolded otherwise; avg-pool's spreads it over every tap,
+folded back."""
 
 from __future__ import annotations
 
@@ -33,75 +35,53 @@ def conv2d(w: Writer, out: V, x: V, weight: V, *, stride: Sequence[int],
                          lhs_dilate=[1, 1], rhs_dilate=dilation, groups=groups)
 
 
-def _channels(w: Writer, x: V, group: int, groups: int) -> V:
-    """Group `group`'s slice of x's channels (dim 1)."""
-    size = x.shape[1] // groups
-    return w.slice(x, [0, group * size, 0, 0], [x.shape[0], (group + 1) * size, *x.shape[2:]])
-
-
-def _per_group(w: Writer, groups: int, dim: int, one: V, other: V, rule) -> V:
-    """`rule(one_g, other_g)` for each group's channels of both operands, concatenated."""
-    if groups == 1:
-        return rule(one, other)
-    parts = [rule(_channels(w, one, g, groups), _channels(w, other, g, groups))
-             for g in range(groups)]
-    return w.concatenate(parts, dim)
-
-
 @emits(tape.Conv2dBackwardInputOp)
 def conv2d_backward_input(w: Writer, out: V, ct: V, weight: V, *, stride: Sequence[int],
                           padding: Sequence[int], dilation: Sequence[int], groups: int,
                           spatial: Sequence[int]) -> V:
-    kernel = weight.shape[2:]
-
-    def one_group(ct_g: V, w_g: V) -> V:
-        # the full correlation of the dilated cotangent with the reversed kernel, over the
-        # padded input, then the padding cropped (negative amounts written as a crop)
-        pads = []
-        for k, d, s, n, size, lo_pad, hi_pad in zip(
-                kernel, dilation, stride, ct.shape[2:], spatial, padding[:2], padding[2:],
-                strict=True):
-            span = (k - 1) * d + 1
-            rest = size + lo_pad + hi_pad - span - (n - 1) * s  # rows the windows never read
-            pads.append((span - 1 - lo_pad, span - 1 + rest - hi_pad))
-        positive = [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
-        shape = [ct_g.shape[0], w_g.shape[1], *(
-            (n - 1) * s + 1 + lo + hi - ((k - 1) * d + 1) + 1
-            for n, s, (lo, hi), k, d in zip(ct.shape[2:], stride, positive, kernel, dilation,
-                                            strict=True))]
-        flipped = w.reverse(w_g, [2, 3])
-        full = w.convolution(ct_g, flipped, "[b, f, 0, 1]x[i, o, 0, 1]->[b, f, 0, 1]", shape,
-                             stride=[1, 1], pad=positive, lhs_dilate=stride,
-                             rhs_dilate=dilation)
-        crop = [max(-lo, 0) for lo, _ in pads] + [max(-hi, 0) for _, hi in pads]
-        return crop2d(w, full, crop)
-
-    if groups == 1:
-        return one_group(ct, weight)
-    per = weight.shape[0] // groups
-    parts = [one_group(_channels(w, ct, g, groups),
-                       w.slice(weight, [g * per, 0, 0, 0], [(g + 1) * per, *weight.shape[1:]]))
-             for g in range(groups)]
-    return w.concatenate(parts, 1)
+    """The full correlation of the cotangent, dilated by the stride, with the kernel reversed
+    and its feature dims swapped (per group: O/g in, C/g out), over the padded input; then
+    the padding cropped (negative amounts written as a crop)."""
+    o, cg, *kernel = weight.shape
+    pads = []
+    for k, d, s, n, size, lo_pad, hi_pad in zip(kernel, dilation, stride, ct.shape[2:],
+                                                spatial, padding[:2], padding[2:], strict=True):
+        span = (k - 1) * d + 1
+        rest = size + lo_pad + hi_pad - span - (n - 1) * s  # rows the windows never read
+        pads.append((span - 1 - lo_pad, span - 1 + rest - hi_pad))
+    positive = [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
+    shape = [ct.shape[0], cg * groups, *(
+        (n - 1) * s + 1 + lo + hi - ((k - 1) * d + 1) + 1
+        for n, s, (lo, hi), k, d in zip(ct.shape[2:], stride, positive, kernel, dilation,
+                                        strict=True))]
+    flipped = w.reverse(weight, [2, 3])
+    if groups > 1:  # (O, C/g, ...) -> (O/g, C, ...): each group's C/g outputs side by side
+        split = w.reshape(flipped, [groups, o // groups, cg, *kernel])
+        flipped = w.reshape(w.transpose(split, [1, 0, 2, 3, 4]), [o // groups, cg * groups,
+                                                                  *kernel])
+    full = w.convolution(ct, flipped, "[b, f, 0, 1]x[i, o, 0, 1]->[b, f, 0, 1]", shape,
+                         stride=[1, 1], pad=positive, lhs_dilate=stride, rhs_dilate=dilation,
+                         groups=groups)
+    crop = [max(-lo, 0) for lo, _ in pads] + [max(-hi, 0) for _, hi in pads]
+    return crop2d(w, full, crop)
 
 
 @emits(tape.Conv2dBackwardWeightOp)
 def conv2d_backward_weight(w: Writer, out: V, x: V, ct: V, *, stride: Sequence[int],
                            padding: Sequence[int], dilation: Sequence[int], groups: int,
                            kernel: Sequence[int]) -> V:
-    def one_group(x_g: V, ct_g: V) -> V:
-        # the padded input, cropped to the rows the windows read: the output is then the kernel
-        padded = pad2d(w, x_g, padding, 0.0)
-        used = [(k - 1) * d + (n - 1) * s + 1
-                for k, d, n, s in zip(kernel, dilation, ct.shape[2:], stride, strict=True)]
-        padded = w.slice(padded, [0, 0, 0, 0], [*padded.shape[:2], *used])
-        shape = [x_g.shape[1], ct_g.shape[1], *kernel]  # (C, O, KH, KW)
-        product = w.convolution(padded, ct_g, "[f, b, 0, 1]x[i, o, 0, 1]->[b, f, 0, 1]", shape,
-                                stride=dilation, pad=[(0, 0), (0, 0)], lhs_dilate=[1, 1],
-                                rhs_dilate=stride)
-        return w.transpose(product, [1, 0, 2, 3])
-
-    return _per_group(w, groups, 0, x, ct, one_group)
+    """The padded input, cropped to the rows the windows read, convolved with the cotangent
+    as the kernel: batch and feature dims swapped (the images are summed over), the stride as
+    the kernel's dilation, each group's channels its own batch group."""
+    padded = pad2d(w, x, padding, 0.0)
+    used = [(k - 1) * d + (n - 1) * s + 1
+            for k, d, n, s in zip(kernel, dilation, ct.shape[2:], stride, strict=True)]
+    padded = w.slice(padded, [0, 0, 0, 0], [*padded.shape[:2], *used])
+    shape = [x.shape[1] // groups, ct.shape[1], *kernel]  # (C/g, O, KH, KW)
+    product = w.convolution(padded, ct, "[f, b, 0, 1]x[i, o, 0, 1]->[b, f, 0, 1]", shape,
+                            stride=dilation, pad=[(0, 0), (0, 0)], lhs_dilate=[1, 1],
+                            rhs_dilate=stride, batch_groups=groups)
+    return w.transpose(product, [1, 0, 2, 3])
 
 
 def _pool(w: Writer, x: V, kernel: Sequence[int], stride: Sequence[int],

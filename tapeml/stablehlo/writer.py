@@ -226,14 +226,15 @@ class Writer:
     def convolution(self, lhs: V, rhs: V, layout: str, shape: Sequence[int], *,
                     stride: Sequence[int], pad: Sequence[tuple[int, int]],
                     lhs_dilate: Sequence[int], rhs_dilate: Sequence[int],
-                    groups: int = 1) -> V:
-        """`layout` as StableHLO prints dimension numbers: "[b, f, 0, 1]x[o, i, 0, 1]->[...]"."""
+                    groups: int = 1, batch_groups: int = 1) -> V:
+        """`layout` as StableHLO prints dimension numbers: "[b, f, 0, 1]x[o, i, 0, 1]->[...]";
+        `groups` is the feature_group_count, `batch_groups` the batch_group_count."""
         pads = ", ".join(f"[{lo}, {hi}]" for lo, hi in pad)
         return self._op(
             f"stablehlo.convolution({lhs.name}, {rhs.name}) dim_numbers = {layout}, "
             f"window = {{stride = {_ints(stride)}, pad = [{pads}], "
             f"lhs_dilate = {_ints(lhs_dilate)}, rhs_dilate = {_ints(rhs_dilate)}}} "
-            f"{{batch_group_count = 1 : i64, feature_group_count = {groups} : i64}} : "
+            f"{{batch_group_count = {batch_groups} : i64, feature_group_count = {groups} : i64}} : "
             f"({lhs.type}, {rhs.type}) -> {tensor_type(shape, lhs.dtype)}", shape, lhs.dtype)
 
     # -- ops with a region -----------------------------------------------------------------
