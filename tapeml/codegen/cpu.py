@@ -377,6 +377,7 @@ class Native:
                  data: dict[str, bytes] | None = None, bound: list[np.ndarray] | None = None
                  ) -> None:
         self.name, self.inputs, self.outputs = name, inputs, outputs
+        self._output_specs = [(a.shape, a.dtype) for a in outputs]
         self.engine, self.function = engine, function
         self.scratch = scratch  # the kernels' packing buffers (bind_scratch)
         self.data = data or {}  # its large constants' bytes, by global (tapeml/codegen/data.py)
@@ -394,24 +395,34 @@ class Native:
         self._arena_lock = threading.Lock()
 
     def __call__(self, *leaves: Any) -> tuple[np.ndarray, ...]:
-        if len(leaves) != len(self.inputs):
-            raise TypeError(f"@{self.name} takes {len(self.inputs)} arrays, got {len(leaves)}")
-        buffers = [checked(leaf, arg, self.name) for leaf, arg in
-                   zip(leaves, self.inputs, strict=True)]
-        outputs = [np.empty(a.shape, a.dtype) for a in self.outputs]
-        pointers = [*map(_address, buffers), *map(_address, outputs)]
-        if self._arena_lock.acquire(blocking=False):
+        # written for a small call's cost (W6: 3.3-4.4 -> 2.8-2.9 us here): locals, one list
+        # per step, the addresses taken inline
+        inputs, name = self.inputs, self.name
+        if len(leaves) != len(inputs):
+            raise TypeError(f"@{name} takes {len(inputs)} arrays, got {len(leaves)}")
+        # (lengths checked above; the list keeps any copy `checked` made alive for the call)
+        buffers = [checked(leaf, arg, name) for leaf, arg in zip(leaves, inputs, strict=True)]
+        outputs = tuple([_EMPTY(shape, dtype) for shape, dtype in self._output_specs])
+        try:
+            pointers = [_ADDRESS(_BUFFER(b)) for b in buffers]
+            pointers += [_ADDRESS(_BUFFER(o)) for o in outputs]
+        except (TypeError, ValueError):  # a read-only or empty array
+            pointers = [_address(b) for b in (*buffers, *outputs)]
+        lock = self._arena_lock
+        if lock.acquire(False):
             try:
-                if self._arena is None:
-                    self._arena_buffer, self._arena = _aligned(self.arena_bytes)
-                self.function(*pointers, self._arena)
+                arena = self._arena
+                if arena is None:
+                    self._arena_buffer, arena = _aligned(self.arena_bytes)
+                    self._arena = arena
+                self.function(*pointers, arena)
             finally:
-                self._arena_lock.release()
+                lock.release()
         else:  # another thread's call holds the arena
             own, address = _aligned(self.arena_bytes)
             self.function(*pointers, address)
             del own
-        return tuple(outputs)
+        return outputs
 
 
     def profile(self, leaves: list[Any], repeat: int) -> KernelProfile:
@@ -430,7 +441,7 @@ class Native:
                              seconds)
 
 
-_BUFFER, _ADDRESS = ctypes.c_char.from_buffer, ctypes.addressof
+_BUFFER, _ADDRESS, _EMPTY = ctypes.c_char.from_buffer, ctypes.addressof, np.empty
 
 
 def _address(array: np.ndarray) -> int:
