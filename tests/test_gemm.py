@@ -548,3 +548,95 @@ def test_small_b_is_read_in_place(monkeypatch, dtype, threads, m, panels, k, bat
         assert plan(transposed, host)[INDEX["direct_b"]] == 0
     check(m, n, k, dtype, ta=ta, batch=batch, c0=c0, accumulate=accumulate)
     check(m, n, k, dtype, ta=ta, tb=True, batch=batch, c0=c0, accumulate=accumulate)
+
+
+def _constant_product(spec: GemmSpec, a: np.ndarray, b: np.ndarray, calls: int = 3
+                      ) -> list[np.ndarray]:
+    """`calls` results of `spec`'s kernel on a and b (flat), each into a C of NaNs."""
+    kernel = compiled(spec)
+    outs = []
+    for _ in range(calls):
+        out = np.full(spec.batch * spec.m * spec.n if spec.c0 else spec.m * spec.n, np.nan,
+                      np.float32 if spec.dtype == "f32" else np.float64)
+        kernel(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("which", ["a", "b", "ab"])
+@pytest.mark.parametrize("m,n,k,batch,ta,tb", [
+    (7, 9, 5, 1, False, False), (150, 37, 513, 1, False, False),  # blocks of rows and of k
+    (33, 300, 20, 3, True, False), (1, 1000, 300, 1, False, True),  # a GEMV on a weight
+    (1000, 49, 260, 2, False, False), (19, 65, 257, 4, True, True)])
+def test_a_constant_operand_is_packed_once_by_its_caller(monkeypatch, threads, dtype, which,
+                                                         m, n, k, batch, ta, tb):
+    """An operand that is a constant of the program (GemmSpec.a_constant: a model's weights),
+    one for every batch, is packed whole by the first call, then read packed by every call
+    after it (plan.packed_a): the same bits as without, at every thread count, edges in m, n
+    and k, transposes, several blocks of rows and of k, batches, f32 and f64."""
+    from tapeml.codegen.gemm import plan, variant
+    from tapeml.codegen.gemm.plan import INDEX
+
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    rng = np.random.default_rng(m + n + k + batch)
+    a_batch = 0 if "a" in which else m * k
+    b_batch = 0 if "b" in which else k * n
+    a = rng.standard_normal((1 if a_batch == 0 else batch) * m * k).astype(dtype)
+    b = rng.standard_normal((1 if b_batch == 0 else batch) * k * n).astype(dtype)
+    kind = "f32" if dtype == np.float32 else "f64"
+    plain = GemmSpec(kind, batch, m, n, k, (a_batch, 1, m) if ta else (a_batch, k, 1),
+                     (b_batch, 1, k) if tb else (b_batch, n, 1), m * n, False)
+    kept = dataclasses.replace(plain, a_constant="weights" if "a" in which else "",
+                               b_constant="weights_b" if "b" in which else "")
+    target = Target.host()
+    whole = plan(kept, target, packed=True)
+    v = variant(kept, target)
+    if threads != "3" or not (kept.batch == 1 and -(-m // v.mr) >= 3):  # else B is shared
+        assert (whole[INDEX["packed_a"]] or whole[INDEX["packed_b"]] or
+                whole[INDEX["direct_a"]] or whole[INDEX["direct_b"]])
+    expected = _constant_product(plain, a, b, calls=1)[0]
+    for got in _constant_product(kept, a, b):
+        np.testing.assert_array_equal(got, expected, err_msg=kept.symbol)
+
+
+def test_callers_at_once_while_the_first_packs_a_constant(monkeypatch):
+    """Calls from several Python threads at once on a caller that packs its constant A on the
+    first call: the one that claims it packs, the others pass A as it is; all are right."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", "2")
+    m, n, k = 300, 200, 600
+    spec = GemmSpec("f32", 1, m, n, k, (0, k, 1), (0, n, 1), m * n, False, a_constant="w")
+    kernel = compiled(spec)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    bs = [rng.standard_normal((k, n)).astype(np.float32) for _ in range(4)]
+    expected = [a.astype(np.float64) @ b.astype(np.float64) for b in bs]
+
+    def work(i: int) -> None:
+        for _ in range(10):
+            out = np.full((m, n), np.nan, np.float32)
+            kernel(a.ctypes.data, bs[i].ctypes.data, out.ctypes.data)
+            np.testing.assert_allclose(out, expected[i], rtol=0, atol=4e-6 * k)
+
+    at_once(work)
+
+
+def test_products_of_two_constants_of_one_shape_are_two_callers():
+    """Two weights of one shape (a network's repeated layers) each have a caller of their own,
+    so each keeps its own packing (they shared one, and the second layer computed with the
+    first's weights); the constant is found where kernel.gemm reads a global, the same for
+    every batch."""
+    rng = np.random.default_rng(2)
+    w1, w2 = (rng.standard_normal((40, 300)).astype(np.float32) for _ in range(2))
+
+    def f(x):
+        return tapeml.relu(w1 @ x) - w2 @ (x * 2.0)
+
+    x = rng.standard_normal((300, 50)).astype(np.float32)
+    step = tapeml.jit(f)
+    expected = tapeml.jit(f, backend="interp")(x)
+    for _ in range(2):
+        np.testing.assert_allclose(step(x), expected, rtol=0, atol=1e-4)
+    lowered = step.lower(x)["llvm dialect"]
+    assert "_ca_f_constant_0" in lowered and "_ca_f_constant_1" in lowered

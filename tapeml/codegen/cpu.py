@@ -211,7 +211,8 @@ def load_kernel(v: Variant) -> str:
         load_pool()  # the kernel's threads are the pool's
         engine, origin = cached_engine("gemm kernel", f"{kernel(v)}\nO{KERNEL_LEVEL}",
                                        lambda machine: kernel_ir(v, machine), v.symbol)
-        llvm_binding.add_symbol(v.symbol, engine.get_function_address(v.symbol))
+        for symbol in (v.symbol, f"{v.symbol}.prepack_a", f"{v.symbol}.prepack_b"):
+            llvm_binding.add_symbol(symbol, engine.get_function_address(symbol))
         _KERNELS[v.symbol] = engine
         return origin
 
@@ -311,18 +312,20 @@ def _object_engine(object_code: bytes) -> Any:
 
 
 def bind_scratch(engine: Any, kernels: list[str]) -> list[np.ndarray]:
-    """Allocate each linked kernel's packing scratch (the module doc of tapeml/codegen/gemm/) and
-    point the kernel at it; the buffers, which must live as long as `engine`. A numpy buffer,
-    so a scratch too large for this machine is a MemoryError here."""
+    """Allocate each linked kernel's packing scratch (the module doc of tapeml/codegen/gemm/)
+    and the home of its constant operands packed whole (plan.packed_a), and point the kernel at
+    them; the buffers, which must live as long as `engine`. Numpy buffers, so a scratch too
+    large for this machine is a MemoryError here."""
     buffers = []
     for name in kernels:
-        size = ctypes.c_int64.from_address(
-            engine.get_global_value_address(f"{name}.scratch_bytes")).value
-        if size:
-            buffer, address = _aligned(size)
-            ctypes.c_void_p.from_address(
-                engine.get_global_value_address(f"{name}.scratch")).value = address
-            buffers.append(buffer)
+        for buffer in ("scratch", "packed"):
+            size = ctypes.c_int64.from_address(
+                engine.get_global_value_address(f"{name}.{buffer}_bytes")).value
+            if size:
+                array, address = _aligned(size)
+                ctypes.c_void_p.from_address(
+                    engine.get_global_value_address(f"{name}.{buffer}")).value = address
+                buffers.append(array)
     return buffers
 
 

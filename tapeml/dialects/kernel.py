@@ -37,6 +37,8 @@ its threads (between gpu.barrier's), alive while the kernel runs. It appears onl
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -78,12 +80,21 @@ class GemmSpec:
     b: tuple[int, int, int]  # strides of B's batch, row (p) and column (j)
     c0: int  # stride of C's batch: m * n, or 0 to sum every batch into one C
     accumulate: bool  # add to C's contents instead of overwriting them
+    a_constant: str = ""
+    """The global A is (a constant of the program: a model's weights, the same numbers at
+    every call, so a backend may rearrange it once and keep that), or "". Not kernel.gemm's
+    to say: the lowering to a call sees where A comes from (`convert-loops-to-llvm`). Part of
+    the symbol: a call of another constant is another function, with its own."""
+    b_constant: str = ""
+    """... and B."""
 
     @property
     def symbol(self) -> str:
         a, b = "x".join(map(str, self.a)), "x".join(map(str, self.b))
+        kept = "".join(f"_c{operand}_{_symbol_part(name)}" for operand, name in
+                       (("a", self.a_constant), ("b", self.b_constant)) if name)
         return (f"tapeml_gemm_{self.dtype}_b{self.batch}_m{self.m}_n{self.n}_k{self.k}"
-                f"_a{a}_b{b}_c{self.c0}_{'acc' if self.accumulate else 'set'}")
+                f"_a{a}_b{b}_c{self.c0}_{'acc' if self.accumulate else 'set'}{kept}")
 
     def attributes(self) -> dict[str, Attribute]:
         """The spec as kernel.gemm's attributes (the element type is the buffers')."""
@@ -101,15 +112,31 @@ class GemmSpec:
         def strides(name: str) -> tuple[int, int, int]:
             return tuple(attributes[name].get_values())  # type: ignore[attr-defined,return-value]
 
+        def constant(name: str) -> str:
+            value = attributes.get(name)
+            return value.data if isinstance(value, StringAttr) else ""
+
         return GemmSpec(dtype=dtype, batch=integer("batch"), m=integer("m"), n=integer("n"),
                         k=integer("k"), a=strides("a_strides"), b=strides("b_strides"),
                         c0=integer("c_batch_stride"),
-                        accumulate=bool(attributes["accumulate"].value.data))  # type: ignore
+                        accumulate=bool(attributes["accumulate"].value.data),  # type: ignore
+                        a_constant=constant("a_constant"), b_constant=constant("b_constant"))
 
     def declaration_attribute(self) -> DictionaryAttr:
         """What convert-loops-to-llvm puts on the kernel's declaration (`kernel.gemm`), so that
         the backend links the kernel from its spec, not from its name."""
-        return DictionaryAttr({"dtype": StringAttr(self.dtype), **self.attributes()})
+        constant = {name: StringAttr(getattr(self, name))
+                    for name in ("a_constant", "b_constant") if getattr(self, name)}
+        return DictionaryAttr({"dtype": StringAttr(self.dtype), **self.attributes(),
+                               **constant})
+
+
+def _symbol_part(name: str) -> str:
+    """A global's name as part of a symbol: itself if it is letters, digits, _ and ., else a
+    digest of it (distinct names stay distinct)."""
+    if re.fullmatch(r"[A-Za-z0-9_.]+", name):
+        return name
+    return "h" + hashlib.sha256(name.encode()).hexdigest()[:16]
 
 
 def declared_kernels(module: Operation) -> dict[str, GemmSpec]:

@@ -30,7 +30,7 @@ import functools
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.context import Context
 from xdsl.dialects import arith, cf, func, llvm, memref
@@ -55,6 +55,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import Rewriter
 
 from tapeml.dialects import kernel
+from tapeml.dialects.kernel import GemmSpec
 from tapeml.transforms.arena import element_bytes
 from tapeml.transforms.merge_nests import MAY_ALIAS_ATTR
 from tapeml.transforms.to_loops import LoweringError
@@ -275,6 +276,21 @@ class KernelToLLVM(RewritePattern):
             rewriter.replace(op, [index, llvm.CallOp(MARK, index)])
 
 
+def _called_spec(op: kernel.GemmOp) -> GemmSpec:
+    """kernel.gemm's spec, with each operand that is a constant of the program, the same for
+    every batch, named (GemmSpec.a_constant): a global, which tapeml never writes."""
+    spec = op.spec
+
+    def constant(operand: SSAValue, batch_stride: int) -> str:
+        owner = operand.owner
+        if isinstance(owner, memref.GetGlobalOp) and batch_stride == 0:
+            return owner.name_.root_reference.data
+        return ""
+
+    return replace(spec, a_constant=constant(op.a, spec.a[0]),
+                   b_constant=constant(op.b, spec.b[0]))
+
+
 MARK = "tapeml_profile_mark"
 """What kernel.mark calls: the CPU backend's profiling clock (tapeml/codegen/marks.py)."""
 
@@ -360,13 +376,13 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
         elif isinstance(op, memref.AllocOp):
             sizes[op] = op.memref.type.get_shape()[0] * element_bytes(op.memref.type.element_type)
         elif isinstance(op, kernel.GemmOp):
-            symbols[op] = op.spec.symbol
+            symbols[op] = _called_spec(op).symbol
         elif isinstance(op, kernel.ParallelForOp):
             entries[prefix + op.callee.root_reference.data] = len(op.buffers)
     if leftover:
         raise LoweringError(f"convert-loops-to-llvm: {', '.join(sorted(leftover))} must be "
                             "lowered first (tape-to-loops, convert-scf-to-cf)")
-    specs = {op.spec.symbol: op.spec for op in symbols}
+    specs = {spec.symbol: spec for spec in map(_called_spec, symbols)}
     convert_types(module)
     _convert_once(module, [*extra, ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes),
                            FuncToLLVM(prefix), KernelToLLVM(symbols, threads, prefix)])

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from tapeml.codegen.gemm.driver import driver
 from tapeml.codegen.gemm.partition import PARALLEL_FLOPS, batch_groups, partition, shares_b
-from tapeml.codegen.gemm.plan import INDEX, Variant, plan, variant
+from tapeml.codegen.gemm.plan import INDEX, Variant, packed_bytes, plan, variant
 from tapeml.codegen.gemm.routines import micro_kernel, pack_a, pack_b
 from tapeml.codegen.gemm.target import Target, host_threads, tiles
 from tapeml.codegen.gemm.writer import scalar_loops
@@ -81,8 +81,27 @@ def kernel(v: Variant) -> str:
     out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True)
     out += pack_b(name, t, v)
     out += pack_a(name, t, v)
+    out += _prepack(name)
     out += driver(v)
     return scalar_loops("\n".join(out) + "\n")
+
+
+PREPACK_ARGS = "ptr %src, ptr %dst, i64 %rows, i64 %columns, i64 %s1, i64 %s2"
+"""`@<kernel>.prepack_a` and `.prepack_b`'s parameters: the operand (rows x columns, strides
+s1 and s2) and where its whole packing goes (plan.packed_bytes)."""
+
+
+def _prepack(name: str) -> list[str]:
+    """The whole of a constant operand packed, for a caller to keep (plan.packed_a): A (m x k)
+    as [m/MR][k][MR], B (k x n) as [n/NR][k][NR], by the packing routines run over all of it."""
+    return [f"define void @{name}.prepack_a({PREPACK_ARGS}) {{",
+            f"  call void @{name}.pack_a(ptr %src, ptr %dst, i64 0, i64 %rows, i64 0, "
+            "i64 %columns, i64 %rows, i64 %s1, i64 %s2)",
+            "  ret void", "}", "",
+            f"define void @{name}.prepack_b({PREPACK_ARGS}) {{",
+            f"  call void @{name}.pack_b(ptr %src, ptr %dst, i64 0, i64 %rows, i64 0, "
+            "i64 %columns, i64 %s1, i64 %s2)",
+            "  ret void", "}", ""]
 
 
 def _masked(lanes: int, t: str, dtype: str) -> list[str]:
@@ -96,20 +115,62 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
     with the plan of `spec` and a scratch of its own (the package doc); `declare`: the kernel
     is declared (defined elsewhere: another module, another engine)."""
     name, v = spec.symbol, variant(spec, target)
-    table = plan(spec, target)
-    values = ", ".join(f"i64 {x}" for x in table)
+    table, whole = plan(spec, target), plan(spec, target, packed=True)
+    a_bytes, b_bytes = packed_bytes(spec, v)
+    a_bytes *= whole[INDEX["packed_a"]]
+    b_bytes *= whole[INDEX["packed_b"]]
     out = [f"; {name}: a call of {v.symbol}",
            f"@{name}.busy = internal global i8 0",
            f"@{name}.scratch = global ptr null, align 8  ; set by the loader",
            f"@{name}.scratch_bytes = constant i64 {table[INDEX['total']]}",
-           f"@{name}.plan = internal constant [{len(table)} x i64] [{values}]"]
+           f"@{name}.packed = global ptr null, align 8  ; set by the loader",
+           f"@{name}.packed_bytes = constant i64 {a_bytes + b_bytes}",
+           _table(f"@{name}.plan", table)]
+    if a_bytes + b_bytes:
+        out += [f"@{name}.state = internal global i8 0  ; 0, 1: packing, 2: packed",
+                _table(f"@{name}.plan.packed", whole)]
     if declare:
         out.append(f"declare void @{v.symbol}(ptr, ptr, ptr, ptr, ptr, ptr)")
-    out += [f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C) {{",
-            f"  call void @{v.symbol}(ptr %A, ptr %B, ptr %C, ptr @{name}.plan, "
+        out += [f"declare void @{v.symbol}.prepack_{x}(ptr, ptr, i64, i64, i64, i64)"
+                for x in "ab"]
+    out.append(f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C) {{")
+    call = (f"call void @{v.symbol}(ptr %A, ptr %B, ptr %C, ptr @{name}.plan, "
+            f"ptr @{name}.scratch, ptr @{name}.busy)")
+    if a_bytes + b_bytes == 0:
+        return "\n".join([*out, f"  {call}", "  ret void", "}"]) + "\n"
+    # a constant operand packed whole by the first call (state 0 -> 1 -> 2), kept, and passed
+    # packed from then on (plan.packed_a); a call while another packs passes it as it is
+    packs = []
+    if a_bytes:
+        packs.append(f"  call void @{v.symbol}.prepack_a(ptr %A, ptr %kept, i64 {spec.m}, "
+                     f"i64 {spec.k}, i64 {spec.a[1]}, i64 {spec.a[2]})")
+    if b_bytes:
+        packs.append(f"  call void @{v.symbol}.prepack_b(ptr %B, ptr %kept.b, i64 {spec.k}, "
+                     f"i64 {spec.n}, i64 {spec.b[1]}, i64 {spec.b[2]})")
+    a, b = ("%kept" if a_bytes else "%A"), ("%kept.b" if b_bytes else "%B")
+    out += ["  %kept = load ptr, ptr @" + f"{name}.packed, align 8",
+            f"  %kept.b = getelementptr i8, ptr %kept, i64 {a_bytes}",
+            f"  %state = load atomic i8, ptr @{name}.state acquire, align 1",
+            "  %ready = icmp eq i8 %state, 2",
+            "  br i1 %ready, label %packed, label %claim",
+            "claim:",
+            f"  %claimed = cmpxchg ptr @{name}.state, i8 0, i8 1 acq_rel acquire",
+            "  %won = extractvalue { i8, i1 } %claimed, 1",
+            "  br i1 %won, label %pack, label %as.is",
+            "pack:", *packs,
+            f"  store atomic i8 2, ptr @{name}.state release, align 1",
+            "  br label %packed",
+            "packed:",
+            f"  call void @{v.symbol}(ptr {a}, ptr {b}, ptr %C, ptr @{name}.plan.packed, "
             f"ptr @{name}.scratch, ptr @{name}.busy)",
-            "  ret void", "}"]
+            "  ret void",
+            "as.is:", f"  {call}", "  ret void", "}"]
     return "\n".join(out) + "\n"
+
+
+def _table(symbol: str, values: list[int]) -> str:
+    text = ", ".join(f"i64 {x}" for x in values)
+    return f"{symbol} = internal constant [{len(values)} x i64] [{text}]"
 
 
 def definition(spec: GemmSpec, target: Target) -> str:

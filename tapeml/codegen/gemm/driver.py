@@ -177,20 +177,24 @@ def _pack_job(v: Variant) -> list[str]:
 def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
                   rows: tuple[str, str], columns: tuple[str, str], depth: str,
                   load: str, direct: tuple[str, str] | None = None,
-                  direct_b: tuple[str, str, str] | None = None) -> None:
+                  direct_b: tuple[str, str, str] | None = None,
+                  steps: tuple[str, str] | None = None) -> None:
     """Rows [ic, ic + height) of C (n columns), columns [j0, j1), against one packed block of A
     (`ap`, from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR
     tile. `direct` = (flag, lda): where the flag holds, `ap` is A itself at row ic (and the
     block's first k), read in place by `.tile.direct` with rows lda apart. `direct_b` =
-    (flag, B at the block's first k, ldb): where the flag holds, B is read in place."""
+    (flag, B at the block's first k, ldb): where the flag holds, B is read in place. `steps`:
+    elements from one panel of A's block to the next, and of B's (the block's depth, or all
+    of k where the caller packed the operand whole: plan.packed_a)."""
     name, t, mr, nr = v.symbol, v.element[0], v.mr, v.nr
     ap, bp, c = buffers
+    a_step, b_step = steps or (depth, depth)
     ic, height = rows
     j0, j1 = columns
 
     def panel(jr: str) -> None:
         width = w.min(str(nr), w(f"sub i64 {j1}, {jr}"))
-        b_panel = w.gep(t, bp, w(f"mul i64 {w(f'sub i64 {jr}, {j0}')}, {depth}"))
+        b_panel = w.gep(t, bp, w(f"mul i64 {w(f'sub i64 {jr}, {j0}')}, {b_step}"))
         b_here, ldb = b_panel, str(nr)
         if direct_b is not None:  # (only where A is read in place too: plan.direct_b)
             flag, b_block, b_row = direct_b
@@ -202,7 +206,7 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
             c_tile = w.gep(t, c, w.add(w(f"mul i64 {w.add(ic, ir)}, {n}"), jr))
 
             def packed() -> None:
-                a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {depth}"))
+                a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {a_step}"))
                 w.do(f"call void @{name}.tile(i64 {depth}, ptr {a_panel}, ptr {b_panel}, "
                      f"ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load})")
 
@@ -287,23 +291,27 @@ def _part(v: Variant) -> list[str]:
     w = Writer()
     w.lines.append(f"define internal void @{name}.part({_PART_ARGS}) {WIDE} {{")
     w.label("%entry")
-    m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset, direct_a, direct_b = _fields(
-        w, "%plan", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "a_offset",
-        "direct_a", "direct_b")
+    m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset, direct_a, direct_b, packed_a, packed_b = \
+        _fields(w, "%plan", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "a_offset",
+                "direct_a", "direct_b", "packed_a", "packed_b")
     bp = "%scratch"
     ap = w.gep("i8", bp, a_offset)
     direct = _true(w, direct_a)
     in_place_b = _true(w, direct_b)
-    packed_b = w(f"xor i1 {in_place_b}, true")
+    whole_a, whole_b = _true(w, packed_a), _true(w, packed_b)  # packed by the caller
+    pack_b_here = w(f"and i1 {w(f'xor i1 {in_place_b}, true')}, {w(f'xor i1 {whole_b}, true')}")
+    not_whole_a = w(f"xor i1 {whole_a}, true")
     # one A for every batch (a convolution's weights), in one block of rows and of k: packed
     # once here, not once per batch
     one_block = w(f"and i1 {w(f'icmp sle i64 {m}, {mc}')}, {w(f'icmp sle i64 {k}, {KC}')}")
     shared_a = w(f"and i1 {w(f'icmp eq i64 {a0}, 0')}, {one_block}")
     shared_a = w(f"and i1 {shared_a}, {w(f'xor i1 {direct}, true')}")
+    shared_a = w(f"and i1 {shared_a}, {not_whole_a}")
     w.when(shared_a, lambda: w.do(
         f"call void @{name}.pack_a(ptr %A, ptr {ap}, i64 %m0, i64 {w('sub i64 %m1, %m0')}, "
         f"i64 0, i64 {k}, i64 {m}, i64 {a1}, i64 {a2})"))
     own_a = w(f"and i1 {w(f'xor i1 {shared_a}, true')}, {w(f'xor i1 {direct}, true')}")
+    own_a = w(f"and i1 {own_a}, {not_whole_a}")
     summed = w(f"icmp eq i64 {c0}, 0")
 
     def batch(b: str) -> None:
@@ -314,10 +322,15 @@ def _part(v: Variant) -> list[str]:
 
         def block(pc: str) -> None:
             depth = w.min(str(KC), w(f"sub i64 {k}, {pc}"))
-            w.when(packed_b, lambda: w.do(
+            w.when(pack_b_here, lambda: w.do(
                 f"call void @{name}.pack_b(ptr {bb}, ptr {bp}, i64 {pc}, i64 {depth}, "
                 f"i64 %n0, i64 %n1, i64 {b1}, i64 {b2})"))
             b_block = w.gep(t, bb, w(f"mul i64 {pc}, {b1}"))
+            # B packed whole: panel jr / NR of [n/NR][k][NR], from this block's first k
+            b_whole = w.gep(t, bb, w.add(w(f"mul i64 %n0, {k}"), w(f"mul i64 {pc}, {v.nr}")))
+            b_here = w(f"select i1 {whole_b}, ptr {b_whole}, ptr {bp}")
+            b_step = w(f"select i1 {whole_b}, i64 {k}, i64 {depth}")
+            a_step = w(f"select i1 {whole_a}, i64 {k}, i64 {depth}")
             load = w(f"or i1 {w(f'icmp sgt i64 {pc}, 0')}, {later_batch}")
             load = w(f"or i1 {load}, %first")  # into what C held (accumulating)
 
@@ -327,9 +340,12 @@ def _part(v: Variant) -> list[str]:
                     f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
                     f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})"))
                 in_place = w.gep(t, a, w.add(w(f"mul i64 {ic}, {a1}"), pc))
-                a_here = w(f"select i1 {direct}, ptr {in_place}, ptr {ap}")
-                _macro_kernel(w, v, n, (a_here, bp, c), (ic, height), ("%n0", "%n1"), depth,
-                              load, (direct, a1), (in_place_b, b_block, b1))
+                # A packed whole: rows ic.. of [m/MR][k][MR], from this block's first k
+                a_whole = w.gep(t, a, w.add(w(f"mul i64 {ic}, {k}"), w(f"mul i64 {pc}, {v.mr}")))
+                a_packed = w(f"select i1 {whole_a}, ptr {a_whole}, ptr {ap}")
+                a_here = w(f"select i1 {direct}, ptr {in_place}, ptr {a_packed}")
+                _macro_kernel(w, v, n, (a_here, b_here, c), (ic, height), ("%n0", "%n1"), depth,
+                              load, (direct, a1), (in_place_b, b_block, b1), (a_step, b_step))
 
             w.loop("%m0", "%m1", mc, rows, "ic")
 

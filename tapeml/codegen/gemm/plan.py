@@ -21,6 +21,9 @@ rows and columns of C, as `partition.Part`):
     total              the scratch's bytes, a multiple of 64
     direct_a           1: the micro-kernel reads A in place, not packed (`direct_a`)
     direct_b           1: ... and B (`direct_b`)
+    packed_a           1: A is passed packed already, whole (`packed_a`): the caller packed
+                       a constant A once
+    packed_b           1: ... and B
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from tapeml.dialects.kernel import GemmSpec
 
 FIELDS = ("batch", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "accumulate",
           "threads", "shared", "groups", "parts", "part_bytes", "a_offset", "sums", "total",
-          "direct_a", "direct_b")
+          "direct_a", "direct_b", "packed_a", "packed_b")
 INDEX = {name: i for i, name in enumerate(FIELDS)}
 
 
@@ -131,8 +134,35 @@ def direct_b(spec: GemmSpec, v: Variant, shared: bool) -> bool:
             and spec.n % v.nr == 0 and v.b_unit and along_rows(spec.b[1], spec.b[2]))
 
 
-def plan(spec: GemmSpec, target: Target) -> list[int]:
-    """The table `spec`'s calls pass the kernel (the module doc), for `target`'s threads."""
+def packed_a(spec: GemmSpec, v: Variant, shared: bool) -> bool:
+    """A constant A (GemmSpec.a_constant: the same for every batch) that the kernel would pack
+    at every call is packed once, whole, by its caller (`packed_bytes`'s layout), and the
+    kernel reads its panels from there: a model's weights, which a call packed block by block
+    (every batch again where A is more than one block), and a pack is a read and a write of
+    every weight. Not where the threads share one packed B (their rows jobs pack A)."""
+    return (bool(spec.a_constant) and spec.a[0] == 0 and not shared
+            and not direct_a(spec, v, shared) and 0 not in (spec.m, spec.n, spec.k, spec.batch))
+
+
+def packed_b(spec: GemmSpec, v: Variant, shared: bool) -> bool:
+    """`packed_a`, for B: a layer's weights on the right (x @ W)."""
+    return (bool(spec.b_constant) and spec.b[0] == 0 and not shared
+            and not direct_b(spec, v, shared) and 0 not in (spec.m, spec.n, spec.k, spec.batch))
+
+
+def packed_bytes(spec: GemmSpec, v: Variant) -> tuple[int, int]:
+    """Bytes of the whole of A packed ([m/MR][k][MR]: what `.pack_a` writes for all rows and
+    all of k, so block (pc, ic)'s panel of rows ir is at ic * k + pc * MR + ir * k) and of B
+    ([n/NR][k][NR]), each a multiple of 64."""
+    size = v.element[1]
+    a = -(-spec.m // v.mr) * v.mr * spec.k * size
+    b = -(-spec.n // v.nr) * v.nr * spec.k * size
+    return -(-a // 64) * 64, -(-b // 64) * 64
+
+
+def plan(spec: GemmSpec, target: Target, packed: bool = False) -> list[int]:
+    """The table `spec`'s calls pass the kernel (the module doc), for `target`'s threads;
+    `packed`: for the calls that pass the operands `packed_a` and `packed_b` choose packed."""
     v = variant(spec, target)
     threads = target.threads
     shared = shares_b(spec, v.mr, threads)
@@ -152,5 +182,7 @@ def plan(spec: GemmSpec, target: Target) -> list[int]:
               "groups": groups, "parts": len(parts), "part_bytes": part_bytes,
               "a_offset": b_bytes, "sums": sums, "total": total,
               "direct_a": int(direct_a(spec, v, shared)),
-              "direct_b": int(direct_b(spec, v, shared))}
+              "direct_b": int(direct_b(spec, v, shared)),
+              "packed_a": int(packed and packed_a(spec, v, shared)),
+              "packed_b": int(packed and packed_b(spec, v, shared))}
     return [values[name] for name in FIELDS] + [x for part in parts for x in part]
