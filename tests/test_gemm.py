@@ -124,6 +124,23 @@ def test_larger_than_one_block_in_every_direction():
     check(150, 2 * nr + 3, 513)  # two KC blocks and a tail; two MC blocks; a ragged panel
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, True)])
+def test_rows_of_one_block_pack_b_a_chunk_of_columns_at_a_time(monkeypatch, threads, ta, tb):
+    """Few rows (a convolution's output channels) over many columns: B is packed and used a
+    chunk of columns at a time (plan.chunk_columns), A packed once per block of k for all of
+    them; chunks with a ragged last one, several blocks of k, a ragged panel."""
+    from tapeml.codegen.gemm import plan
+    from tapeml.codegen.gemm.plan import INDEX
+
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    m, n, k = 64, 2 * 256 + 45, 600
+    spec = GemmSpec("f32", 1, m, n, k, (0, k, 1), (0, n, 1), m * n, False)
+    assert plan(spec, Target.host())[INDEX["nc"]] < n
+    check(m, n, k, ta=ta, tb=tb)
+    check(m, n, k, np.float64, ta=ta, tb=tb, batch=2, accumulate=True)
+
+
 def test_batches_accumulation_and_batch_sums():
     check(9, 10, 11, batch=3)
     check(9, 10, 11, accumulate=True)
@@ -569,7 +586,8 @@ def _constant_product(spec: GemmSpec, a: np.ndarray, b: np.ndarray, calls: int =
 @pytest.mark.parametrize("m,n,k,batch,ta,tb", [
     (7, 9, 5, 1, False, False), (150, 37, 513, 1, False, False),  # blocks of rows and of k
     (33, 300, 20, 3, True, False), (1, 1000, 300, 1, False, True),  # a GEMV on a weight
-    (1000, 49, 260, 2, False, False), (19, 65, 257, 4, True, True)])
+    (1000, 49, 260, 2, False, False), (19, 65, 257, 4, True, True),
+    (300, 600, 300, 1, False, False)])  # chunks of columns over several blocks of rows
 def test_a_constant_operand_is_packed_once_by_its_caller(monkeypatch, threads, dtype, which,
                                                          m, n, k, batch, ta, tb):
     """An operand that is a constant of the program (GemmSpec.a_constant: a model's weights),

@@ -286,14 +286,17 @@ def _range(v: Variant) -> list[str]:
 
 def _part(v: Variant) -> list[str]:
     """The loop nest over one part, all of k, packing into `%scratch`; `%first`: the first
-    block of k adds into what C holds (C (+)= ...) rather than overwriting it."""
+    block of k adds into what C holds (C (+)= ...) rather than overwriting it. Per block of k,
+    the columns in chunks of the plan's `nc` (plan.chunk_columns): each chunk's block of B
+    packed, then used by every row of the part."""
     name, t, mc = v.symbol, v.element[0], v.mc
     w = Writer()
     w.lines.append(f"define internal void @{name}.part({_PART_ARGS}) {WIDE} {{")
     w.label("%entry")
-    m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset, direct_a, direct_b, packed_a, packed_b = \
+    m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset, direct_a, direct_b, packed_a, packed_b, nc = \
         _fields(w, "%plan", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "a_offset",
-                "direct_a", "direct_b", "packed_a", "packed_b")
+                "direct_a", "direct_b", "packed_a", "packed_b", "nc")
+    several_blocks = w(f"icmp sgt i64 {w('sub i64 %m1, %m0')}, {mc}")  # of A's rows
     bp = "%scratch"
     ap = w.gep("i8", bp, a_offset)
     direct = _true(w, direct_a)
@@ -322,32 +325,42 @@ def _part(v: Variant) -> list[str]:
 
         def block(pc: str) -> None:
             depth = w.min(str(KC), w(f"sub i64 {k}, {pc}"))
-            w.when(pack_b_here, lambda: w.do(
-                f"call void @{name}.pack_b(ptr {bb}, ptr {bp}, i64 {pc}, i64 {depth}, "
-                f"i64 %n0, i64 %n1, i64 {b1}, i64 {b2})"))
             b_block = w.gep(t, bb, w(f"mul i64 {pc}, {b1}"))
-            # B packed whole: panel jr / NR of [n/NR][k][NR], from this block's first k
-            b_whole = w.gep(t, bb, w.add(w(f"mul i64 %n0, {k}"), w(f"mul i64 {pc}, {v.nr}")))
-            b_here = w(f"select i1 {whole_b}, ptr {b_whole}, ptr {bp}")
             b_step = w(f"select i1 {whole_b}, i64 {k}, i64 {depth}")
             a_step = w(f"select i1 {whole_a}, i64 {k}, i64 {depth}")
             load = w(f"or i1 {w(f'icmp sgt i64 {pc}, 0')}, {later_batch}")
             load = w(f"or i1 {load}, %first")  # into what C held (accumulating)
 
-            def rows(ic: str) -> None:
-                height = w.min(str(mc), w(f"sub i64 %m1, {ic}"))
-                w.when(own_a, lambda: w.do(
-                    f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
-                    f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})"))
-                in_place = w.gep(t, a, w.add(w(f"mul i64 {ic}, {a1}"), pc))
-                # A packed whole: rows ic.. of [m/MR][k][MR], from this block's first k
-                a_whole = w.gep(t, a, w.add(w(f"mul i64 {ic}, {k}"), w(f"mul i64 {pc}, {v.mr}")))
-                a_packed = w(f"select i1 {whole_a}, ptr {a_whole}, ptr {ap}")
-                a_here = w(f"select i1 {direct}, ptr {in_place}, ptr {a_packed}")
-                _macro_kernel(w, v, n, (a_here, b_here, c), (ic, height), ("%n0", "%n1"), depth,
-                              load, (direct, a1), (in_place_b, b_block, b1), (a_step, b_step))
+            def chunk(jc: str) -> None:  # columns [jc, j1): their block of B packed, then used
+                j1 = w.min(w(f"add i64 {jc}, {nc}"), "%n1")
+                w.when(pack_b_here, lambda: w.do(
+                    f"call void @{name}.pack_b(ptr {bb}, ptr {bp}, i64 {pc}, i64 {depth}, "
+                    f"i64 {jc}, i64 {j1}, i64 {b1}, i64 {b2})"))
+                # B packed whole: panel jr / NR of [n/NR][k][NR], from this block's first k
+                b_whole = w.gep(t, bb, w.add(w(f"mul i64 {jc}, {k}"), w(f"mul i64 {pc}, {v.nr}")))
+                b_here = w(f"select i1 {whole_b}, ptr {b_whole}, ptr {bp}")
+                # A's block is packed again for a later chunk only if it has been replaced
+                again = w(f"or i1 {w(f'icmp eq i64 {jc}, %n0')}, {several_blocks}")
+                pack_a_here = w(f"and i1 {own_a}, {again}")
 
-            w.loop("%m0", "%m1", mc, rows, "ic")
+                def rows(ic: str) -> None:
+                    height = w.min(str(mc), w(f"sub i64 %m1, {ic}"))
+                    w.when(pack_a_here, lambda: w.do(
+                        f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
+                        f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})"))
+                    in_place = w.gep(t, a, w.add(w(f"mul i64 {ic}, {a1}"), pc))
+                    # A packed whole: rows ic.. of [m/MR][k][MR], from this block's first k
+                    a_whole = w.gep(t, a, w.add(w(f"mul i64 {ic}, {k}"),
+                                                w(f"mul i64 {pc}, {v.mr}")))
+                    a_packed = w(f"select i1 {whole_a}, ptr {a_whole}, ptr {ap}")
+                    a_here = w(f"select i1 {direct}, ptr {in_place}, ptr {a_packed}")
+                    _macro_kernel(w, v, n, (a_here, b_here, c), (ic, height), (jc, j1), depth,
+                                  load, (direct, a1), (in_place_b, b_block, b1),
+                                  (a_step, b_step))
+
+                w.loop("%m0", "%m1", mc, rows, "ic")
+
+            w.loop("%n0", "%n1", nc, chunk, "jc")
 
         w.loop("0", k, KC, block, "pc")
 

@@ -24,6 +24,8 @@ rows and columns of C, as `partition.Part`):
     packed_a           1: A is passed packed already, whole (`packed_a`): the caller packed
                        a constant A once
     packed_b           1: ... and B
+    nc                 columns of C per chunk: each block of B is packed and used a chunk at a
+                       time (`chunk_columns`)
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from tapeml.dialects.kernel import GemmSpec
 
 FIELDS = ("batch", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "accumulate",
           "threads", "shared", "groups", "parts", "part_bytes", "a_offset", "sums", "total",
-          "direct_a", "direct_b", "packed_a", "packed_b")
+          "direct_a", "direct_b", "packed_a", "packed_b", "nc")
 INDEX = {name: i for i, name in enumerate(FIELDS)}
 
 
@@ -160,6 +162,24 @@ def packed_bytes(spec: GemmSpec, v: Variant) -> tuple[int, int]:
     return -(-a // 64) * 64, -(-b // 64) * 64
 
 
+CHUNK_COLUMNS = 256
+"""Columns of C whose block of B (KC x CHUNK_COLUMNS, 256 KB in f32) is packed and used at once
+where that costs A no second packing (`chunk_columns`)."""
+
+
+def chunk_columns(spec: GemmSpec, v: Variant, shared: bool, packed: bool) -> int:
+    """Columns per chunk of a part's loop nest (plan's `nc`). A product whose A is packed once
+    per block of k anyway (its rows one block, A read in place, or packed whole by the caller)
+    packs B and uses it CHUNK_COLUMNS columns at a time, so the packed block stays in L2: a
+    convolution's few output channels over many positions packed the whole block of B (a
+    ResNet stem's 7 MB) and read it back from memory. Otherwise all of n at once (A's blocks
+    would be packed again per chunk)."""
+    panels = -(-max(spec.n, 1) // v.nr) * v.nr
+    once = (spec.m <= v.mc or direct_a(spec, v, shared)
+            or (packed and packed_a(spec, v, shared)))
+    return min(max(CHUNK_COLUMNS // v.nr, 1) * v.nr, panels) if once else panels
+
+
 def plan(spec: GemmSpec, target: Target, packed: bool = False) -> list[int]:
     """The table `spec`'s calls pass the kernel (the module doc), for `target`'s threads;
     `packed`: for the calls that pass the operands `packed_a` and `packed_b` choose packed."""
@@ -184,5 +204,6 @@ def plan(spec: GemmSpec, target: Target, packed: bool = False) -> list[int]:
               "direct_a": int(direct_a(spec, v, shared)),
               "direct_b": int(direct_b(spec, v, shared)),
               "packed_a": int(packed and packed_a(spec, v, shared)),
-              "packed_b": int(packed and packed_b(spec, v, shared))}
+              "packed_b": int(packed and packed_b(spec, v, shared)),
+              "nc": chunk_columns(spec, v, shared, packed)}
     return [values[name] for name in FIELDS] + [x for part in parts for x in part]

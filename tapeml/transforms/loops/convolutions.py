@@ -242,6 +242,11 @@ taps as loops and a bounds check per position. ResNet-50's 7 x 7 stem (random we
 1, one thread): 4.2 ms as 49 nests, 5.8 ms as one; but the 49 nests took LLVM 3 s more, and
 the model's first call 12.4 s -> 7.0 s."""
 
+COLUMN_NESTS = 11
+"""A kernel of more than UNROLLED_TAPS taps and at most this many columns has its im2col and
+col2im written as a nest per column (`by_columns`); a wider one (an audio model's 1 x 256)
+as one nest over every tap, each position checked (`all_taps`)."""
+
 RUN_COLUMNS = 16
 """A weight gradient with at least this many weights per output channel (C * kh * kw) is,
 where the machine is better at it (`weight_runs`, Target.weight_runs), a
@@ -294,7 +299,7 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     def taps(move: Callable[[Emitter, SSAValue, SSAValue], None]) -> None:
         """move(x index, cols index) for every (b, c, tap, y, x) that reads inside the input."""
         if geo.kh * geo.kw > UNROLLED_TAPS:
-            return all_taps(move)
+            return by_columns(move) if geo.kw <= COLUMN_NESTS else all_taps(move)
         for i, j, (y0, y1), (x0, x1), _ in geo.taps():
             def body(e: Emitter, ivs: list[SSAValue], i=i, j=j, y0=y0, x0=x0) -> None:
                 b, c, y, xx = ivs
@@ -309,6 +314,39 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
 
             # one tap's positions are distinct in both x and cols: im2col and col2im alike
             e.loops([geo.n, geo.c, y1 - y0, x1 - x0], body, parallel=True)
+
+    def by_columns(move: Callable[[Emitter, SSAValue, SSAValue], None]) -> None:
+        """`taps` as one nest per column j of the kernel (ResNet's 7 x 7 stem: 7 nests): the
+        kernel's rows are a loop, each row of output positions checked once against the
+        input's rows, and the positions along it that read inside the input are known per
+        j, so the innermost loop (a strided copy) runs with no check."""
+        for j in range(geo.kw):
+            x0, x1 = _valid(geo.ow, geo.w, sw, j * dw - left)
+            if x0 >= x1:
+                continue
+
+            def plane(e: Emitter, ivs: list[SSAValue], j=j, x0=x0, x1=x1) -> None:
+                b, c = ivs
+
+                def row(e: Emitter, inner: list[SSAValue]) -> None:
+                    i, y = inner
+                    iy = e.linear([y, i], [sh, dh], -top)
+
+                    def along(e: Emitter) -> None:
+                        e.loops([x1 - x0], lambda e, xs: move(
+                            e, e.linear([b, c, iy, xs[0]], [geo.c * geo.h * geo.w,
+                                                            geo.h * geo.w, geo.w, sw],
+                                        x0 * sw + j * dw - left),
+                            e.linear([b, c, i, y, xs[0]], [col_steps[0], col_steps[1],
+                                                           geo.kw * ohw, geo.ow, 1],
+                                     j * ohw + x0)))
+
+                    e.if_(e.in_range(iy, geo.h), along)
+
+                e.loops([geo.kh, geo.oh], row)
+
+            # each (image, channel) plane of x and of cols is its own: im2col and col2im alike
+            e.loops([geo.n, geo.c], plane, parallel=True)
 
     def all_taps(move: Callable[[Emitter, SSAValue, SSAValue], None]) -> None:
         """`taps` as one nest for a kernel of many taps (an audio model's 1 x 256): the taps
