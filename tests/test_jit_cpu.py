@@ -174,9 +174,11 @@ CONVS = [  # x, w, stride, padding, dilation, groups
     ((3, 2, 11, 10), (5, 2, 3, 3), (2, 1), (0, 2, 1, 0), (2, 1), 1),
     ((2, 1, 7, 7), (3, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 2), 1),
     # more than UNROLLED_TAPS (25) taps: im2col and col2im as one nest with bounds checks (an
-    # audio model's 1 x 64 filter, strided, padded unevenly; a 7 x 8 one, dilated)
+    # audio model's 1 x 64 filter, strided, padded unevenly), or, at most COLUMN_NESTS (11)
+    # columns, a nest per kernel column (a 7 x 8 one, dilated; a strided 7 x 7 stem)
     ((2, 3, 2, 70), (4, 3, 1, 64), (1, 2), (0, 5, 1, 3), (1, 1), 1),
     ((1, 2, 9, 12), (2, 2, 7, 8), (1, 1), (3, 3, 3, 4), (1, 2), 1),
+    ((2, 3, 15, 14), (4, 3, 7, 7), (2, 2), (3, 2, 3, 4), (1, 1), 1),
     # 1 x 1, stride 1, no padding: the GEMMs read x itself (no im2col), the input cotangent is
     # the product itself; the weight gradient too below 16 channels, over runs at 20
     ((2, 5, 4, 6), (3, 5, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
