@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 import pytest
-from bits import assert_same_bits
+from bits import assert_same_bits, assert_within
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_naturality import generated_program
@@ -295,3 +295,34 @@ def test_sums_and_maxes_add_in_order_whatever_the_loop_nest(dtype, shape, axes):
     sequential = np.cumsum(terms.astype(np.float64), axis=0)[-1].astype(dtype)
     assert_same_bits(sums, sequential)
     assert_same_bits(maxes, x.max(axis=axes))
+
+
+POOLS = [  # (input shape, kernel, stride, padding): rows inside the input 4 to 55 wide
+    ((2, 3, 9, 9), 3, 2, 0), ((1, 2, 27, 27), 3, 2, 0), ((1, 2, 28, 28), 2, 2, 0),
+    ((1, 2, 17, 17), 3, 1, 1), ((1, 2, 36, 35), 2, 1, 0), ((1, 1, 111, 111), 3, 2, 0),
+    ((1, 2, 12, 13), 3, 2, 1), ((1, 1, 7, 6), 2, 2, 0),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", POOLS, ids=str)
+def test_pools_of_every_row_width_are_the_interpreters_bits(case, dtype):
+    """A row of a pool's windows inside the input is computed in blocks of a vector's width,
+    the last block moved back over outputs already computed (windows.py's `_block_start`):
+    every output, the overlapped ones too, is the interpreter's (the max bit for bit, with
+    NaN, signed zeros and infinities in the windows; the mean, summed in the window's order
+    in the element type, within rounding of the interpreter's unfold + sum)."""
+    shape, kernel, stride, padding = case
+    x = RNG.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    edge = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf], dtype)
+    flat[RNG.choice(flat.size, size=max(1, flat.size // 10), replace=False)] = RNG.choice(
+        edge, size=max(1, flat.size // 10))
+
+    def pools(x):
+        return (nn.max_pool2d(x, kernel, stride, padding), nn.avg_pool2d(x, kernel, stride,
+                                                                          padding))
+
+    (maxima, means), (expected_maxima, expected_means) = both(pools, x)
+    assert_same_bits(maxima, expected_maxima)
+    assert_within(means, expected_means, 1e-6 if dtype == np.float32 else 1e-15)
