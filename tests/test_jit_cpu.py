@@ -326,3 +326,25 @@ def test_pools_of_every_row_width_are_the_interpreters_bits(case, dtype):
     (maxima, means), (expected_maxima, expected_means) = both(pools, x)
     assert_same_bits(maxima, expected_maxima)
     assert_within(means, expected_means, 1e-6 if dtype == np.float32 else 1e-15)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("batch,size,stride,padding", [(4, 40, 1, 1), (3, 64, 2, 0),
+                                                        (5, 40, 1, (2, 0))])
+def test_a_large_convolution_a_group_of_images_at_a_time(monkeypatch, threads, batch, size,
+                                                        stride, padding):
+    """An im2col matrix over 2 MB whose images' products are worth threads is written a group
+    of images at a time (as many as threads, or the largest divisor of the batch below) and
+    each group's product taken through kernel.views of x and the result: the interpreter's
+    convolution, and its gradients (not grouped) in the same program."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    x, w = r(batch, 16, size, size, dtype=np.float64), r(32, 16, 3, 3, dtype=np.float64)
+
+    def f(x, w):
+        y = nn.conv2d(x, w, stride=stride, padding=padding)
+        return y, tapeml.grad(lambda x, w: ops.sum(ops.tanh(nn.conv2d(
+            x, w, stride=stride, padding=padding))), argnums=(0, 1))(x, w)
+
+    step = tapeml.jit(f)
+    assert "kernel.view" in step.lower(x, w)["loops"]
+    close(step(x, w), tapeml.jit(f, backend="interp")(x, w))

@@ -11,14 +11,20 @@ import numpy as np
 import pytest
 from bits import assert_same_bits
 from concurrency import at_once  # tests/concurrency.py
+from xdsl.context import Context
+from xdsl.dialects import arith, builtin, func, memref, scf
+from xdsl.parser import Parser
 
 import tapeml
 from tapeml import nn, ops
 from tapeml.codegen import pool
 from tapeml.codegen.cpu import load_pool, target_machine
+from tapeml.dialects import kernel
+from tapeml.dialects.kernel import Kernel
 from tapeml.tracing.pytree import flatten
 from tapeml.transforms.differentiate import differentiate
 from tapeml.transforms.fuse import fuse
+from tapeml.transforms.loops import convolutions
 from tapeml.transforms.outline_parallel import outline_parallel_loops
 from tapeml.transforms.to_loops import lower_module
 
@@ -343,3 +349,33 @@ def test_a_platform_without_the_pool_runs_programs_on_one_thread_and_says_so(mon
     assert "outline-parallel-loops" not in [s.name for s in stages]  # one thread: nothing to share
     np.testing.assert_allclose(got, np.tanh(a.astype(np.float64) @ a.T) + 1.0, rtol=1e-4,
                                atol=1e-4)
+
+
+def test_a_convolution_a_group_of_images_at_a_time_interprets_to_the_same_values(monkeypatch):
+    """tape-to-loops{image_group}: a loop over groups of images, each a kernel.view of x and of
+    the result, the group's im2col (parallel loops in the loop, outlined too) and its
+    kernel.gemm; printed, parsed back and interpreted, the trace's values (a small convolution
+    the interpreter runs in seconds, with the size thresholds off)."""
+    monkeypatch.setattr(convolutions, "GROUP_BYTES", 0)
+    monkeypatch.setattr(convolutions, "GROUP_FLOPS", 0)
+    w = RNG.standard_normal((3, 2, 3, 3))
+    x = RNG.standard_normal((4, 2, 6, 7))
+    step = tapeml.trace(lambda x: nn.conv2d(x, w, padding=1), x)
+    expected = step(x)
+    fuse(step.module)  # the traced im2col and matmul raised into tape.conv2d
+    lowered = tapeml.Program.parse(str(step))
+    lower_module(lowered.module, image_group=2)
+    assert outline_parallel_loops(lowered.module, min_work=0) >= 9  # a nest per tap
+    ctx = Context()
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, memref.MemRef, scf.Scf, Kernel):
+        ctx.load_dialect(dialect)
+    module = Parser(ctx, str(lowered.module)).parse_module()  # printed and parsed back
+    module.verify()
+    loop = next(op for op in module.walk() if isinstance(op, scf.ForOp)
+                and any(isinstance(inner, kernel.ViewOp) for inner in op.body.block.ops))
+    inside = [op.name for op in loop.body.block.ops]
+    assert inside.count("kernel.view") == 2 and inside.count("kernel.gemm") == 1
+    assert inside.count("kernel.parallel_for") >= 9
+    out = np.zeros(expected.size)
+    tapeml.interpret(module, lowered.name, x.reshape(-1), out)
+    np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-12, atol=1e-12)

@@ -29,6 +29,13 @@ marks where the program's time is counted from now on: against entry `index` of 
 a profiled run (tape-to-loops{profile=true} puts one before each tape op's loops, and -1,
 nothing, at the end; the CPU backend's `Jitted.profile` reads the table). It computes nothing.
 
+    %image = kernel.view %x[%offset] : memref<4704xf32> -> memref<2352xf32>
+
+is the part of a flat buffer from element %offset on, as a buffer of its own (its result's
+size; the one who makes it keeps offset + size within the buffer): what a loop over images
+hands a kernel.gemm or a parallel loop as the images it is at (tape-to-loops{image_group}'s
+convolutions). It copies nothing; writes through it are writes to the buffer.
+
     %tile = kernel.shared : memref<256xf32>
 
 is a buffer in a GPU kernel's shared memory: one per thread block, read and written by all of
@@ -46,6 +53,7 @@ from xdsl.dialects.builtin import (
     BoolAttr,
     DenseArrayBase,
     DictionaryAttr,
+    IndexType,
     IntegerAttr,
     MemRefType,
     StringAttr,
@@ -248,6 +256,28 @@ class MarkOp(IRDLOperation):
 
 
 @irdl_op_definition
+class ViewOp(IRDLOperation):
+    name = "kernel.view"
+
+    source = operand_def(MemRefType)
+    offset = operand_def(IndexType)
+    result = result_def(MemRefType)
+
+    assembly_format = "$source `[` $offset `]` attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source: SSAValue, offset: SSAValue, kind: MemRefType) -> None:
+        super().__init__(operands=[source, offset], result_types=[kind])
+
+    def verify_(self) -> None:
+        source, result = self.source.type, self.result.type
+        if (len(source.get_shape()) != 1 or len(result.get_shape()) != 1
+                or source.get_element_type() != result.get_element_type()
+                or result.get_shape()[0] > source.get_shape()[0]):
+            raise VerifyException(f"kernel.view: a flat buffer of the source's element type and "
+                                  f"at most its size, got {source} -> {result}")
+
+
+@irdl_op_definition
 class SharedOp(IRDLOperation):
     name = "kernel.shared"
 
@@ -268,4 +298,4 @@ class SharedOp(IRDLOperation):
             raise VerifyException("kernel.shared: a flat buffer (memref<N x T>)")
 
 
-Kernel = Dialect("kernel", [GemmOp, MarkOp, ParallelForOp, SharedOp])
+Kernel = Dialect("kernel", [GemmOp, MarkOp, ParallelForOp, SharedOp, ViewOp])

@@ -1,5 +1,6 @@
 """The kernel dialect on xDSL's interpreter: `kernel.gemm` as numpy's matmul over strided views
-of the buffers, `kernel.parallel_for` as one call over the whole range."""
+of the buffers, `kernel.parallel_for` as one call over the whole range, `kernel.view` as an
+array over the same memory from its offset on."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from xdsl.dialects.builtin import IndexType
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
 from xdsl.interpreters.builtin import scalar_attr
 from xdsl.interpreters.shaped_array import ShapedArray
+from xdsl.interpreters.utils.ptr import TypedPtr
 from xdsl.traits import SymbolTable
 
-from tapeml.dialects.kernel import GemmOp, MarkOp, ParallelForOp
+from tapeml.dialects.kernel import GemmOp, MarkOp, ParallelForOp, ViewOp
 
 
 def _flat(buffer: ShapedArray, dtype: np.dtype) -> np.ndarray:
@@ -33,6 +35,13 @@ class KernelFunctions(InterpreterFunctions):
     @impl(MarkOp)
     def run_mark(self, interpreter: Interpreter, op: MarkOp, args: PythonValues) -> PythonValues:
         return ()  # (a profiled run's clock; nothing to compute)
+
+    @impl(ViewOp)
+    def run_view(self, interpreter: Interpreter, op: ViewOp, args: PythonValues) -> PythonValues:
+        source, offset = args  # the offset a runtime scalar (an IntegerAttr)
+        data = source.data_ptr
+        start = TypedPtr(data.raw + offset.value.data * data.size, xtype=data.xtype)
+        return (ShapedArray(start, list(op.result.type.get_shape())),)
 
     @impl(GemmOp)
     def run_gemm(self, interpreter: Interpreter, op: GemmOp, args: PythonValues) -> PythonValues:

@@ -125,12 +125,25 @@ class Outliner:
                                                      math.prod(counts[:outer])))
 
 
+def _outermost_parallel(block: Block) -> list[scf.ParallelOp]:
+    """The parallel loops of a function's body, and those in the body of a loop of it (a
+    convolution's loop over images: its im2col, tape-to-loops{image_group}), not those inside
+    another parallel loop."""
+    found = []
+    for op in block.ops:
+        if isinstance(op, scf.ParallelOp):
+            found.append(op)
+        elif isinstance(op, scf.ForOp):
+            found += _outermost_parallel(op.body.block)
+    return found
+
+
 def outline_parallel_loops(module: ModuleOp, min_work: int = MIN_WORK) -> int:
     """Outline the parallel loops worth threads in every function of `module`; how many."""
     outlined = 0
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
         outliner = Outliner(module, f, min_work)
-        for op in [op for op in f.body.block.ops if isinstance(op, scf.ParallelOp)]:
+        for op in _outermost_parallel(f.body.block):
             outliner.outline(op)
         outlined += outliner.count
     return outlined

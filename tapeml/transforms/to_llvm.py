@@ -247,10 +247,12 @@ class KernelToLLVM(RewritePattern):
     by the CPU backend: tapeml/codegen/gemm/). kernel.parallel_for -> its buffers' addresses in
     a stack array, and a call to the thread pool (tapeml/codegen/pool.py) with the address of
     the callee's entry, which reads them back. kernel.mark -> a call of the profiling clock
-    (MARK, with its entry's index)."""
+    (MARK, with its entry's index). kernel.view -> the buffer's address plus the offset."""
 
     symbols: dict[Operation, str]
     """Each kernel op's callee (read before the buffer types become pointers)."""
+    views: dict[Operation, Attribute]
+    """Each kernel.view's element type (the same)."""
     threads: int
     prefix: str
     """Before the names of the functions the parallel_for's call (FuncToLLVM's)."""
@@ -258,6 +260,8 @@ class KernelToLLVM(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if isinstance(op, kernel.GemmOp):
             rewriter.replace(op, llvm.CallOp(self.symbols[op], op.a, op.b, op.c))
+        elif isinstance(op, kernel.ViewOp):  # the buffer's address plus the offset
+            rewriter.replace(op, _gep(op.source, op.offset, self.views[op]))
         elif isinstance(op, kernel.ParallelForOp):
             count = llvm.ConstantOp(IntegerAttr(max(1, len(op.buffers)), i64), i64)
             context = llvm.AllocaOp(count, PTR, alignment=8)
@@ -369,6 +373,7 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
     leftover: set[str] = set()
     sizes: dict[memref.AllocOp, int] = {}
     symbols: dict[kernel.GemmOp, str] = {}
+    views: dict[kernel.ViewOp, Attribute] = {}
     entries: dict[str, int] = {}
     for op in module.walk():  # once: what the patterns and the declarations need
         if op.dialect_name() in ("scf", "tape"):
@@ -377,6 +382,8 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
             sizes[op] = op.memref.type.get_shape()[0] * element_bytes(op.memref.type.element_type)
         elif isinstance(op, kernel.GemmOp):
             symbols[op] = _called_spec(op).symbol
+        elif isinstance(op, kernel.ViewOp):
+            views[op] = op.result.type.get_element_type()
         elif isinstance(op, kernel.ParallelForOp):
             entries[prefix + op.callee.root_reference.data] = len(op.buffers)
     if leftover:
@@ -385,7 +392,7 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
     specs = {spec.symbol: spec for spec in map(_called_spec, symbols)}
     convert_types(module)
     _convert_once(module, [*extra, ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes),
-                           FuncToLLVM(prefix), KernelToLLVM(symbols, threads, prefix)])
+                           FuncToLLVM(prefix), KernelToLLVM(symbols, views, threads, prefix)])
     uses: set[str] = set()
     bad: set[str] = set()
     for op in module.walk():  # once: what is called, and anything left unconverted

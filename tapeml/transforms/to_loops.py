@@ -117,8 +117,8 @@ def _shared(block: Block, views: dict[SSAValue, list[int]]) -> dict[Operation, H
 
 def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                    libm: bool = False, row_reductions: bool = False,
-                   share: bool = False, profile: bool = False, weight_runs: bool = True
-                   ) -> None:
+                   share: bool = False, profile: bool = False, weight_runs: bool = True,
+                   image_group: int = 0) -> None:
     if len(f.body.blocks) != 1 or not isinstance(f.body.block.last_op, func.ReturnOp):
         raise LoweringError(f"tape-to-loops: @{f.sym_name.data} must be one block of tape ops "
                             "ending in func.return")
@@ -147,7 +147,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     views = transposes_read_in_place(block)
     counter = iter(range(1 << 30))
     cx = Context(module, report, views, row_reductions,
-                 lambda: f"{f.sym_name.data}_constant_{next(counter)}", weight_runs)
+                 lambda: f"{f.sym_name.data}_constant_{next(counter)}", weight_runs, image_group)
     shared = _shared(block, views) if share else {}
     functions: dict[Hashable, tuple[str, list[MemRefType]]] = {}  # a key -> its function
     labels: list[str] = []  # profile: what each kernel.mark's entry counts
@@ -266,8 +266,8 @@ def profile_label(op: Operation) -> str:
 
 
 def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False,
-                 share: bool = False, profile: bool = False, weight_runs: bool = True
-                 ) -> PlanReport:
+                 share: bool = False, profile: bool = False, weight_runs: bool = True,
+                 image_group: int = 0) -> PlanReport:
     """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
     call libm for exp, log, tanh, sigmoid and f32 erf (default: vectorizable arithmetic, see
     transcendentals.py). `row_reductions`: reductions that keep the input's last axes fold a
@@ -277,10 +277,13 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     passes see each distinct op once). `profile`: a kernel.mark before each op's loops, and
     the function's PROFILE_ATTR naming them (Jitted.profile's rows). `weight_runs`: a wide
     convolution weight gradient as products over runs of images (lower_conv2d_gemm; a
-    machine's choice, which the CPU backend makes from its Target)."""
+    machine's choice, which the CPU backend makes from its Target). `image_group`: a large
+    convolution's im2col and product that many images at a time, in a loop (lower_conv2d_gemm;
+    0: all at once; the CPU's: its thread count, each thread an image's product)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
-        lower_function(f, module, report, libm, row_reductions, share, profile, weight_runs)
+        lower_function(f, module, report, libm, row_reductions, share, profile, weight_runs,
+                       image_group)
     return report
 
 
@@ -300,10 +303,13 @@ class ToLoopsPass(ModulePass):
     """A kernel.mark before each op's loops: a profiled run times each op."""
     weight_runs: bool = True
     """A wide convolution weight gradient as products over runs of images, not per image."""
+    image_group: int = 0
+    """A large convolution's im2col and product this many images at a time, in a loop (0: all
+    at once; the CPU's: its thread count)."""
 
     def apply(self, ctx: PassContext, op: ModuleOp) -> None:
         self.run(op)
 
     def run(self, module: ModuleOp) -> PlanReport:
         return lower_module(module, self.libm, self.row_reductions, self.share, self.profile,
-                            self.weight_runs)
+                            self.weight_runs, self.image_group)

@@ -32,6 +32,9 @@ class Context:
     weight_runs: bool = True
     """A wide convolution weight gradient as products over runs of images (see
     lower_conv2d_gemm), not a product per image."""
+    image_group: int = 0
+    """A large convolution's im2col this many images at a time, their product after it, in a
+    loop over the images (see lower_conv2d_gemm; 0: all at once; the CPU's: its threads)."""
 
 
 Lowering = Callable[[Emitter, Operation, list[SSAValue], SSAValue, Context], SSAValue | None]
