@@ -30,6 +30,14 @@ def evaluate(op_type: type[TapeOp], *arrays: np.ndarray, **params: Any) -> np.nd
 
 
 _IEEE: dict[type, Callable[..., np.ndarray]] = {}
+_NO_FLAG: set[Callable[..., np.ndarray]] = set()
+
+
+def raises_no_flag(semantic: Semantics) -> Semantics:
+    """Mark a semantics that raises no IEEE flag on any input (it compares and moves bits) and
+    returns an ndarray at every rank: `ieee` gives it as it is, without numpy's error state."""
+    _NO_FLAG.add(semantic)
+    return semantic
 
 
 def ieee(op_type: type[TapeOp]) -> Callable[..., np.ndarray]:
@@ -39,7 +47,9 @@ def ieee(op_type: type[TapeOp]) -> Callable[..., np.ndarray]:
     if found is not None:
         return found
     semantic = SEMANTICS[op_type]
-    if _extobj_contextvar is None:
+    if semantic in _NO_FLAG:
+        found = semantic
+    elif _extobj_contextvar is None:
         def found(*arrays: np.ndarray, **params: Any) -> np.ndarray:
             with np.errstate(all="ignore"):
                 return np.asarray(semantic(*arrays, **params))  # rank 0 stays an array
