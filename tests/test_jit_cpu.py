@@ -301,17 +301,22 @@ POOLS = [  # (input shape, kernel, stride, padding): rows inside the input 4 to 
     ((2, 3, 9, 9), 3, 2, 0), ((1, 2, 27, 27), 3, 2, 0), ((1, 2, 28, 28), 2, 2, 0),
     ((1, 2, 17, 17), 3, 1, 1), ((1, 2, 36, 35), 2, 1, 0), ((1, 1, 111, 111), 3, 2, 0),
     ((1, 2, 12, 13), 3, 2, 1), ((1, 1, 7, 6), 2, 2, 0),
+    # windows that overlap along a row (max by columns: phases of the stride, kept in scratch)
+    ((2, 3, 23, 40), (3, 5), (2, 3), (1, 2)), ((1, 2, 19, 33), (2, 4), (3, 3), 0),
+    ((1, 3, 30, 70), (4, 3), (1, 1), 2), ((3, 2, 9, 9), 3, 2, 1),
 ]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", POOLS, ids=str)
-def test_pools_of_every_row_width_are_the_interpreters_bits(case, dtype):
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_pools_of_every_row_width_are_the_interpreters_bits(monkeypatch, threads, case, dtype):
     """A row of a pool's windows inside the input is computed in blocks of a vector's width,
     the last block moved back over outputs already computed (windows.py's `_block_start`):
     every output, the overlapped ones too, is the interpreter's (the max bit for bit, with
     NaN, signed zeros and infinities in the windows; the mean, summed in the window's order
     in the element type, within rounding of the interpreter's unfold + sum)."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     shape, kernel, stride, padding = case
     x = RNG.standard_normal(shape).astype(dtype)
     flat = x.reshape(-1)
