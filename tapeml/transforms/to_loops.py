@@ -271,8 +271,9 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
     call libm for exp, log, tanh, sigmoid and f32 erf (default: vectorizable arithmetic, see
     transcendentals.py). `row_reductions`: reductions that keep the input's last axes fold a
-    row of accumulators at a time (the CPU's choice, see `lower_reduction`; a GPU wants one
-    thread per output). `share`: ops whose loops are the same (a model's repeated layers')
+    row of accumulators at a time, and a max pool whose windows overlap along a row takes the
+    max down each column first (the CPU's choice, see `lower_reduction`, `lower_pool`; a GPU
+    wants one thread per output). `share`: ops whose loops are the same (a model's repeated layers')
     call one function holding them (`SHAREABLE`), lowered once (the CPU's choice: later
     passes see each distinct op once). `profile`: a kernel.mark before each op's loops, and
     the function's PROFILE_ATTR naming them (Jitted.profile's rows). `weight_runs`: a wide
@@ -296,7 +297,8 @@ class ToLoopsPass(ModulePass):
     libm: bool = False
     """Call libm for exp, log, tanh, sigmoid and f32 erf (default: vectorizable arithmetic)."""
     row_reductions: bool = False
-    """Reductions that keep the last axes fold a row of accumulators at a time (the CPU's)."""
+    """Reductions that keep the last axes fold a row of accumulators at a time, and overlapping
+    max pools take the max down each column first (the CPU's)."""
     share: bool = False
     """Ops whose loops are the same call one function holding them (the CPU's)."""
     profile: bool = False

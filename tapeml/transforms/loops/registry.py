@@ -26,7 +26,7 @@ class Context:
     views: dict[SSAValue, list[int]]
     """Transposes read in place by the matmuls: result -> its strides in the input buffer."""
     row_reductions: bool
-    """The CPU's reductions (see lower_reduction)."""
+    """The CPU's reductions (see lower_reduction) and max pools (see lower_pool)."""
     constant_name: Callable[[], str]
     """A fresh name for a memref.global."""
     weight_runs: bool = True

@@ -140,7 +140,8 @@ def lower_pool(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
     """Each output the max (or mean) of its window: the windows wholly inside the input read
     it without bounds checks, a row of them in blocks of vector width (`_block_start`: LLVM
     vectorizes each block), those at its edges through them (padding is -inf for a max, 0
-    for a mean)."""
+    for a mean). With the CPU's row_reductions, a max whose windows overlap along a row
+    takes the max down each column first (`_max_by_columns`)."""
     x_shape, out_shape = shape_of(op.input), shape_of(op.result)
     t = op.result.type.get_element_type()
     kh, kw = op.params["kernel"]
