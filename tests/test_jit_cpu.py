@@ -304,6 +304,7 @@ POOLS = [  # (input shape, kernel, stride, padding): rows inside the input 4 to 
     # windows that overlap along a row (max by columns: phases of the stride, kept in scratch)
     ((2, 3, 23, 40), (3, 5), (2, 3), (1, 2)), ((1, 2, 19, 33), (2, 4), (3, 3), 0),
     ((1, 3, 30, 70), (4, 3), (1, 1), 2), ((3, 2, 9, 9), 3, 2, 1),
+    ((1, 2, 9, 12), (2, 3), (1, 2), 3),  # windows wholly in the padding: -inf
 ]
 
 

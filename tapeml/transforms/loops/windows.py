@@ -116,6 +116,12 @@ COLUMN_BLOCK_BYTES = 64
 contiguous memory (no interleaving, no gap), so a block of 16 f32 is one AVX-512 vector."""
 
 
+EDGE_ROWS = 8
+"""`_max_by_columns` writes each output row whose windows pass the top or bottom edge as code
+of its own (its taps inside the input known); a pool with more of them (padding as tall as
+a few windows) keeps `lower_pool`'s bounds-checked windows."""
+
+
 def _lanes(width: int, t: Attribute, block_bytes: int = POOL_BLOCK_BYTES) -> int:
     """Outputs of a pool's row computed as one block (`_block_start`): `block_bytes` of
     them, or the widest power of two that fits a narrower row; 0 for rows under 4 wide."""
@@ -167,13 +173,15 @@ def lower_pool(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
         e.store(value, out, e.linear(ivs, strides(out_shape)))
 
     (r0, r1), (c0, c1) = _inside(oh, h, sh, kh, top), _inside(ow, w, sw, kw, left)
+    edge_rows = r0 + oh - max(r0, r1)  # unrolled by _max_by_columns, each with its taps
+    if (maximum and cx.row_reductions and kw > sw and _lanes(ow, t, COLUMN_BLOCK_BYTES)
+            and edge_rows <= EDGE_ROWS):
+        _max_by_columns(e, op, ins[0], out, cx, _lanes(ow, t, COLUMN_BLOCK_BYTES))
+        return
     if r0 == r1 or c0 == c1:
         r0 = r1 = c0 = c1 = 0
     lanes = _lanes(c1 - c0, t)
-    if r0 < r1 and lanes and maximum and cx.row_reductions and kw > sw:
-        _max_by_columns(e, op, ins[0], out, cx, (r0, r1), (c0, c1),
-                        _lanes(c1 - c0, t, COLUMN_BLOCK_BYTES))
-    elif r0 < r1 and lanes:  # the windows inside, a row's outputs `lanes` at a time
+    if r0 < r1 and lanes:  # the windows inside, a row's outputs `lanes` at a time
         def row(e: Emitter, ivs: list[SSAValue]) -> None:
             y = e.linear([ivs[2]], [1], r0)
             e.loops([-(-(c1 - c0) // lanes), lanes], lambda e, jvs: body(
@@ -192,70 +200,93 @@ def lower_pool(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
 
 
 def _max_by_columns(e: Emitter, op: Operation, x: SSAValue, out: SSAValue, cx: Context,
-                    rows: tuple[int, int], columns: tuple[int, int], lanes: int) -> None:
-    """The max of the windows inside the input (rows [r0, r1) and columns [c0, c1) of the
-    output), with the CPU's row_reductions: one image plane per parallel iteration, and for
-    each output row, first the max down each input column its windows cover (kh taps, unit
-    stride), kept in a row of scratch by the column's phase (its index mod the stride), then
-    each output the max of kw of those (unit stride in each phase). Every load runs along
-    contiguous memory, so each loop is whole vectors (`_block_start`); in the window's order
-    the same max (IEEE maximum is associative and commutative, NaN as NaN, -0 below +0).
+                    lanes: int) -> None:
+    """A max pool with the CPU's row_reductions, when its windows overlap along a row: one
+    image plane per parallel iteration, and for each output row, first the max down each
+    input column its windows cover (kh taps, unit stride; only the rows inside the input, a
+    padded column -inf), kept in a row of scratch by the column's phase (its index mod the
+    stride), then each output the max of kw of those (unit stride in each phase). Every
+    load runs along contiguous memory, so each loop is whole vectors (`_block_start`), and
+    no window is bounds-checked; the same max as the window's order (IEEE maximum is
+    associative and commutative, NaN as NaN, -0 below +0).
+
     Squeezenet's three 3 x 3 stride-2 pools, one core (`tapeml.jit(nn.max_pool2d)`): 568,
     337, 152 us with every window's 9 taps (stride-2 loads: LLVM gathered one tap of each
-    row) -> 132-151, 93-99, 61-67 (onnxruntime 169, 85, 48); ResNet's 3 x 3 stride-2 pool
-    of 64 x 112 x 112 628 -> 189 us. A window as wide as its stride (2 x 2, stride 2) reads
-    its taps as whole interleaved groups already, and stays with `lower_pool`'s blocks."""
+    row) -> 128-151, 81-99, 60-67 (onnxruntime 169, 85, 48); ResNet's (padding 1) of
+    8 x 64 x 112 x 112: 6.4 ms -> 3.75 with its edges' windows still bounds-checked
+    (a strided pass over memory again) -> 1.78 with them in this form too. A
+    window as wide as its stride (2 x 2, stride 2) reads its taps as whole interleaved
+    groups already, and stays with `lower_pool`'s blocks."""
     n, c, h, w = shape_of(op.input)
     oh, ow = shape_of(op.result)[2:]
     t = op.result.type.get_element_type()
     kh, kw = op.params["kernel"]
     (sh, sw), (top, left, _, _) = op.params["stride"], op.params["padding"]
-    (r0, r1), (c0, c1) = rows, columns
-    width = c1 - c0
-    # phase p holds the column maxima at input columns first + sw * q + p, q < need[p]
-    need = [width + max(dx for dx in range(p, kw, sw)) // sw for p in range(sw)]
-    span, full = max(need), min(need)
-    first = sw * c0 - left
-    scratch = e.insert(alloc(MemRefType(t, [n * c * sw * span])))
-    cx.report.scratch_bytes = max(cx.report.scratch_bytes, n * c * sw * span * t.bitwidth // 8)
+    # phase p holds the column maxima at input columns sw * q + p - left, q < need[p]; of
+    # those, q in [inside[p][0], inside[p][1]) are inside the input (the rest padding)
+    need = [ow + max(dx for dx in range(p, kw, sw)) // sw for p in range(sw)]
+    inside = [(min(max(0, -(-(left - p) // sw)), need[p]),
+               min(max(0, (w - 1 + left - p) // sw + 1), need[p])) for p in range(sw)]
+    inside = [(lo, max(lo, hi)) for lo, hi in inside]
+    span = max(need)
+    common = (max(lo for lo, _ in inside), min(hi for _, hi in inside))
+    slots = n * c * sw * span
+    scratch = e.insert(alloc(MemRefType(t, [slots])))
+    cx.report.scratch_bytes = max(cx.report.scratch_bytes, slots * t.bitwidth // 8)
     low = e.scalar(-np.inf, t)
+    (r0, r1) = _inside(oh, h, sh, kh, top)
 
     def plane(e: Emitter, ivs: list[SSAValue]) -> None:
         phases = e.linear(ivs, [c * sw * span, sw * span])
 
-        def row(e: Emitter, yv: list[SSAValue]) -> None:
-            corner = e.linear([*ivs, yv[0]], [c * h * w, h * w, sh * w],
-                              (r0 * sh - top) * w + first)
+        def row(e: Emitter, y: SSAValue | int, taps: tuple[int, int]) -> None:
+            """Output row y, its windows' rows inside the input those of taps [t0, t1)."""
+            t0, t1 = taps
+            corner = e.linear([*ivs, y], [c * h * w, h * w, sh * w], (t0 - top) * w - left)
 
             def column(e: Emitter, q: SSAValue, p: int) -> None:
                 at = e.linear([q], [sw], p)
-                top_max = e.reduce([kh], low, lambda e, dy, acc: e.insert(arith.MaximumfOp(
+                down = e.reduce([t1 - t0], low, lambda e, dy, acc: e.insert(arith.MaximumfOp(
                     acc, e.load(x, e.addi(e.linear(dy, [w]), e.addi(corner, at))))))
-                e.store(top_max, scratch, e.addi(phases, e.linear([q], [1], p * span)))
+                e.store(down, scratch, e.addi(phases, e.linear([q], [1], p * span)))
 
             def columns(e: Emitter, qv: list[SSAValue]) -> None:
-                q = e.addi(_block_start(e, qv[0], lanes, 0, full), qv[1])
+                q = e.addi(_block_start(e, qv[0], lanes, *common), qv[1])
                 for p in range(sw):
                     column(e, q, p)
 
-            e.loops([-(-full // lanes), lanes], columns)
-            for p in range(sw):  # the phases' last columns, past those all phases have
-                if need[p] > full:
-                    e.loops([need[p] - full], lambda e, qv, p=p: column(
-                        e, e.linear(qv, [1], full), p))
-            start = e.linear([*ivs, yv[0]], [c * oh * ow, oh * ow, ow], r0 * ow + c0)
+            if common[1] - common[0] >= lanes:
+                e.loops([-(-(common[1] - common[0]) // lanes), lanes], columns)
+                done = common
+            else:
+                done = (common[0], common[0])
+            for p in range(sw):  # each phase's columns past those every phase has inside
+                lo, hi = inside[p]
+                for q0, q1 in ((lo, min(done[0], hi)), (max(done[1], lo), hi)):
+                    if q0 < q1:
+                        e.loops([q1 - q0], lambda e, qv, p=p, q0=q0: column(
+                            e, e.linear(qv, [1], q0), p))
+                for q0, q1 in ((0, lo), (hi, need[p])):  # padding
+                    if q0 < q1:
+                        e.loops([q1 - q0], lambda e, qv, p=p, q0=q0: e.store(
+                            low, scratch, e.addi(phases, e.linear(qv, [1], p * span + q0))))
+            start = e.linear([*ivs, y], [c * oh * ow, oh * ow, ow])
 
             def outputs(e: Emitter, jv: list[SSAValue]) -> None:
-                j = e.addi(_block_start(e, jv[0], lanes, 0, width), jv[1])
+                j = e.addi(_block_start(e, jv[0], lanes, 0, ow), jv[1])
                 value = low
                 for dx in range(kw):
                     at = e.addi(phases, e.linear([j], [1], (dx % sw) * span + dx // sw))
                     value = e.insert(arith.MaximumfOp(value, e.load(scratch, at)))
                 e.store(value, out, e.addi(start, j))
 
-            e.loops([-(-width // lanes), lanes], outputs)
+            e.loops([-(-ow // lanes), lanes], outputs)
 
-        e.loops([r1 - r0], row)
+        if r0 < r1:
+            e.loops([r1 - r0], lambda e, yv: row(e, e.linear(yv, [1], r0), (0, kh)))
+        for y in [*range(0, r0), *range(max(r1, r0), oh)]:  # rows whose windows pass an edge
+            first = y * sh - top
+            row(e, y, (max(0, -first), max(max(0, -first), min(kh, h - first))))
 
     e.loops([n, c], plane, parallel=True)
     e.insert(dealloc(scratch))
