@@ -335,6 +335,35 @@ def test_pools_of_every_row_width_are_the_interpreters_bits(monkeypatch, threads
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_concat_of_its_operands_ops_written_in_place(monkeypatch, threads, batch):
+    """A fire module's concat (squeezenet): at batch 1 each operand is one contiguous block of
+    the result, so the ops that make them (a fused bias + ReLU, a convolution, a pool) write
+    there through kernel.views and nothing is copied; an operand also used elsewhere, an
+    argument, and the concat returned itself (the caller's buffer) keep their values. Batch 2
+    is copied as before. The interpreter's values either way (within rounding: the
+    convolutions and sums add in another order)."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    f64 = np.float64  # in f32 a 72-term sum near cancellation rounds past close()'s bound
+    x, w1, w3 = r(batch, 8, 12, 12, dtype=f64), r(6, 8, 1, 1, dtype=f64), r(5, 8, 3, 3, dtype=f64)
+    b1, b3 = r(6, 1, 1, dtype=f64), r(5, 1, 1, dtype=f64)
+
+    def fire(x, w1, w3, b1, b3):
+        left = ops.relu(nn.conv2d(x, w1) + b1)
+        right = ops.relu(nn.conv2d(x, w3, padding=1) + b3)
+        joined = ops.concatenate([left, right, nn.max_pool2d(x, 3, 1, 1)], axis=1)
+        shared = ops.tanh(nn.conv2d(x, w1))  # also used below: not in place
+        kept = ops.concatenate([shared, x], axis=1)
+        return ops.sum(joined * 2.0, axis=(2, 3)), kept, shared, ops.concatenate(
+            [left * 3.0, right - 1.0], axis=1)
+
+    step = tapeml.jit(fire)
+    loops = step.lower(x, w1, w3, b1, b3)["loops"]
+    assert ("kernel.view" in loops) == (batch == 1)
+    close(*both(fire, x, w1, w3, b1, b3))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("batch,size,stride,padding", [(4, 40, 1, 1), (3, 64, 2, 0),
                                                         (5, 40, 1, (2, 0))])
 def test_a_large_convolution_a_group_of_images_at_a_time(monkeypatch, threads, batch, size,

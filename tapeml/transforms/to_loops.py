@@ -28,6 +28,7 @@ liveness plan). This module is the pass: the function's signature, buffers and o
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -118,7 +119,7 @@ def _shared(block: Block, views: dict[SSAValue, list[int]]) -> dict[Operation, H
 def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                    libm: bool = False, row_reductions: bool = False,
                    share: bool = False, profile: bool = False, weight_runs: bool = True,
-                   image_group: int = 0) -> None:
+                   image_group: int = 0, concat_in_place: bool = False) -> None:
     if len(f.body.blocks) != 1 or not isinstance(f.body.block.last_op, func.ReturnOp):
         raise LoweringError(f"tape-to-loops: @{f.sym_name.data} must be one block of tape ops "
                             "ending in func.return")
@@ -149,6 +150,8 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     cx = Context(module, report, views, row_reductions,
                  lambda: f"{f.sym_name.data}_constant_{next(counter)}", weight_runs, image_group)
     shared = _shared(block, views) if share else {}
+    placed = _placed_in_concats(block, views, direct) if concat_in_place else {}
+    concat_buffers: dict[Operation, SSAValue] = {}  # a concat -> its buffer, made early
     functions: dict[Hashable, tuple[str, list[MemRefType]]] = {}  # a key -> its function
     labels: list[str] = []  # profile: what each kernel.mark's entry counts
 
@@ -160,11 +163,20 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         if lower is alias or result in views:
             env[result] = env[op.operands[0]]  # flat buffers: the same buffer, other strides
             continue
+        if op in concat_buffers:  # its operands were written into its buffer: nothing to copy
+            env[result] = concat_buffers[op]
+            continue
         if profile:
             e.insert(kernel.MarkOp(len(labels)))
             labels.append(profile_label(op))
         if result in direct:  # a result the caller keeps: computed in its buffer
             out = direct[result]
+        elif op in placed:  # the part of a concat's buffer it is (kernel.view)
+            concat, offset = placed[op]
+            if concat not in concat_buffers:
+                concat_buffers[concat] = _concat_buffer(e, concat, direct, allocated)
+            out = e.insert(kernel.ViewOp(concat_buffers[concat], e.index(offset),
+                                         buffer_type(result.type)))
         else:
             out = e.insert(alloc(buffer_type(result.type)))
             out.name_hint = result.name_hint
@@ -180,7 +192,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
             for buffer in scratch:
                 e.insert(dealloc(buffer))
             env[result] = out
-            if result not in direct:
+            if result not in direct and op not in placed:
                 allocated.append(out)
             continue
         written = lower(e, op, ins, out, cx)
@@ -189,7 +201,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
             env[result] = written
             continue
         env[result] = out
-        if result not in direct:
+        if result not in direct and op not in placed:
             allocated.append(out)
 
     if profile:
@@ -218,6 +230,52 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     f.arg_attrs = ArrayAttr([DictionaryAttr({"tapeml.name": StringAttr(n)})
                              for n in [*names_in, *names_out]])
     f.res_attrs = None
+
+
+IN_PLACE = (*(op for op in tape.ELEMENTWISE if op is not tape.ConstantOp), tape.FusedOp,
+            tape.Conv2dOp, tape.MatmulOp, tape.MaxPool2dOp, tape.AvgPool2dOp)
+"""The ops `concat_in_place` has write into a concat's buffer: their lowering writes every
+element of `out`, and returns no buffer of its own."""
+
+
+def _placed_in_concats(block: Block, views: dict[SSAValue, list[int]],
+                       direct: dict[SSAValue, SSAValue]) -> dict[Operation, tuple[Operation, int]]:
+    """The ops whose results a concat only joins, each written straight into its part of the
+    concat's buffer (op -> the concat, the part's element offset): where nothing comes
+    before the concat's axis but ones, so each operand is one contiguous block of the result
+    (a batch of 1 along channels), and every operand is its only use, of an op in IN_PLACE
+    (once in the concat, not returned, not read in place as a transpose)."""
+    placed: dict[Operation, tuple[Operation, int]] = {}
+    for op in block.ops:
+        if not isinstance(op, tape.ConcatOp):
+            continue
+        axis = op.params["axis"]
+        shape = op.results[0].type.get_shape()
+        if math.prod(shape[:axis]) != 1 or len(set(op.operands)) != len(op.operands):
+            continue
+        owners = [value.owner for value in op.operands]
+        if not all(isinstance(owner, IN_PLACE) and owner.parent_block() is block
+                   and value.has_one_use() and value not in direct and value not in views
+                   for value, owner in zip(op.operands, owners, strict=True)):
+            continue
+        offset = 0
+        for value, owner in zip(op.operands, owners, strict=True):
+            placed[owner] = (op, offset)
+            offset += math.prod(value.type.get_shape())
+    return placed
+
+
+def _concat_buffer(e: Emitter, concat: Operation, direct: dict[SSAValue, SSAValue],
+                   allocated: list[SSAValue]) -> SSAValue:
+    """The concat's buffer, made before its first operand's op writes its part: the caller's
+    where the concat's result is returned, else allocated (and freed after its last use)."""
+    result = concat.results[0]
+    if result in direct:
+        return direct[result]
+    buffer = e.insert(alloc(buffer_type(result.type)))
+    buffer.name_hint = result.name_hint
+    allocated.append(buffer)
+    return buffer
 
 
 def _lowered_once(f: func.FuncOp, op: Operation, buffers: list[SSAValue], number: int,
@@ -267,7 +325,7 @@ def profile_label(op: Operation) -> str:
 
 def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False,
                  share: bool = False, profile: bool = False, weight_runs: bool = True,
-                 image_group: int = 0) -> PlanReport:
+                 image_group: int = 0, concat_in_place: bool = False) -> PlanReport:
     """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
     call libm for exp, log, tanh, sigmoid and f32 erf (default: vectorizable arithmetic, see
     transcendentals.py). `row_reductions`: reductions that keep the input's last axes fold a
@@ -280,11 +338,14 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     convolution weight gradient as products over runs of images (lower_conv2d_gemm; a
     machine's choice, which the CPU backend makes from its Target). `image_group`: a large
     convolution's im2col and product that many images at a time, in a loop (lower_conv2d_gemm;
-    0: all at once; the CPU's: its thread count, each thread an image's product)."""
+    0: all at once; the CPU's: its thread count, each thread an image's product).
+    `concat_in_place`: a concat whose operands are each one contiguous block of it (nothing
+    before its axis but ones: a batch of 1 along channels) has their ops write them there
+    (kernel.view), with no copy (`_placed_in_concats`; the CPU's)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
         lower_function(f, module, report, libm, row_reductions, share, profile, weight_runs,
-                       image_group)
+                       image_group, concat_in_place)
     return report
 
 
@@ -308,10 +369,13 @@ class ToLoopsPass(ModulePass):
     image_group: int = 0
     """A large convolution's im2col and product this many images at a time, in a loop (0: all
     at once; the CPU's: its thread count)."""
+    concat_in_place: bool = False
+    """A concat of contiguous blocks (a batch of 1 along channels) has its operands' ops write
+    them into its buffer, with no copy (the CPU's)."""
 
     def apply(self, ctx: PassContext, op: ModuleOp) -> None:
         self.run(op)
 
     def run(self, module: ModuleOp) -> PlanReport:
         return lower_module(module, self.libm, self.row_reductions, self.share, self.profile,
-                            self.weight_runs, self.image_group)
+                            self.weight_runs, self.image_group, self.concat_in_place)
