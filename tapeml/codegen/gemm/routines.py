@@ -70,33 +70,48 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     full = w(f"and i1 {full_m}, {full_n}")
     w.do(f"br i1 {full}, label %full, label %edge")
     w.label("%full")  # straight into C (rows of C need not be aligned)
-    for i in range(mr):
-        row = w.gep(t, "%c", w(f"mul i64 %ldc, {i}"))
-        for v in range(vectors):
-            p = row if v == 0 else w.gep(t, row, str(v * lanes))
-            old = w(f"load {vec}, ptr {p}, align {4 if t == 'float' else 8}")
-            total = w(f"fadd {vec} {old}, {acc[i][v]}")
-            value = w(f"select i1 %load, {vec} {total}, {vec} {acc[i][v]}")
-            w.do(f"store {vec} {value}, ptr {p}, align {4 if t == 'float' else 8}")
+    align = 4 if t == "float" else 8
+    # C is read only to add into it: a C written over is not fetched first (an output larger
+    # than the cache was read from memory for nothing)
+    w.choose("%load", lambda: _store_tile(w, vec, acc, lanes, align, add=True),
+             lambda: _store_tile(w, vec, acc, lanes, align, add=False))
     w.do("ret void")
     w.label("%edge")  # rows below %mr left alone, lanes past %nr masked off
     masks = [_lanes_below(w, lanes, v * lanes, "%nr") for v in range(vectors)]
+    w.choose("%load", lambda: _store_tile(w, vec, acc, lanes, align, True, masks, dtype),
+             lambda: _store_tile(w, vec, acc, lanes, align, False, masks, dtype))
+    return w.end()
+
+
+def _store_tile(w: Writer, vec: str, acc: list[list[str]], lanes: int, align: int,
+                add: bool, masks: list[str] | None = None, dtype: str = "") -> None:
+    """The tile's registers into C (rows %ldc apart), added to what C holds where `add`;
+    `masks`: an edge tile, rows below %mr only and each vector's lanes masked."""
+    t = vec.split(" x ")[1].rstrip(">")
     mask_type = f"<{lanes} x i1>"
-    align = 4 if t == "float" else 8
-    for i in range(mr):
-        def store(i: int = i) -> None:
+    for i, registers in enumerate(acc):
+        def store(i: int = i, registers: list[str] = registers) -> None:
             row = w.gep(t, "%c", w(f"mul i64 %ldc, {i}"))
-            for v in range(vectors):
+            for v, register in enumerate(registers):
                 p = row if v == 0 else w.gep(t, row, str(v * lanes))
-                old = w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, i32 {align}, "
-                        f"{mask_type} {masks[v]}, {vec} zeroinitializer)")
-                total = w(f"fadd {vec} {old}, {acc[i][v]}")
-                value = w(f"select i1 %load, {vec} {total}, {vec} {acc[i][v]}")
+                value = register
+                if masks is None:
+                    if add:
+                        value = w(f"fadd {vec} {w(f'load {vec}, ptr {p}, align {align}')}, "
+                                  f"{register}")
+                    w.do(f"store {vec} {value}, ptr {p}, align {align}")
+                    continue
+                if add:
+                    old = w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, "
+                            f"i32 {align}, {mask_type} {masks[v]}, {vec} zeroinitializer)")
+                    value = w(f"fadd {vec} {old}, {register}")
                 w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0({vec} {value}, ptr {p}, "
                      f"i32 {align}, {mask_type} {masks[v]})")
 
-        w.when(w(f"icmp slt i64 {i}, %mr"), store)
-    return w.end()
+        if masks is None:
+            store()
+        else:
+            w.when(w(f"icmp slt i64 {i}, %mr"), store)
 
 
 def _lanes_below(w: Writer, lanes: int, first: int, bound: str) -> str:
