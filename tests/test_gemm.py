@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from bits import assert_same_bits  # tests/bits.py
 from concurrency import at_once  # tests/concurrency.py
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -34,7 +35,7 @@ def compiled(spec: GemmSpec):
     engine.finalize_object()
     _ENGINES.append((engine, bind_scratch(engine, [spec.symbol])))
     address = engine.get_function_address(spec.symbol)
-    return ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3)(address)
+    return ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (3 + bool(spec.bias)))(address)
 
 
 def check(m, n, k, dtype=np.float32, ta=False, tb=False, batch=1, c0=None, accumulate=False):
@@ -658,3 +659,64 @@ def test_products_of_two_constants_of_one_shape_are_two_callers():
         np.testing.assert_allclose(step(x), expected, rtol=0, atol=1e-4)
     lowered = step.lower(x)["llvm dialect"]
     assert "_ca_f_constant_0" in lowered and "_ca_f_constant_1" in lowered
+
+
+def _epilogue_reference(c: np.ndarray, bias: np.ndarray, kind: str, relu: bool) -> np.ndarray:
+    """kernel.gemm's epilogue in plain numpy: + bias per row or column, then maximum(x, +0)."""
+    with np.errstate(all="ignore"):
+        if kind == "rows":
+            c = c + bias[:, None]
+        elif kind == "columns":
+            c = c + bias
+        return np.maximum(c, 0) + c.dtype.type(0) if relu else c
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias,relu", [("rows", True), ("columns", True), ("rows", False),
+                                       ("columns", False), ("", True)])
+@pytest.mark.parametrize("m,n,k,batch,c0,accumulate,ta,constant", [
+    (7, 9, 5, 1, None, False, False, False),  # one edge tile
+    (150, 300, 513, 1, None, False, False, True),  # blocks of rows, of k, chunks of columns
+    (33, 65, 257, 3, None, True, True, False),  # batches, accumulating, A transposed
+    (16, 64, 40, 2, None, False, False, False),  # A and a small B read in place
+    (40, 50, 300, 8, 0, False, False, False),  # batches summed in groups: applied at the end
+    (5, 6, 3, 3, 0, True, False, False),  # batches summed by one part, into what C held
+    (9, 20, 0, 2, None, False, False, False),  # an empty sum: the epilogue of 0
+    (9, 20, 0, 1, None, True, False, False)])  # ... and of what C held
+def test_the_epilogue_is_applied_once_to_each_whole_sum(monkeypatch, threads, dtype, bias, relu,
+                                                      m, n, k, batch, c0, accumulate, ta,
+                                                      constant):
+    """kernel.gemm's epilogue (+ a bias per row or per column, relu) gives the bits of the
+    product without it followed by the epilogue in numpy, on every path a call can take:
+    edge tiles, several blocks of k and of rows, chunks of columns, a constant A packed by
+    its caller, A and B read in place, batches, batches summed into one C in one part and in
+    groups, accumulating, k = 0, 1 to 3 threads (3: one B shared); the biases and C hold NaN,
+    ±inf and ±0, so relu's NaN and zeros are seen."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    rng = np.random.default_rng(m * 7 + n * 3 + k + batch)
+    kind = "f32" if dtype == np.float32 else "f64"
+    c0 = m * n if c0 is None else c0
+    a = rng.standard_normal(batch * m * k).astype(dtype)
+    b = rng.standard_normal(batch * k * n).astype(dtype)
+    plain = GemmSpec(kind, batch, m, n, k, (m * k, 1, m) if ta else (m * k, k, 1),
+                     (k * n, n, 1), c0, accumulate)
+    if constant:
+        plain = dataclasses.replace(plain, a=(0, k, 1), a_constant="weights")
+    length = {"rows": m, "columns": n, "": 0}[bias]
+    values = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1.5], dtype)
+    offsets = np.resize(values, max(length, 1))[:length].copy()
+    rng.shuffle(offsets)
+    start = rng.standard_normal((batch if c0 else 1) * m * n).astype(dtype)
+    start[::5] = np.resize(values, start[::5].size)
+    expected = start.copy()
+    compiled(plain)(a.ctypes.data, b.ctypes.data, expected.ctypes.data)
+    blocks = expected.reshape(-1, m, n)
+    expected = np.stack([_epilogue_reference(x, offsets, bias, relu) for x in blocks])
+    spec = dataclasses.replace(plain, bias=bias, relu=relu)
+    kernel = compiled(spec)
+    for _ in range(2):
+        out = start.copy()
+        kernel(a.ctypes.data, b.ctypes.data, out.ctypes.data,
+               *([offsets.ctypes.data] if bias else []))
+        assert_same_bits(out.reshape(expected.shape), expected, context=spec.symbol)

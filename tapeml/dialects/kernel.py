@@ -9,7 +9,16 @@ GPU kernels' shared memory.
 computes, for every b < batch, C[b] = A[b] @ B[b] (or C[b] += with `accumulate`), where
 A[b][i, p] = a[b*a0 + i*a1 + p*a2], B[b][p, j] = b[b*b0 + p*b1 + j*b2], and C[b] is the
 contiguous m x n block of c at b * c_batch_stride (0: every batch adds into the same block).
-Strides let a transposed operand be read in place. `tape-to-loops` emits it for tape.matmul;
+Strides let a transposed operand be read in place. An epilogue may follow the sum, on every
+element of C once it holds its whole sum:
+
+    kernel.gemm %w, %x, %y, %bias {..., bias = "rows", relu = true} : ..., memref<64xf32>
+
+C[b][i, j] = relu(sum + bias[i]) (`bias = "rows"`: one number per row of C, a convolution's
+output channel; `"columns"`: bias[j], a dense layer's x @ W + b), relu(x) = maximum(x, +0)
+(NaN stays NaN, -0 becomes +0); either may come alone. `tape-to-loops{gemm_epilogues}` (the
+CPU's) folds an elementwise op that only adds a bias to a product, or takes its relu, into
+the product this way. `tape-to-loops` emits it for tape.matmul;
 `convert-loops-to-llvm` turns it into a call to the generated kernel (tapeml/codegen/gemm/),
 whose name spells these parameters and whose declaration carries them as an attribute
 (`kernel.gemm = {...}`: the backend links each kernel from it); the interpreter runs it with
@@ -67,6 +76,7 @@ from xdsl.irdl import (
     attr_def,
     irdl_op_definition,
     operand_def,
+    opt_operand_def,
     prop_def,
     result_def,
     var_operand_def,
@@ -95,22 +105,39 @@ class GemmSpec:
     the symbol: a call of another constant is another function, with its own."""
     b_constant: str = ""
     """... and B."""
+    bias: str = ""
+    """The epilogue's bias (the dialect doc): "" (none), "rows" (bias[i]) or "columns"
+    (bias[j]), the call's fourth buffer."""
+    relu: bool = False
+    """The epilogue ends in relu."""
+
+    @property
+    def bias_length(self) -> int:
+        """The bias's elements: one per row of C or per column."""
+        return {"": 0, "rows": self.m, "columns": self.n}[self.bias]
 
     @property
     def symbol(self) -> str:
         a, b = "x".join(map(str, self.a)), "x".join(map(str, self.b))
         kept = "".join(f"_c{operand}_{_symbol_part(name)}" for operand, name in
                        (("a", self.a_constant), ("b", self.b_constant)) if name)
+        epilogue = f"_bias{self.bias}" * bool(self.bias) + "_relu" * self.relu
         return (f"tapeml_gemm_{self.dtype}_b{self.batch}_m{self.m}_n{self.n}_k{self.k}"
-                f"_a{a}_b{b}_c{self.c0}_{'acc' if self.accumulate else 'set'}{kept}")
+                f"_a{a}_b{b}_c{self.c0}_{'acc' if self.accumulate else 'set'}{epilogue}{kept}")
 
     def attributes(self) -> dict[str, Attribute]:
-        """The spec as kernel.gemm's attributes (the element type is the buffers')."""
+        """The spec as kernel.gemm's attributes (the element type is the buffers'; the
+        epilogue's only where there is one)."""
+        epilogue: dict[str, Attribute] = {}
+        if self.bias:
+            epilogue["bias"] = StringAttr(self.bias)
+        if self.relu:
+            epilogue["relu"] = BoolAttr.from_bool(True)
         return {"batch": _i64(self.batch), "m": _i64(self.m), "n": _i64(self.n),
                 "k": _i64(self.k), "a_strides": DenseArrayBase.from_list(i64, self.a),
                 "b_strides": DenseArrayBase.from_list(i64, self.b),
                 "c_batch_stride": _i64(self.c0),
-                "accumulate": BoolAttr.from_bool(self.accumulate)}
+                "accumulate": BoolAttr.from_bool(self.accumulate), **epilogue}
 
     @staticmethod
     def from_attributes(dtype: str, attributes: Mapping[str, Attribute]) -> GemmSpec:
@@ -124,11 +151,14 @@ class GemmSpec:
             value = attributes.get(name)
             return value.data if isinstance(value, StringAttr) else ""
 
+        relu = attributes.get("relu")
         return GemmSpec(dtype=dtype, batch=integer("batch"), m=integer("m"), n=integer("n"),
                         k=integer("k"), a=strides("a_strides"), b=strides("b_strides"),
                         c0=integer("c_batch_stride"),
                         accumulate=bool(attributes["accumulate"].value.data),  # type: ignore
-                        a_constant=constant("a_constant"), b_constant=constant("b_constant"))
+                        a_constant=constant("a_constant"), b_constant=constant("b_constant"),
+                        bias=constant("bias"),
+                        relu=isinstance(relu, IntegerAttr) and bool(relu.value.data))
 
     def declaration_attribute(self) -> DictionaryAttr:
         """What convert-loops-to-llvm puts on the kernel's declaration (`kernel.gemm`), so that
@@ -173,6 +203,7 @@ class GemmOp(IRDLOperation):
     a = operand_def(MemRefType)
     b = operand_def(MemRefType)
     c = operand_def(MemRefType)
+    bias = opt_operand_def(MemRefType)
     batch = attr_def(IntegerAttr)
     m = attr_def(IntegerAttr)
     n = attr_def(IntegerAttr)
@@ -182,10 +213,13 @@ class GemmOp(IRDLOperation):
     c_batch_stride = attr_def(IntegerAttr)
     accumulate = attr_def(BoolAttr)
 
-    assembly_format = "$a `,` $b `,` $c attr-dict `:` type($a) `,` type($b) `,` type($c)"
+    assembly_format = ("$a `,` $b `,` $c (`,` $bias^)? attr-dict `:` type($a) `,` type($b) "
+                       "`,` type($c) (`,` type($bias)^)?")
 
-    def __init__(self, a: SSAValue, b: SSAValue, c: SSAValue, spec: GemmSpec) -> None:
-        super().__init__(operands=[a, b, c], attributes=spec.attributes())
+    def __init__(self, a: SSAValue, b: SSAValue, c: SSAValue, spec: GemmSpec,
+                 bias: SSAValue | None = None) -> None:
+        super().__init__(operands=[a, b, c, [bias] if bias is not None else []],
+                         attributes=spec.attributes())
 
     @property
     def spec(self) -> GemmSpec:
@@ -195,10 +229,18 @@ class GemmOp(IRDLOperation):
 
     def verify_(self) -> None:
         types = [v.type for v in (self.a, self.b, self.c)]
+        if self.bias is not None:
+            types.append(self.bias.type)
         if len({t.get_element_type() for t in types}) != 1 or types[0].get_element_type(
         ).bitwidth not in (32, 64) or any(t.get_shape().__len__() != 1 for t in types):
-            raise VerifyException(f"kernel.gemm takes three flat f32 or f64 buffers of one "
+            raise VerifyException(f"kernel.gemm takes flat f32 or f64 buffers of one "
                                   f"element type, got {', '.join(map(str, types))}")
+        bias = self.attributes.get("bias")
+        kind = bias.data if isinstance(bias, StringAttr) else ""
+        if kind not in ("", "rows", "columns"):
+            raise VerifyException(f'kernel.gemm: bias must be "rows" or "columns", got "{kind}"')
+        if bool(kind) != (self.bias is not None):
+            raise VerifyException("kernel.gemm: a bias attribute and a bias buffer go together")
         for name in ("a_strides", "b_strides"):
             if len(getattr(self, name).get_values()) != 3:
                 raise VerifyException(f"kernel.gemm: {name} must have 3 entries (batch, row, "
@@ -216,6 +258,9 @@ class GemmOp(IRDLOperation):
                 if last >= t.get_shape()[0]:
                     raise VerifyException(f"kernel.gemm: {operand} is read up to element {last}, "
                                           f"past its {t.get_shape()[0]} elements")
+        if s.bias and types[3].get_shape()[0] < s.bias_length:
+            raise VerifyException(f"kernel.gemm: the bias holds {types[3].get_shape()[0]} "
+                                  f"elements, one per {s.bias[:-1]} of C is {s.bias_length}")
         c_needed = (s.m * s.n if s.c0 == 0 else s.batch * s.m * s.n) if s.batch else 0
         if types[2].get_shape()[0] < c_needed:
             raise VerifyException(f"kernel.gemm: c holds {types[2].get_shape()[0]} elements, "

@@ -12,7 +12,7 @@ from xdsl.interpreters.shaped_array import ShapedArray
 from xdsl.interpreters.utils.ptr import TypedPtr
 from xdsl.traits import SymbolTable
 
-from tapeml.dialects.kernel import GemmOp, MarkOp, ParallelForOp, ViewOp
+from tapeml.dialects.kernel import GemmOp, GemmSpec, MarkOp, ParallelForOp, ViewOp
 
 
 def _flat(buffer: ShapedArray, dtype: np.dtype) -> np.ndarray:
@@ -47,7 +47,7 @@ class KernelFunctions(InterpreterFunctions):
     def run_gemm(self, interpreter: Interpreter, op: GemmOp, args: PythonValues) -> PythonValues:
         s = op.spec
         dtype = np.dtype(np.float32 if s.dtype == "f32" else np.float64)
-        a, b, c = (_flat(x, dtype) for x in args)
+        a, b, c = (_flat(x, dtype) for x in args[:3])
         if not (s.batch and s.m and s.n):
             return ()
         item = dtype.itemsize
@@ -67,4 +67,19 @@ class KernelFunctions(InterpreterFunctions):
             blocks += product
         else:
             blocks[...] = product
+        _epilogue(s, blocks if blocks is not None else c[:s.m * s.n].reshape(1, s.m, s.n),
+                  _flat(args[3], dtype) if s.bias else None)
         return ()
+
+
+def _epilogue(s: GemmSpec, blocks: np.ndarray, bias: np.ndarray | None) -> None:
+    """kernel.gemm's epilogue on its C blocks (batch x m x n), in place: + bias[i] or bias[j],
+    then relu as tape.relu computes it (maximum(x, +0): NaN stays, -0 becomes +0)."""
+    with np.errstate(all="ignore"):  # IEEE results, as the compiled code's
+        if s.bias == "rows":
+            blocks += bias[:s.m, None]
+        elif s.bias == "columns":
+            blocks += bias[:s.n]
+        if s.relu:
+            zero = np.zeros((), blocks.dtype)
+            blocks[...] = np.maximum(blocks, zero) + zero

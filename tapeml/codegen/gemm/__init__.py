@@ -12,8 +12,11 @@ process (and kept in the disk cache) by the CPU backend. A kernel computes, for 
 
     C[b] (+)= A[b] @ B[b],  A[b][i, p] = A[b*a0 + i*a1 + p*a2],  B[b][p, j] = B[b*b0 + p*b1 + j*b2]
 
-with C[b] a contiguous m x n block at C + b*c0 (c0 = 0: every batch adds into one C).
-A transposed operand is only other strides: packing reads it either way.
+with C[b] a contiguous m x n block at C + b*c0 (c0 = 0: every batch adds into one C), then the
+call's epilogue, if it has one (kernel.gemm's: + a bias per row or per column, relu), on each
+tile as it stores its last block of k (`.epilogue`), or on the whole of C at the end where
+groups of batches are summed apart. A transposed operand is only other strides: packing
+reads it either way.
 
 The loop nest (Goto/BLIS; measured in ../shared/reference/cpu-codegen-measurements.md):
 
@@ -45,7 +48,8 @@ The package, in the order a call runs through it:
     plan.py       Variant (what a kernel's code depends on), variant(), plan(): the table of
                   one call's sizes, strides and parts
     writer.py     Writer: LLVM IR text with fresh value names and counted loops
-    routines.py   the leaf functions: the micro-kernel (`.tile`) and the packing of A and B
+    routines.py   the leaf functions: the micro-kernel (`.tile`), the epilogue, and the
+                  packing of A and B
     driver.py     the entry point (taking the scratch, handing parts to the thread pool) and
                   the loop nest over one part (`.part`, `.range`, `.pack`, `.rows`)
 """
@@ -55,7 +59,7 @@ from __future__ import annotations
 from tapeml.codegen.gemm.driver import driver
 from tapeml.codegen.gemm.partition import PARALLEL_FLOPS, batch_groups, partition, shares_b
 from tapeml.codegen.gemm.plan import INDEX, Variant, packed_bytes, plan, variant
-from tapeml.codegen.gemm.routines import micro_kernel, pack_a, pack_b
+from tapeml.codegen.gemm.routines import epilogue, micro_kernel, neutral_bias, pack_a, pack_b
 from tapeml.codegen.gemm.target import Target, host_threads, tiles
 from tapeml.codegen.gemm.writer import scalar_loops
 from tapeml.dialects.kernel import GemmSpec
@@ -77,8 +81,10 @@ def kernel(v: Variant) -> str:
            "declare i32 @sched_yield()",
            "declare void @tapeml_parallel_for(ptr, ptr, i64, i64)",
            ""]
+    out += neutral_bias(name, t, v)
     out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype)
     out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True)
+    out += epilogue(name, t, v)
     out += pack_b(name, t, v)
     out += pack_a(name, t, v)
     out += _prepack(name)
@@ -111,7 +117,8 @@ def _masked(lanes: int, t: str, dtype: str) -> list[str]:
 
 
 def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
-    """The LLVM IR module defining `spec.symbol(A, B, C)`: the kernel of its variant, called
+    """The LLVM IR module defining `spec.symbol(A, B, C)` (and the bias, where `spec` has
+    one: kernel.gemm's epilogue): the kernel of its variant, called
     with the plan of `spec` and a scratch of its own (the package doc); `declare`: the kernel
     is declared (defined elsewhere: another module, another engine)."""
     name, v = spec.symbol, variant(spec, target)
@@ -130,11 +137,13 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
         out += [f"@{name}.state = internal global i8 0  ; 0, 1: packing, 2: packed",
                 _table(f"@{name}.plan.packed", whole)]
     if declare:
-        out.append(f"declare void @{v.symbol}(ptr, ptr, ptr, ptr, ptr, ptr)")
+        out.append(f"declare void @{v.symbol}(ptr, ptr, ptr, ptr, ptr, ptr, ptr)")
         out += [f"declare void @{v.symbol}.prepack_{x}(ptr, ptr, i64, i64, i64, i64)"
                 for x in "ab"]
-    out.append(f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C) {{")
-    call = (f"call void @{v.symbol}(ptr %A, ptr %B, ptr %C, ptr @{name}.plan, "
+    bias = ", ptr noalias %bias" if spec.bias else ""
+    out.append(f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C{bias}) {{")
+    bias = "%bias" if spec.bias else "null"
+    call = (f"call void @{v.symbol}(ptr %A, ptr %B, ptr %C, ptr {bias}, ptr @{name}.plan, "
             f"ptr @{name}.scratch, ptr @{name}.busy)")
     if a_bytes + b_bytes == 0:
         return "\n".join([*out, f"  {call}", "  ret void", "}"]) + "\n"
@@ -161,8 +170,8 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
             f"  store atomic i8 2, ptr @{name}.state release, align 1",
             "  br label %packed",
             "packed:",
-            f"  call void @{v.symbol}(ptr {a}, ptr {b}, ptr %C, ptr @{name}.plan.packed, "
-            f"ptr @{name}.scratch, ptr @{name}.busy)",
+            f"  call void @{v.symbol}(ptr {a}, ptr {b}, ptr %C, ptr {bias}, "
+            f"ptr @{name}.plan.packed, ptr @{name}.scratch, ptr @{name}.busy)",
             "  ret void",
             "as.is:", f"  {call}", "  ret void", "}"]
     return "\n".join(out) + "\n"

@@ -13,11 +13,13 @@ from tapeml.codegen.gemm.plan import FIELDS, INDEX, Variant
 from tapeml.codegen.gemm.target import KC
 from tapeml.codegen.gemm.writer import WIDE, Writer
 
-_PART_ARGS = ("ptr %A, ptr %B, ptr %C, i64 %b0, i64 %b1, i64 %m0, i64 %m1, i64 %n0, i64 %n1, "
-              "ptr %scratch, i1 %first, ptr %plan")
-ENTRY_ARGS = "ptr noalias %A, ptr noalias %B, ptr noalias %C, ptr %plan, ptr %slot, ptr %busy"
-"""The kernel's parameters: the three buffers, the call's plan, where the caller keeps its
-scratch's address (bound by the loader) and the flag that says the scratch is taken."""
+_PART_ARGS = ("ptr %A, ptr %B, ptr %C, ptr %bias, i64 %b0, i64 %b1, i64 %m0, i64 %m1, "
+              "i64 %n0, i64 %n1, ptr %scratch, i1 %first, ptr %plan")
+ENTRY_ARGS = ("ptr noalias %A, ptr noalias %B, ptr noalias %C, ptr noalias %bias, ptr %plan, "
+              "ptr %slot, ptr %busy")
+"""The kernel's parameters: the three buffers and the epilogue's bias (null: none), the call's
+plan, where the caller keeps its scratch's address (bound by the loader) and the flag that
+says the scratch is taken."""
 
 
 def _fields(w: Writer, plan: str, *names: str) -> list[str]:
@@ -36,6 +38,57 @@ def _true(w: Writer, value: str) -> str:
     return w(f"icmp ne i64 {value}, 0")
 
 
+Epilogue = tuple[str, str, str, str, str, str]
+"""What `.epilogue` is called with, as `_epilogue` loads it: whether the tiles apply it (an
+i1), the rows' bias and its stride, the columns' bias and its stride, relu (an i1)."""
+
+
+def _epilogue(w: Writer, name: str, plan: str, bias: str) -> Epilogue:
+    """The plan's epilogue as `.epilogue`'s operands: the call's bias where the plan has one of
+    that kind, else `.no_bias` with stride 0."""
+    kind, relu, where = _fields(w, plan, "bias", "relu", "epilogue")
+    operands = []
+    for code in (1, 2):  # the rows' bias, the columns'
+        mine = w(f"icmp eq i64 {kind}, {code}")
+        operands += [w(f"select i1 {mine}, ptr {bias}, ptr @{name}.no_bias"),
+                     w(f"zext i1 {mine} to i64")]
+    return (w(f"icmp eq i64 {where}, 1"), *operands, _true(w, relu))  # type: ignore[return-value]
+
+
+def _apply_epilogue(w: Writer, v: Variant, epilogue: Epilogue, c: str, ldc: str, row: str,
+                    rows: str, column: str, columns: str) -> None:
+    """`.epilogue` on rows [row, row + rows) x columns [column, column + columns) of C (at most
+    NR), whose first element is at `c`, rows `ldc` apart."""
+    t = v.element[0]
+    _, rb, rs, cb, cs, relu = epilogue
+    w.do(f"call void @{v.symbol}.epilogue(ptr {c}, i64 {ldc}, i64 {rows}, i64 {columns}, "
+         f"ptr {w.gep(t, rb, w(f'mul i64 {row}, {rs}'))}, i64 {rs}, "
+         f"ptr {w.gep(t, cb, w(f'mul i64 {column}, {cs}'))}, i1 {relu})")
+
+
+def _finish(v: Variant) -> list[str]:
+    """`.finish(C, plan, bias)`: the epilogue over the whole of C, where the tiles could not
+    apply it (plan's `epilogue` 2: the groups' sums are added at the end) or there were no
+    tiles (an empty sum, k = 0)."""
+    w = Writer()
+    w.lines.append(f"define internal void @{v.symbol}.finish(ptr %C, ptr %plan, ptr %bias) "
+                   f"{WIDE} {{")
+    w.label("%entry")
+    t = v.element[0]
+    batch, m, n, c0 = _fields(w, "%plan", "batch", "m", "n", "c0")
+    epilogue = _epilogue(w, v.symbol, "%plan", "%bias")
+    blocks = w(f"select i1 {w(f'icmp eq i64 {c0}, 0')}, i64 1, i64 {batch}")
+
+    def block(b: str) -> None:
+        c = w.gep(t, "%C", w(f"mul i64 {b}, {c0}"))
+        w.loop("0", n, v.nr, lambda j: _apply_epilogue(
+            w, v, epilogue, w.gep(t, c, j), n, "0", m, j, w.min(str(v.nr), w(f"sub i64 {n}, {j}"))),
+            "j")
+
+    w.loop("0", blocks, 1, block, "b")
+    return w.end()
+
+
 def driver(v: Variant) -> list[str]:
     """The entry: the parts on the pool, each packing into its own slice of the caller's
     scratch (the package doc); a second caller while the scratch is taken (another Python
@@ -45,20 +98,24 @@ def driver(v: Variant) -> list[str]:
     w = Writer()
     w.lines.append(f"define void @{name}({ENTRY_ARGS}) {WIDE} {{")
     w.label("%entry")
-    batch, m, n, k, c0, acc, threads, shared, groups, parts, total = _fields(
+    batch, m, n, k, c0, acc, threads, shared, groups, parts, total, epilogue = _fields(
         w, "%plan", "batch", "m", "n", "k", "c0", "accumulate", "threads", "shared", "groups",
-        "parts", "total")
+        "parts", "total", "epilogue")
+    finish = f"call void @{name}.finish(ptr %C, ptr %plan, ptr %bias)"
     mn = w(f"mul i64 {m}, {n}")
     empty = w(f"or i1 {w(f'icmp eq i64 {mn}, 0')}, {w(f'icmp eq i64 {batch}, 0')}")
     w.do(f"br i1 {empty}, label %done, label %sized")
     w.label("%sized")
     w.do(f"br i1 {w(f'icmp eq i64 {k}, 0')}, label %no.sum, label %work")
-    w.label("%no.sum")  # an empty sum: C = 0, unless accumulating
-    w.do(f"br i1 {_true(w, acc)}, label %done, label %zero")
+    w.label("%no.sum")  # an empty sum: C = 0, unless accumulating; then the epilogue
+    w.do(f"br i1 {_true(w, acc)}, label %summed, label %zero")
     w.label("%zero")
     count = w(f"select i1 {w(f'icmp eq i64 {c0}, 0')}, i64 {mn}, i64 "
               f"{w(f'mul i64 {batch}, {mn}')}")
     w.loop("0", count, 1, lambda i: w.do(f"store {t} 0.0, ptr {w.gep(t, '%C', i)}"), "z")
+    w.do("br label %summed")
+    w.label("%summed")
+    w.when(_true(w, epilogue), lambda: w.do(finish))
     w.do("br label %done")
     w.label("%done")
     w.do("ret void")
@@ -83,9 +140,10 @@ def driver(v: Variant) -> list[str]:
     w.do("%mine = phi i1 [ true, %kept ], [ false, %heap ]")
     w.do(f"br i1 {_true(w, shared)}, label %shared, label %parts")
     w.label("%shared")  # per block of k: B packed by every thread, then rows of C shared out
-    context = w("alloca [7 x i64]", "ctx")
-    slots = [w(f"getelementptr i64, ptr {context}, i64 {i}") for i in range(7)]
-    for i, value in ((0, "%A"), (1, "%B"), (2, "%C"), (3, "%scratch"), (6, "%plan")):
+    context = w("alloca [8 x i64]", "ctx")
+    slots = [w(f"getelementptr i64, ptr {context}, i64 {i}") for i in range(8)]
+    for i, value in ((0, "%A"), (1, "%B"), (2, "%C"), (3, "%scratch"), (6, "%plan"),
+                     (7, "%bias")):
         w.do(f"store ptr {value}, ptr {slots[i]}")
     panels = w(f"sdiv i64 {w(f'add i64 {n}, {v.nr - 1}')}, {v.nr}")
     tiles = w(f"sdiv i64 {w(f'add i64 {m}, {v.mr - 1}')}, {v.mr}")
@@ -103,12 +161,12 @@ def driver(v: Variant) -> list[str]:
     w.do(f"br i1 {w(f'icmp eq i64 {parts}, 1')}, label %single, label %many")
     w.label("%single")
     row = _part_row(w, w(f"getelementptr i64, ptr %plan, i64 {len(FIELDS)}"))
-    w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, {_i64s(row)}, ptr %scratch, "
-         f"i1 {_true(w, acc)}, ptr %plan)")
+    w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, ptr %bias, {_i64s(row)}, "
+         f"ptr %scratch, i1 {_true(w, acc)}, ptr %plan)")
     w.do("br label %finish")
     w.label("%many")  # the parts on the thread pool (tapeml/codegen/pool.py), the caller taking one
-    context = w("alloca [5 x ptr]", "ctx")
-    for field, value in enumerate(["%A", "%B", "%C", "%scratch", "%plan"]):
+    context = w("alloca [6 x ptr]", "ctx")
+    for field, value in enumerate(["%A", "%B", "%C", "%scratch", "%plan", "%bias"]):
         w.do(f"store ptr {value}, ptr {w(f'getelementptr ptr, ptr {context}, i64 {field}')}")
     w.do(f"br i1 {w(f'icmp sgt i64 {threads}, 1')}, label %pool, label %serial")
     w.label("%pool")
@@ -137,6 +195,7 @@ def driver(v: Variant) -> list[str]:
         w.loop("1", groups, 1, group, "g")
 
     w.when(w(f"icmp sgt i64 {groups}, 1"), add_sums)
+    w.when(w(f"icmp eq i64 {epilogue}, 2"), lambda: w.do(finish))  # on the whole sums
     w.do("br label %finish")
     w.label("%finish")
     w.do("br i1 %mine, label %release, label %heap.free")
@@ -145,26 +204,26 @@ def driver(v: Variant) -> list[str]:
     w.do("ret void")
     w.label("%heap.free")
     w.do("call void @free(ptr %scratch)")
-    return [*w.end(), *_range(v), *_pack_job(v), *_rows_job(v), *_part(v)]
+    return [*w.end(), *_range(v), *_pack_job(v), *_rows_job(v), *_finish(v), *_part(v)]
 
 
-def _job(name: str, job: str) -> tuple[Writer, list[str], str, str, str]:
+def _job(name: str, job: str) -> tuple[Writer, list[str], str, str, str, str]:
     """The head of one of the pool's jobs over the context [A, B, C, packed B, pc, depth,
-    plan]: the writer, the four pointers, pc, depth and the plan."""
+    plan, bias]: the writer, the four pointers, pc, depth, the plan and the bias."""
     w = Writer()
     w.lines.append(f"define internal void @{name}.{job}(ptr %ctx, i64 %start, i64 %end) "
                    f"{WIDE} {{")
     w.label("%entry")
-    fields = [w(f"getelementptr i64, ptr %ctx, i64 {i}") for i in range(7)]
+    fields = [w(f"getelementptr i64, ptr %ctx, i64 {i}") for i in range(8)]
     pointers = [w(f"load ptr, ptr {f}") for f in fields[:4]]
     return (w, pointers, w(f"load i64, ptr {fields[4]}"), w(f"load i64, ptr {fields[5]}"),
-            w(f"load ptr, ptr {fields[6]}"))
+            w(f"load ptr, ptr {fields[6]}"), w(f"load ptr, ptr {fields[7]}"))
 
 
 def _pack_job(v: Variant) -> list[str]:
     """`.pack`: panels [start, end) of this block of B, packed where a whole pack puts them."""
     t = v.element[0]
-    w, (_, b, _, bp), pc, depth, plan = _job(v.symbol, "pack")
+    w, (_, b, _, bp), pc, depth, plan, _ = _job(v.symbol, "pack")
     n, b1, b2 = _fields(w, plan, "n", "b1", "b2")
     j0 = w(f"mul i64 %start, {v.nr}")
     j1 = w.min(w(f"mul i64 %end, {v.nr}"), n)
@@ -178,14 +237,16 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
                   rows: tuple[str, str], columns: tuple[str, str], depth: str,
                   load: str, direct: tuple[str, str] | None = None,
                   direct_b: tuple[str, str, str] | None = None,
-                  steps: tuple[str, str] | None = None) -> None:
+                  steps: tuple[str, str] | None = None,
+                  epilogue: Epilogue | None = None) -> None:
     """Rows [ic, ic + height) of C (n columns), columns [j0, j1), against one packed block of A
     (`ap`, from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR
     tile. `direct` = (flag, lda): where the flag holds, `ap` is A itself at row ic (and the
     block's first k), read in place by `.tile.direct` with rows lda apart. `direct_b` =
     (flag, B at the block's first k, ldb): where the flag holds, B is read in place. `steps`:
     elements from one panel of A's block to the next, and of B's (the block's depth, or all
-    of k where the caller packed the operand whole: plan.packed_a)."""
+    of k where the caller packed the operand whole: plan.packed_a). `epilogue`: `.epilogue`
+    on each tile right after it is stored, where its first flag holds (the last block of k)."""
     name, t, mr, nr = v.symbol, v.element[0], v.mr, v.nr
     ap, bp, c = buffers
     a_step, b_step = steps or (depth, depth)
@@ -210,8 +271,14 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
                 w.do(f"call void @{name}.tile(i64 {depth}, ptr {a_panel}, ptr {b_panel}, "
                      f"ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load})")
 
+            def then() -> None:  # the tile holds its sums: the epilogue, in L1
+                if epilogue is not None:
+                    w.when(epilogue[0], lambda: _apply_epilogue(
+                        w, v, epilogue, c_tile, n, w.add(ic, ir), tall, jr, width))
+
             if direct is None:
                 packed()
+                then()
                 return
             flag, lda = direct
 
@@ -222,6 +289,7 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
                      f"i64 {width}, i1 {load}, i64 {lda})")
 
             w.choose(flag, in_place, packed)
+            then()
 
         w.loop("0", height, mr, tile, "ir")
 
@@ -232,8 +300,10 @@ def _rows_job(v: Variant) -> list[str]:
     """`.rows`: the tiles of rows [start, end) of C against the packed block of B, packing A
     in a buffer on this thread's stack."""
     t = v.element[0]
-    w, (a, _, c, bp), pc, depth, plan = _job(v.symbol, "rows")
-    m, n, acc, a1, a2 = _fields(w, plan, "m", "n", "accumulate", "a1", "a2")
+    w, (a, _, c, bp), pc, depth, plan, bias = _job(v.symbol, "rows")
+    m, n, k, acc, a1, a2 = _fields(w, plan, "m", "n", "k", "accumulate", "a1", "a2")
+    epilogue = _epilogue(w, v.symbol, plan, bias)
+    last = w(f"and i1 {epilogue[0]}, {w(f'icmp eq i64 {w.add(pc, depth)}, {k}')}")
     ap = w(f"alloca {t}, i64 {w(f'mul i64 {v.mc}, {depth}')}, align 64", "ap")
     load = w(f"or i1 {_true(w, acc)}, {w(f'icmp sgt i64 {pc}, 0')}")
     r1 = w.min(w(f"mul i64 %end, {v.mr}"), m)
@@ -242,7 +312,8 @@ def _rows_job(v: Variant) -> list[str]:
         height = w.min(str(v.mc), w(f"sub i64 {r1}, {ic}"))
         w.do(f"call void @{v.symbol}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
              f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})")
-        _macro_kernel(w, v, n, (ap, bp, c), (ic, height), ("0", n), depth, load)
+        _macro_kernel(w, v, n, (ap, bp, c), (ic, height), ("0", n), depth, load,
+                      epilogue=(last, *epilogue[1:]))
 
     w.loop(w(f"mul i64 %start, {v.mr}"), r1, v.mc, rows, "ic")
     return w.end()
@@ -254,14 +325,14 @@ def _i64s(values: list[str]) -> str:
 
 def _range(v: Variant) -> list[str]:
     """The pool's entry: parts [start, end) of the plan's table, on the buffers the context
-    [A, B, C, scratch, plan] holds, part p packing into the scratch's p-th slice. Groups of
+    [A, B, C, scratch, plan, bias] holds, part p packing into the scratch's p-th slice. Groups of
     batches (`groups` > 1) write group 0's sum into C, group g's into the g-th of the sums."""
     name, t = v.symbol, v.element[0]
     w = Writer()
     w.lines.append(f"define internal void @{name}.range(ptr %ctx, i64 %start, i64 %end) {{")
     w.label("%entry")
-    a, b, c, scratch, plan = [w(f"load ptr, ptr {w(f'getelementptr ptr, ptr %ctx, i64 {i}')}")
-                              for i in range(5)]
+    a, b, c, scratch, plan, bias = [
+        w(f"load ptr, ptr {w(f'getelementptr ptr, ptr %ctx, i64 {i}')}") for i in range(6)]
     m, n, acc, groups, part_bytes, sums = _fields(w, plan, "m", "n", "accumulate", "groups",
                                                   "part_bytes", "sums")
     mn = w(f"mul i64 {m}, {n}")
@@ -277,8 +348,8 @@ def _range(v: Variant) -> list[str]:
         own_c = w.gep(t, first_sum, w(f"mul i64 {w(f'sub i64 {i}, 1')}, {mn}"))
         target = w(f"select i1 {own}, ptr {own_c}, ptr {c}")
         first = w(f"and i1 {accumulate}, {w(f'xor i1 {own}, true')}")
-        w.do(f"call void @{name}.part(ptr {a}, ptr {b}, ptr {target}, {_i64s(row)}, "
-             f"ptr {part_scratch}, i1 {first}, ptr {plan})")
+        w.do(f"call void @{name}.part(ptr {a}, ptr {b}, ptr {target}, ptr {bias}, "
+             f"{_i64s(row)}, ptr {part_scratch}, i1 {first}, ptr {plan})")
 
     w.loop("%start", "%end", 1, body, "p")
     return w.end()
@@ -316,12 +387,16 @@ def _part(v: Variant) -> list[str]:
     own_a = w(f"and i1 {w(f'xor i1 {shared_a}, true')}, {w(f'xor i1 {direct}, true')}")
     own_a = w(f"and i1 {own_a}, {not_whole_a}")
     summed = w(f"icmp eq i64 {c0}, 0")
+    epilogue = _epilogue(w, name, "%plan", "%bias")
+    final_batch = w("sub i64 %b1, 1")  # where batches sum into one C, its sum's last
 
     def batch(b: str) -> None:
         a = w.gep(t, "%A", w(f"mul i64 {b}, {a0}"))
         bb = w.gep(t, "%B", w(f"mul i64 {b}, {b0}"))
         c = w.gep(t, "%C", w(f"mul i64 {b}, {c0}"))
         later_batch = w(f"and i1 {summed}, {w(f'icmp sgt i64 {b}, %b0')}")
+        whole = w(f"or i1 {w(f'xor i1 {summed}, true')}, {w(f'icmp eq i64 {b}, {final_batch}')}")
+        whole = w(f"and i1 {whole}, {epilogue[0]}")  # C's sums end with this batch
 
         def block(pc: str) -> None:
             depth = w.min(str(KC), w(f"sub i64 {k}, {pc}"))
@@ -330,6 +405,7 @@ def _part(v: Variant) -> list[str]:
             a_step = w(f"select i1 {whole_a}, i64 {k}, i64 {depth}")
             load = w(f"or i1 {w(f'icmp sgt i64 {pc}, 0')}, {later_batch}")
             load = w(f"or i1 {load}, %first")  # into what C held (accumulating)
+            last = w(f"and i1 {whole}, {w(f'icmp eq i64 {w.add(pc, depth)}, {k}')}")
 
             def chunk(jc: str) -> None:  # columns [jc, j1): their block of B packed, then used
                 j1 = w.min(w(f"add i64 {jc}, {nc}"), "%n1")
@@ -356,7 +432,7 @@ def _part(v: Variant) -> list[str]:
                     a_here = w(f"select i1 {direct}, ptr {in_place}, ptr {a_packed}")
                     _macro_kernel(w, v, n, (a_here, b_here, c), (ic, height), (jc, j1), depth,
                                   load, (direct, a1), (in_place_b, b_block, b1),
-                                  (a_step, b_step))
+                                  (a_step, b_step), (last, *epilogue[1:]))
 
                 w.loop("%m0", "%m1", mc, rows, "ic")
 

@@ -26,6 +26,12 @@ rows and columns of C, as `partition.Part`):
     packed_b           1: ... and B
     nc                 columns of C per chunk: each block of B is packed and used a chunk at a
                        time (`chunk_columns`)
+    bias               the epilogue's bias (GemmSpec.bias): 0 none, 1 one per row of C, 2 one
+                       per column; the call's fourth buffer
+    relu               1: the epilogue ends in relu
+    epilogue           0: none; 1: each tile applies it as it stores its last block of k (the
+                       last batch's, where batches sum into one C); 2: applied to the whole of
+                       C at the end (the groups' sums are added first)
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from tapeml.dialects.kernel import GemmSpec
 
 FIELDS = ("batch", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "accumulate",
           "threads", "shared", "groups", "parts", "part_bytes", "a_offset", "sums", "total",
-          "direct_a", "direct_b", "packed_a", "packed_b", "nc")
+          "direct_a", "direct_b", "packed_a", "packed_b", "nc", "bias", "relu", "epilogue")
 INDEX = {name: i for i, name in enumerate(FIELDS)}
 
 
@@ -205,5 +211,7 @@ def plan(spec: GemmSpec, target: Target, packed: bool = False) -> list[int]:
               "direct_b": int(direct_b(spec, v, shared)),
               "packed_a": int(packed and packed_a(spec, v, shared)),
               "packed_b": int(packed and packed_b(spec, v, shared)),
-              "nc": chunk_columns(spec, v, shared, packed)}
+              "nc": chunk_columns(spec, v, shared, packed),
+              "bias": {"": 0, "rows": 1, "columns": 2}[spec.bias], "relu": int(spec.relu),
+              "epilogue": 0 if not (spec.bias or spec.relu) else 1 if groups == 1 else 2}
     return [values[name] for name in FIELDS] + [x for part in parts for x in part]

@@ -1,5 +1,6 @@
 """A GEMM kernel's leaf functions, as LLVM IR text: the micro-kernel (`@<symbol>.tile`: an
-MR x NR tile of C in vector registers) and the packing of A's and B's blocks into panels
+MR x NR tile of C in vector registers), the epilogue over a tile of C once it holds its sums
+(`.epilogue`: + bias, relu), and the packing of A's and B's blocks into panels
 (`.pack_a`, `.pack_b`: each takes the walk along the operand's rows or down its columns,
 whichever has the smaller stride, as plan.along_rows says; `.pack_a.rows`, `.pack_a.columns`
 and B's are the walks). The driver (driver.py) calls them.
@@ -80,6 +81,60 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     masks = [_lanes_below(w, lanes, v * lanes, "%nr") for v in range(vectors)]
     w.choose("%load", lambda: _store_tile(w, vec, acc, lanes, align, True, masks, dtype),
              lambda: _store_tile(w, vec, acc, lanes, align, False, masks, dtype))
+    return w.end()
+
+
+EPILOGUE_ARGS = ("ptr %c, i64 %ldc, i64 %rows, i64 %columns, ptr %rb, i64 %rs, ptr %cb, "
+                 "i1 %relu")
+"""`.epilogue`'s parameters: rows x columns (at most NR) of C from %c, rows %ldc apart; the
+bias of row i at %rb + i * %rs, of column j at %cb + j; whether relu follows."""
+
+
+def neutral_bias(name: str, t: str, v: Variant) -> list[str]:
+    """`@<kernel>.no_bias`: NR elements of -0.0, what `.epilogue` adds where a call has no bias
+    of that kind: x + -0.0 is x for every x (-0 and NaN included), so one code path serves
+    every epilogue and nothing is branched on per element."""
+    values = ", ".join(f"{t} -0.0" for _ in range(v.nr))
+    return [f"@{name}.no_bias = internal constant [{v.nr} x {t}] [{values}], align 64", ""]
+
+
+def epilogue(name: str, t: str, v: Variant) -> list[str]:
+    """`.epilogue(EPILOGUE_ARGS)`: C[i, j] = relu?(C[i, j] + rb[i * rs] + cb[j]) over the rows
+    and the first `columns` lanes of an NR-wide tile (kernel.gemm's epilogue: one of the two
+    biases is `.no_bias`); relu as tape.relu, maximum(x, +0): x <= 0 (not NaN) becomes +0.
+    The driver runs it on each tile right after its last block of k is stored: the tile is
+    in L1 still."""
+    w = Writer()
+    lanes, dtype, align = v.lanes, v.dtype, v.element[1]
+    vec, mask_type = f"<{lanes} x {t}>", f"<{lanes} x i1>"
+    w.lines.append(f"define internal void @{name}.epilogue({EPILOGUE_ARGS}) noinline {WIDE} {{")
+    w.label("%entry")
+    vectors = v.nr // lanes
+    masks = [_lanes_below(w, lanes, j * lanes, "%columns") for j in range(vectors)]
+
+    def masked_load(p: str, mask: str) -> str:
+        return w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, i32 {align}, "
+                 f"{mask_type} {mask}, {vec} zeroinitializer)")
+
+    columns = [masked_load(w.gep(t, "%cb", str(j * lanes)), masks[j]) for j in range(vectors)]
+    relu = w(f"shufflevector {mask_type} {w(f'insertelement {mask_type} poison, i1 %relu, i64 0')}"
+             f", {mask_type} poison, <{lanes} x i32> zeroinitializer")
+
+    def row(i: str) -> None:
+        bias = w(f"load {t}, ptr {w.gep(t, '%rb', w(f'mul i64 {i}, %rs'))}, align {align}")
+        splat = w(f"shufflevector {vec} {w(f'insertelement {vec} poison, {t} {bias}, i64 0')}, "
+                  f"{vec} poison, <{lanes} x i32> zeroinitializer")
+        start = w.gep(t, "%c", w(f"mul i64 {i}, %ldc"))
+        for j in range(vectors):
+            p = start if j == 0 else w.gep(t, start, str(j * lanes))
+            x = w(f"fadd {vec} {w(f'fadd {vec} {masked_load(p, masks[j])}, {splat}')}, "
+                  f"{columns[j]}")
+            cut = w(f"and {mask_type} {w(f'fcmp ole {vec} {x}, zeroinitializer')}, {relu}")
+            x = w(f"select {mask_type} {cut}, {vec} zeroinitializer, {vec} {x}")
+            w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0({vec} {x}, ptr {p}, "
+                 f"i32 {align}, {mask_type} {masks[j]})")
+
+    w.loop("0", "%rows", 1, row, "i")
     return w.end()
 
 
