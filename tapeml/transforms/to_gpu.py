@@ -170,6 +170,10 @@ class Outliner:
 
     def gemm(self, op: kernel.GemmOp, made: dict[str, str]) -> None:
         spec = op.spec
+        if spec.bias or spec.relu:
+            raise LoweringError(f"convert-loops-to-gpu: @{self.function}: the GPU's GEMM kernel "
+                                "has no epilogue; lower with tape-to-loops without "
+                                "gemm_epilogues (the CPU's option)")
         if not (spec.batch and spec.m and spec.n):  # nothing to write (as the interpreter)
             op.detach()
             op.erase()

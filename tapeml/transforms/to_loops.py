@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from xdsl.builder import Builder, InsertPoint
@@ -56,6 +56,7 @@ from tapeml.transforms.loops import (  # noqa: F401
     contractions,
     convolutions,
     elementwise,
+    epilogues,
     indexing,
     reductions,
     scans,
@@ -107,11 +108,12 @@ def _lowering_key(op: Operation, views: dict[SSAValue, list[int]]) -> Hashable:
             tuple(tuple(views[o]) if o in views else None for o in op.operands), tuple(inner))
 
 
-def _shared(block: Block, views: dict[SSAValue, list[int]]) -> dict[Operation, Hashable]:
+def _shared(block: Block, views: dict[SSAValue, list[int]],
+            folded: dict[Operation, Any]) -> dict[Operation, Hashable]:
     """The ops of `block` that `share` lowers once: those whose lowering another op of the
-    block has too; each one's key."""
+    block has too (not one `folded` into its product); each one's key."""
     keys = {op: _lowering_key(op, views) for op in block.ops
-            if isinstance(op, SHAREABLE) and op.results[0] not in views}
+            if isinstance(op, SHAREABLE) and op.results[0] not in views and op not in folded}
     counts = Counter(keys.values())
     return {op: key for op, key in keys.items() if counts[key] > 1}
 
@@ -119,7 +121,8 @@ def _shared(block: Block, views: dict[SSAValue, list[int]]) -> dict[Operation, H
 def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                    libm: bool = False, row_reductions: bool = False,
                    share: bool = False, profile: bool = False, weight_runs: bool = True,
-                   image_group: int = 0, concat_in_place: bool = False) -> None:
+                   image_group: int = 0, concat_in_place: bool = False,
+                   gemm_epilogues: bool = False) -> None:
     if len(f.body.blocks) != 1 or not isinstance(f.body.block.last_op, func.ReturnOp):
         raise LoweringError(f"tape-to-loops: @{f.sym_name.data} must be one block of tape ops "
                             "ending in func.return")
@@ -149,7 +152,13 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     counter = iter(range(1 << 30))
     cx = Context(module, report, views, row_reductions,
                  lambda: f"{f.sym_name.data}_constant_{next(counter)}", weight_runs, image_group)
-    shared = _shared(block, views) if share else {}
+    folded = epilogues.gemm_epilogues(block, views, set(direct)) if gemm_epilogues else {}
+    products = set()  # lowered where the op that folds into them is (and a reshape between)
+    for op, (product, _) in folded.items():
+        products.add(product)
+        products.update(o.owner for o in op.operands if isinstance(o.owner, tape.ReshapeOp)
+                        and o.owner.operands[0].owner is product)
+    shared = _shared(block, views, folded) if share else {}
     placed = _placed_in_concats(block, views, direct) if concat_in_place else {}
     concat_buffers: dict[Operation, SSAValue] = {}  # a concat -> its buffer, made early
     functions: dict[Hashable, tuple[str, list[MemRefType]]] = {}  # a key -> its function
@@ -159,6 +168,8 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         if isinstance(op, func.ReturnOp):
             break
         result = op.results[0]
+        if op in products:  # lowered with the op that folds into it, where that op is
+            continue
         lower = LOWERINGS[type(op)]
         if lower is alias or result in views:
             env[result] = env[op.operands[0]]  # flat buffers: the same buffer, other strides
@@ -168,7 +179,8 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
             continue
         if profile:
             e.insert(kernel.MarkOp(len(labels)))
-            labels.append(profile_label(op))
+            labels.append(profile_label(op) if op not in folded else
+                          f"{profile_label(folded[op][0])} + {_op_name(op)}")
         if result in direct:  # a result the caller keeps: computed in its buffer
             out = direct[result]
         elif op in placed:  # the part of a concat's buffer it is (kernel.view)
@@ -180,7 +192,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         else:
             out = e.insert(alloc(buffer_type(result.type)))
             out.name_hint = result.name_hint
-        ins = [env[o] for o in op.operands]
+        ins = [env[o] for o in op.operands] if op not in folded else []
         if op in shared:  # its loops in a function, lowered once for every op of its key
             key = shared[op]
             if key not in functions:
@@ -195,7 +207,15 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
             if result not in direct and op not in placed:
                 allocated.append(out)
             continue
-        written = lower(e, op, ins, out, cx)
+        if op in folded:  # the product, writing this op's result with its epilogue
+            product, epilogue = folded[op]
+            bias = env[epilogue.bias] if epilogue.bias is not None else None
+            lower = LOWERINGS[type(product)]
+            ins = [env[o] for o in product.operands]
+            written = lower(e, product, ins, out, replace(cx, epilogue=replace(epilogue,
+                                                                                 bias=bias)))
+        else:
+            written = lower(e, op, ins, out, cx)
         if written is not None and written is not out:  # held elsewhere (a global)
             new_block.erase_op(out.owner)
             env[result] = written
@@ -313,19 +333,24 @@ def profile_label(op: Operation) -> str:
     def shape(value: SSAValue) -> str:
         return "x".join(map(str, value.type.get_shape())) or "scalar"
 
-    name = op.name
-    if isinstance(op, tape.FusedOp):
-        inner = [o.name.removeprefix("tape.") for o in op.body.block.ops
-                 if o.name.startswith("tape.")]
-        name += f"({', '.join(dict.fromkeys(inner))})"
     element = str(op.results[0].type.get_element_type())
     operands = "".join(f" {', '.join(shape(o) for o in op.operands)}" if op.operands else "")
-    return f"{name}{operands} -> {shape(op.results[0])} {element}"
+    return f"{_op_name(op)}{operands} -> {shape(op.results[0])} {element}"
+
+
+def _op_name(op: Operation) -> str:
+    """The op's name, with a fused group's ops: `tape.fused(add, relu, yield)`."""
+    if not isinstance(op, tape.FusedOp):
+        return op.name
+    inner = [o.name.removeprefix("tape.") for o in op.body.block.ops
+             if o.name.startswith("tape.")]
+    return f"{op.name}({', '.join(dict.fromkeys(inner))})"
 
 
 def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False,
                  share: bool = False, profile: bool = False, weight_runs: bool = True,
-                 image_group: int = 0, concat_in_place: bool = False) -> PlanReport:
+                 image_group: int = 0, concat_in_place: bool = False,
+                 gemm_epilogues: bool = False) -> PlanReport:
     """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
     call libm for exp, log, tanh, sigmoid and f32 erf (default: vectorizable arithmetic, see
     transcendentals.py). `row_reductions`: reductions that keep the input's last axes fold a
@@ -341,11 +366,13 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     0: all at once; the CPU's: its thread count, each thread an image's product).
     `concat_in_place`: a concat whose operands are each one contiguous block of it (nothing
     before its axis but ones: a batch of 1 along channels) has their ops write them there
-    (kernel.view), with no copy (`_placed_in_concats`; the CPU's)."""
+    (kernel.view), with no copy (`_placed_in_concats`; the CPU's). `gemm_epilogues`: an op
+    that adds a bias to a convolution's or a matmul's result, or takes its relu, is that
+    product's kernel.gemm epilogue (loops/epilogues.py; the CPU's)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
         lower_function(f, module, report, libm, row_reductions, share, profile, weight_runs,
-                       image_group, concat_in_place)
+                       image_group, concat_in_place, gemm_epilogues)
     return report
 
 
@@ -372,10 +399,14 @@ class ToLoopsPass(ModulePass):
     concat_in_place: bool = False
     """A concat of contiguous blocks (a batch of 1 along channels) has its operands' ops write
     them into its buffer, with no copy (the CPU's)."""
+    gemm_epilogues: bool = False
+    """An op adding a bias to a product's result or taking its relu is the product's
+    kernel.gemm epilogue (the CPU's)."""
 
     def apply(self, ctx: PassContext, op: ModuleOp) -> None:
         self.run(op)
 
     def run(self, module: ModuleOp) -> PlanReport:
         return lower_module(module, self.libm, self.row_reductions, self.share, self.profile,
-                            self.weight_runs, self.image_group, self.concat_in_place)
+                            self.weight_runs, self.image_group, self.concat_in_place,
+                            self.gemm_epilogues)

@@ -235,18 +235,17 @@ def _pack_job(v: Variant) -> list[str]:
 
 def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
                   rows: tuple[str, str], columns: tuple[str, str], depth: str,
-                  load: str, direct: tuple[str, str] | None = None,
+                  load: str, epilogue: Epilogue, direct: tuple[str, str] | None = None,
                   direct_b: tuple[str, str, str] | None = None,
-                  steps: tuple[str, str] | None = None,
-                  epilogue: Epilogue | None = None) -> None:
+                  steps: tuple[str, str] | None = None) -> None:
     """Rows [ic, ic + height) of C (n columns), columns [j0, j1), against one packed block of A
     (`ap`, from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR
     tile. `direct` = (flag, lda): where the flag holds, `ap` is A itself at row ic (and the
     block's first k), read in place by `.tile.direct` with rows lda apart. `direct_b` =
     (flag, B at the block's first k, ldb): where the flag holds, B is read in place. `steps`:
     elements from one panel of A's block to the next, and of B's (the block's depth, or all
-    of k where the caller packed the operand whole: plan.packed_a). `epilogue`: `.epilogue`
-    on each tile right after it is stored, where its first flag holds (the last block of k)."""
+    of k where the caller packed the operand whole: plan.packed_a). `epilogue`: each tile
+    applies it as it stores, where its first flag holds (the last block of k)."""
     name, t, mr, nr = v.symbol, v.element[0], v.mr, v.nr
     ap, bp, c = buffers
     a_step, b_step = steps or (depth, depth)
@@ -265,20 +264,17 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
         def tile(ir: str) -> None:
             tall = w.min(str(mr), w(f"sub i64 {height}, {ir}"))
             c_tile = w.gep(t, c, w.add(w(f"mul i64 {w.add(ic, ir)}, {n}"), jr))
+            last, rb, rs, cb, cs, relu = epilogue
+            finish = (f"ptr {w.gep(t, rb, w(f'mul i64 {w.add(ic, ir)}, {rs}'))}, i64 {rs}, "
+                      f"ptr {w.gep(t, cb, w(f'mul i64 {jr}, {cs}'))}, i1 {relu}, i1 {last}")
 
             def packed() -> None:
                 a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {a_step}"))
                 w.do(f"call void @{name}.tile(i64 {depth}, ptr {a_panel}, ptr {b_panel}, "
-                     f"ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load})")
-
-            def then() -> None:  # the tile holds its sums: the epilogue, in L1
-                if epilogue is not None:
-                    w.when(epilogue[0], lambda: _apply_epilogue(
-                        w, v, epilogue, c_tile, n, w.add(ic, ir), tall, jr, width))
+                     f"ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load}, {finish})")
 
             if direct is None:
                 packed()
-                then()
                 return
             flag, lda = direct
 
@@ -286,10 +282,9 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
                 a_rows = w.gep(t, ap, w(f"mul i64 {ir}, {lda}"))
                 w.do(f"call void @{name}.tile.direct(i64 {depth}, ptr {a_rows}, "
                      f"ptr {b_here}, i64 {ldb}, ptr {c_tile}, i64 {n}, i64 {tall}, "
-                     f"i64 {width}, i1 {load}, i64 {lda})")
+                     f"i64 {width}, i1 {load}, i64 {lda}, {finish})")
 
             w.choose(flag, in_place, packed)
-            then()
 
         w.loop("0", height, mr, tile, "ir")
 
@@ -313,7 +308,7 @@ def _rows_job(v: Variant) -> list[str]:
         w.do(f"call void @{v.symbol}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
              f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})")
         _macro_kernel(w, v, n, (ap, bp, c), (ic, height), ("0", n), depth, load,
-                      epilogue=(last, *epilogue[1:]))
+                      (last, *epilogue[1:]))
 
     w.loop(w(f"mul i64 %start, {v.mr}"), r1, v.mc, rows, "ic")
     return w.end()
@@ -431,8 +426,8 @@ def _part(v: Variant) -> list[str]:
                     a_packed = w(f"select i1 {whole_a}, ptr {a_whole}, ptr {ap}")
                     a_here = w(f"select i1 {direct}, ptr {in_place}, ptr {a_packed}")
                     _macro_kernel(w, v, n, (a_here, b_here, c), (ic, height), (jc, j1), depth,
-                                  load, (direct, a1), (in_place_b, b_block, b1),
-                                  (a_step, b_step), (last, *epilogue[1:]))
+                                  load, (last, *epilogue[1:]), (direct, a1),
+                                  (in_place_b, b_block, b1), (a_step, b_step))
 
                 w.loop("%m0", "%m1", mc, rows, "ic")
 

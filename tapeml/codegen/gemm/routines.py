@@ -14,11 +14,13 @@ from tapeml.codegen.gemm.writer import WIDE, Writer
 
 def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
                  dtype: str, direct: bool = False) -> list[str]:
-    """C[mr x nr tile] (+)= Ap[kc][MR]^T Bp[kc][NR], accumulated in registers. `direct`
-    (`.tile.direct`): A read in place instead, row i of the tile at %a + i * %lda (rows past
-    %mr read the last one: they are not stored), k along each row; and B's rows %ldb apart
-    (NR packed, or a small B read in place: plan.direct_b). `.tile` keeps NR a constant
-    (a run-time stride there cost W2 n=512 3-4%)."""
+    """C[mr x nr tile] (+)= Ap[kc][MR]^T Bp[kc][NR], accumulated in registers; where %epilogue
+    holds (the tile's last block of k), kernel.gemm's epilogue on the registers before they
+    are stored (TILE_EPILOGUE). `direct` (`.tile.direct`): A read in place instead, row i of
+    the tile at %a + i * %lda (rows past %mr read the last one: they are not stored), k along
+    each row; and B's rows %ldb apart (NR packed, or a small B read in place:
+    plan.direct_b). `.tile` keeps NR a constant (a run-time stride there cost W2 n=512
+    3-4%)."""
     w = Writer()
     vectors = nr // lanes
     acc = [[f"%c{i}.{v}" for v in range(vectors)] for i in range(mr)]
@@ -27,8 +29,8 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     b_param = "ptr noalias %b, i64 %ldb" if direct else "ptr noalias align 64 %b"
     w.lines.append(f"define internal void @{name}.tile{'.direct' if direct else ''}(i64 %kc, "
                    f"ptr noalias{a_align} %a, {b_param}, ptr noalias %c, "
-                   f"i64 %ldc, i64 %mr, i64 %nr, i1 %load{', i64 %lda' if direct else ''}) "
-                   f"noinline {WIDE} {{")
+                   f"i64 %ldc, i64 %mr, i64 %nr, i1 %load{', i64 %lda' if direct else ''}, "
+                   f"{TILE_EPILOGUE}) noinline {WIDE} {{")
     w.label("%entry")
     if direct:
         last = w("sub i64 %mr, 1")
@@ -69,18 +71,25 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     full_m = w(f"icmp eq i64 %mr, {mr}")
     full_n = w(f"icmp eq i64 %nr, {nr}")
     full = w(f"and i1 {full_m}, {full_n}")
-    w.do(f"br i1 {full}, label %full, label %edge")
-    w.label("%full")  # straight into C (rows of C need not be aligned)
     align = 4 if t == "float" else 8
-    # C is read only to add into it: a C written over is not fetched first (an output larger
-    # than the cache was read from memory for nothing)
-    w.choose("%load", lambda: _store_tile(w, vec, acc, lanes, align, add=True),
-             lambda: _store_tile(w, vec, acc, lanes, align, add=False))
-    w.do("ret void")
-    w.label("%edge")  # rows below %mr left alone, lanes past %nr masked off
-    masks = [_lanes_below(w, lanes, v * lanes, "%nr") for v in range(vectors)]
-    w.choose("%load", lambda: _store_tile(w, vec, acc, lanes, align, True, masks, dtype),
-             lambda: _store_tile(w, vec, acc, lanes, align, False, masks, dtype))
+    masks = [_lanes_below(w, lanes, v * lanes, "%nr") for v in range(vectors)]  # (LLVM sinks)
+
+    def stores(epilogue: bool) -> None:
+        def whole() -> None:  # straight into C (rows of C need not be aligned)
+            # C is read only to add into it: a C written over is not fetched first (an output
+            # larger than the cache was read from memory for nothing)
+            w.choose("%load", lambda: _store_tile(w, vec, acc, lanes, align, True, epilogue),
+                     lambda: _store_tile(w, vec, acc, lanes, align, False, epilogue))
+
+        def edge() -> None:  # rows below %mr left alone, lanes past %nr masked off
+            w.choose("%load",
+                     lambda: _store_tile(w, vec, acc, lanes, align, True, epilogue, masks, dtype),
+                     lambda: _store_tile(w, vec, acc, lanes, align, False, epilogue, masks,
+                                         dtype))
+
+        w.choose(full, whole, edge)
+
+    w.choose("%epilogue", lambda: stores(True), lambda: stores(False))
     return w.end()
 
 
@@ -138,15 +147,51 @@ def epilogue(name: str, t: str, v: Variant) -> list[str]:
     return w.end()
 
 
+TILE_EPILOGUE = "ptr %rb, i64 %rs, ptr %cb, i1 %relu, i1 %epilogue"
+"""The micro-kernel's last parameters: the epilogue's operands as `.epilogue` takes them (the
+rows' bias from the tile's first row, the columns' from its first column) and whether to
+apply it."""
+
+
 def _store_tile(w: Writer, vec: str, acc: list[list[str]], lanes: int, align: int,
-                add: bool, masks: list[str] | None = None, dtype: str = "") -> None:
-    """The tile's registers into C (rows %ldc apart), added to what C holds where `add`;
-    `masks`: an edge tile, rows below %mr only and each vector's lanes masked."""
+                add: bool, epilogue: bool, masks: list[str] | None = None,
+                dtype: str = "") -> None:
+    """The tile's registers into C (rows %ldc apart), added to what C holds where `add`, then
+    through kernel.gemm's epilogue where `epilogue` (TILE_EPILOGUE's operands: + the row's
+    and the column's bias, relu as `.epilogue` takes it); `masks`: an edge tile, rows below
+    %mr only and each vector's lanes masked."""
     t = vec.split(" x ")[1].rstrip(">")
     mask_type = f"<{lanes} x i1>"
+    columns: list[str] = []
+    relu = ""
+    if epilogue:
+        for v in range(len(acc[0])):
+            p = w.gep(t, "%cb", str(v * lanes))
+            columns.append(
+                w(f"load {vec}, ptr {p}, align {align}") if masks is None else
+                w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, i32 {align}, "
+                  f"{mask_type} {masks[v]}, {vec} zeroinitializer)"))
+        relu = w(f"shufflevector {mask_type} "
+                 f"{w(f'insertelement {mask_type} poison, i1 %relu, i64 0')}, {mask_type} "
+                 f"poison, <{lanes} x i32> zeroinitializer")
+
+    def finished(value: str, v: int, bias: str) -> str:  # + the biases, relu
+        if not epilogue:
+            return value
+        value = w(f"fadd {vec} {w(f'fadd {vec} {value}, {bias}')}, {columns[v]}")
+        cut = w(f"and {mask_type} {w(f'fcmp ole {vec} {value}, zeroinitializer')}, {relu}")
+        return w(f"select {mask_type} {cut}, {vec} zeroinitializer, {vec} {value}")
+
     for i, registers in enumerate(acc):
         def store(i: int = i, registers: list[str] = registers) -> None:
             row = w.gep(t, "%c", w(f"mul i64 %ldc, {i}"))
+            bias = ""
+            if epilogue:
+                scalar = w(f"load {t}, ptr {w.gep(t, '%rb', w(f'mul i64 %rs, {i}'))}, "
+                           f"align {align}")
+                one = w(f"insertelement {vec} poison, {t} {scalar}, i64 0")
+                bias = w(f"shufflevector {vec} {one}, {vec} poison, "
+                         f"<{lanes} x i32> zeroinitializer")
             for v, register in enumerate(registers):
                 p = row if v == 0 else w.gep(t, row, str(v * lanes))
                 value = register
@@ -154,12 +199,14 @@ def _store_tile(w: Writer, vec: str, acc: list[list[str]], lanes: int, align: in
                     if add:
                         value = w(f"fadd {vec} {w(f'load {vec}, ptr {p}, align {align}')}, "
                                   f"{register}")
+                    value = finished(value, v, bias)
                     w.do(f"store {vec} {value}, ptr {p}, align {align}")
                     continue
                 if add:
                     old = w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, "
                             f"i32 {align}, {mask_type} {masks[v]}, {vec} zeroinitializer)")
                     value = w(f"fadd {vec} {old}, {register}")
+                value = finished(value, v, bias)
                 w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0({vec} {value}, ptr {p}, "
                      f"i32 {align}, {mask_type} {masks[v]})")
 

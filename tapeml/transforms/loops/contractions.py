@@ -8,18 +8,20 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import f32
 from xdsl.ir import Block, SSAValue
 
-from tapeml.dialects import kernel, tape
+from tapeml.dialects import tape
 from tapeml.dialects.kernel import GemmSpec
 from tapeml.transforms.loops.emitter import Emitter, shape_of, strides
+from tapeml.transforms.loops.epilogues import gemm
 from tapeml.transforms.loops.registry import Context, lowering
 
 
 @lowering(tape.MatmulOp)
 def lower_matmul(e: Emitter, op: tape.MatmulOp, ins: list[SSAValue], out: SSAValue,
                  cx: Context) -> None:
-    """One `kernel.gemm` (the generated BLIS-style kernel on the CPU). An operand that is a
-    transpose of its last two axes (in `views`: the strides of its unpermuted buffer) is read
-    in place through its strides."""
+    """One `kernel.gemm` (the generated BLIS-style kernel on the CPU), with the epilogue of the
+    op folded into it, if any (cx.epilogue). An operand that is a transpose of its last two
+    axes (in `views`: the strides of its unpermuted buffer) is read in place through its
+    strides."""
     out_shape = shape_of(op.result)
     batch = math.prod(out_shape[:-2])
     a_shape, b_shape = shape_of(op.lhs), shape_of(op.rhs)
@@ -32,7 +34,7 @@ def lower_matmul(e: Emitter, op: tape.MatmulOp, ins: list[SSAValue], out: SSAVal
     spec = GemmSpec(dtype="f32" if op.result.type.get_element_type() == f32 else "f64",
                     batch=batch, m=m, n=n, k=k, a=steps(op.lhs, a_shape),
                     b=steps(op.rhs, b_shape), c0=m * n, accumulate=False)
-    e.insert(kernel.GemmOp(ins[0], ins[1], out, spec))
+    gemm(e, ins[0], ins[1], out, spec, cx.epilogue)
 
 
 def transposes_read_in_place(block: Block) -> dict[SSAValue, list[int]]:

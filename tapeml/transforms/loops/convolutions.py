@@ -23,6 +23,7 @@ from tapeml.transforms.loops.emitter import (
     shape_of,
     zero,
 )
+from tapeml.transforms.loops.epilogues import Epilogue, gemm
 from tapeml.transforms.loops.registry import Context, lowering
 
 
@@ -31,7 +32,8 @@ def lower_convolution(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
                       cx: Context) -> None:
     """groups = 1: GEMMs over an im2col matrix; otherwise direct loops."""
     if op.params["groups"] == 1:
-        lower_conv2d_gemm(e, op, ins, out, cx.report, cx.weight_runs, cx.image_group)
+        lower_conv2d_gemm(e, op, ins, out, cx.report, cx.weight_runs, cx.image_group,
+                          cx.epilogue)
     elif isinstance(op, tape.Conv2dOp):
         lower_conv2d(e, op, ins, out)
     else:
@@ -271,7 +273,7 @@ out a product of fewer flops as a batch, not within one), and their im2col too."
 
 def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
                       report: PlanReport, weight_runs: bool = True,
-                      image_group: int = 0) -> None:
+                      image_group: int = 0, epilogue: Epilogue | None = None) -> None:
     """conv2d (groups = 1) and its two cotangents as GEMMs over the im2col matrix
     cols[b, c, i, j, y, x] = x[b, c, y*sh + i*dh - top, x*sw + j*dw - left] (0 in the padding),
     a scratch buffer of N*C*kh*kw*OH*OW elements freed after the op:
@@ -284,6 +286,9 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
         weight    dW = sum_b ct[b] @ cols[b]^T                         batches summed in the kernel,
                   or, C*kh*kw >= RUN_COLUMNS and `weight_runs`, products over runs of whole
                   images (`_weight_gradient_over_runs`)
+
+    The forward products carry `epilogue` (a bias per output channel: a row of C; relu),
+    where an op folds into the convolution (epilogues.py).
     """
     kind = type(op)
     if kind is tape.Conv2dOp:
@@ -303,7 +308,7 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     runs = weight_runs and ckk >= RUN_COLUMNS
     if (geo.kh, geo.kw, sh, sw) == (1, 1, 1, 1) and not any(op.params["padding"]) and (
             kind is not tape.Conv2dBackwardWeightOp or not runs):
-        _pointwise(e, op, ins, out, geo, dtype)  # im2col is the input itself
+        _pointwise(e, op, ins, out, geo, dtype, epilogue)  # im2col is the input itself
         return
     images = geo.n  # in cols at once
     if (image_group and kind is tape.Conv2dOp and geo.n > 1
@@ -405,9 +410,9 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
             y = e.insert(kernel.ViewOp(out, e.linear(ivs, [images * ochw]),
                                        MemRefType(t, [images * ochw])))
             taps(e, lambda e, source, target: e.store(e.load(x, source), cols, target))
-            e.insert(kernel.GemmOp(ins[1], cols, y, GemmSpec(  # y[n] = w @ cols[n]
+            gemm(e, ins[1], cols, y, GemmSpec(  # y[n] = w @ cols[n]
                 dtype=dtype, batch=images, m=geo.o, n=ohw, k=ckk, a=(0, ckk, 1),
-                b=(ckk * ohw, ohw, 1), c0=ochw, accumulate=False)))
+                b=(ckk * ohw, ohw, 1), c0=ochw, accumulate=False), epilogue)
 
         e.loops([geo.n // images], group)
         e.insert(dealloc(cols))
@@ -415,9 +420,9 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     if kind is not tape.Conv2dBackwardInputOp:  # im2col
         taps(e, lambda e, source, target: e.store(e.load(ins[0], source), cols, target))
     if kind is tape.Conv2dOp:
-        e.insert(kernel.GemmOp(ins[1], cols, out, GemmSpec(  # out[n] = w @ cols[n]
+        gemm(e, ins[1], cols, out, GemmSpec(  # out[n] = w @ cols[n]
             dtype=dtype, batch=geo.n, m=geo.o, n=ohw, k=ckk, a=(0, ckk, 1),
-            b=(ckk * ohw, ohw, 1), c0=geo.o * ohw, accumulate=False)))
+            b=(ckk * ohw, ohw, 1), c0=geo.o * ohw, accumulate=False), epilogue)
     elif kind is tape.Conv2dBackwardInputOp:
         ct, weight = ins
         e.insert(kernel.GemmOp(weight, ct, cols, GemmSpec(  # cols[n] = w^T @ ct[n]
@@ -435,7 +440,7 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
 
 
 def _pointwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
-               geo: _ConvGeometry, dtype: str) -> None:
+               geo: _ConvGeometry, dtype: str, epilogue: Epilogue | None) -> None:
     """A 1 x 1 convolution of stride 1 without padding: its im2col matrix is x itself
     ([b][c][y*x], what cols would hold), and col2im is the identity, so the GEMMs read x and
     the input cotangent is the product itself (a ResNet's bottleneck convolutions)."""
@@ -443,7 +448,7 @@ def _pointwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
     if isinstance(op, tape.Conv2dOp):
         spec = GemmSpec(dtype=dtype, batch=geo.n, m=o, n=hw, k=c, a=(0, c, 1),
                         b=(c * hw, hw, 1), c0=o * hw, accumulate=False)
-        e.insert(kernel.GemmOp(ins[1], ins[0], out, spec))  # out[n] = w @ x[n]
+        gemm(e, ins[1], ins[0], out, spec, epilogue)  # out[n] = w @ x[n]
     elif isinstance(op, tape.Conv2dBackwardInputOp):
         ct, weight = ins
         spec = GemmSpec(dtype=dtype, batch=geo.n, m=c, n=hw, k=o, a=(0, 1, c),

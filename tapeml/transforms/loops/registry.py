@@ -13,6 +13,7 @@ from xdsl.ir import Operation, SSAValue
 from tapeml.dialects.registry import OpTable
 from tapeml.transforms.loops.buffers import PlanReport
 from tapeml.transforms.loops.emitter import Emitter
+from tapeml.transforms.loops.epilogues import Epilogue
 
 
 @dataclass
@@ -35,6 +36,9 @@ class Context:
     image_group: int = 0
     """A large convolution's im2col this many images at a time, their product after it, in a
     loop over the images (see lower_conv2d_gemm; 0: all at once; the CPU's: its threads)."""
+    epilogue: Epilogue | None = None
+    """Set for a product (conv2d, matmul) lowered in place of the op that folds into it
+    (epilogues.py): its kernel.gemm's epilogue, the bias a buffer."""
 
 
 Lowering = Callable[[Emitter, Operation, list[SSAValue], SSAValue, Context], SSAValue | None]
