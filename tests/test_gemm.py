@@ -721,3 +721,30 @@ def test_the_epilogue_is_applied_once_to_each_whole_sum(monkeypatch, threads, dt
         kernel(a.ctypes.data, b.ctypes.data, out.ctypes.data,
                *([offsets.ctypes.data] if bias else []))
         assert_same_bits(out.reshape(expected.shape), expected, context=spec.symbol)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("m,n,k,batch,bias", [(7, 9, 5, 3, ""), (33, 65, 257, 4, "rows"),
+                                              (16, 64, 40, 2, "columns"), (9, 20, 0, 2, "rows")])
+def test_blocks_of_c_apart_leave_what_lies_between(monkeypatch, threads, m, n, k, batch, bias):
+    """A batch stride of C beyond m * n (each image's part of a concat's buffer): every block
+    gets the bits it gets packed, and the elements between the blocks are left as they were
+    (NaN here); with an epilogue, and an empty sum (k = 0: zeroed block by block)."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal(batch * m * k).astype(np.float32)
+    b = rng.standard_normal(batch * k * n).astype(np.float32)
+    offsets = rng.standard_normal(max(m, n)).astype(np.float32)
+    apart = m * n + 37
+    packed = GemmSpec("f32", batch, m, n, k, (m * k, k, 1), (k * n, n, 1), m * n, False,
+                      bias=bias, relu=bool(bias))
+    spaced = dataclasses.replace(packed, c0=apart)
+    extra = [offsets.ctypes.data] if bias else []
+    expected = np.full(batch * m * n, np.nan, np.float32)
+    compiled(packed)(a.ctypes.data, b.ctypes.data, expected.ctypes.data, *extra)
+    out = np.full((batch - 1) * apart + m * n + 11, np.nan, np.float32)
+    compiled(spaced)(a.ctypes.data, b.ctypes.data, out.ctypes.data, *extra)
+    for i in range(batch):
+        assert_same_bits(out[i * apart:i * apart + m * n], expected[i * m * n:(i + 1) * m * n])
+        assert np.isnan(out[i * apart + m * n:(i + 1) * apart]).all()
+    assert np.isnan(out[(batch - 1) * apart + m * n:]).all()

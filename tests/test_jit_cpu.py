@@ -364,6 +364,37 @@ def test_a_concat_of_its_operands_ops_written_in_place(monkeypatch, threads, bat
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("batch", [2, 3])
+def test_a_batch_of_convolutions_written_into_their_concat(monkeypatch, threads, batch):
+    """At batch > 1 a concat along channels whose operands all come from convolutions (a fire
+    module's relu(conv + b), a plain one, a pointwise one, a large one a group of images at a
+    time) has each convolution's kernel.gemm write its images into their parts of the
+    concat's buffer (its batch stride the concat's image), nothing copied; a concat with a
+    pool among its operands is copied. The interpreter's values (within rounding)."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    f64 = np.float64
+    x, big = r(batch, 8, 12, 12, dtype=f64), r(batch, 16, 40, 40, dtype=f64)
+    w1, w3, wb = r(6, 8, 1, 1, dtype=f64), r(5, 8, 3, 3, dtype=f64), r(32, 16, 3, 3, dtype=f64)
+    b1, b3, bb = r(6, 1, 1, dtype=f64), r(5, 1, 1, dtype=f64), r(32, 1, 1, dtype=f64)
+
+    def f(x, big, w1, w3, wb, b1, b3, bb):
+        fire = ops.concatenate([ops.relu(nn.conv2d(x, w1) + b1),
+                                ops.relu(nn.conv2d(x, w3, padding=1) + b3),
+                                nn.conv2d(x, w3[:, :, ::-1], padding=1)], axis=1)
+        large = ops.concatenate([nn.conv2d(big, wb, padding=1),
+                                 ops.relu(nn.conv2d(big, wb, padding=1) + bb)], axis=1)
+        pooled = ops.concatenate([nn.conv2d(x, w1), nn.max_pool2d(x, 3, 1, 1)], axis=1)
+        return ops.sum(fire * 2.0, axis=(2, 3)), fire, ops.sum(large, axis=(2, 3)), pooled
+
+    args = (x, big, w1, w3, wb, b1, b3, bb)
+    loops = tapeml.jit(f).lower(*args)["loops"]
+    # the fire module's three convolutions, the large ones (a group of images at a time)
+    assert loops.count(f"c_batch_stride = {16 * 12 * 12} : i64") == 3
+    assert loops.count(f"c_batch_stride = {64 * 40 * 40} : i64") == 2
+    close(*both(f, *args))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("batch,size,stride,padding", [(4, 40, 1, 1), (3, 64, 2, 0),
                                                         (5, 40, 1, (2, 0))])
 def test_a_large_convolution_a_group_of_images_at_a_time(monkeypatch, threads, batch, size,

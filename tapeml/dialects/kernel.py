@@ -8,7 +8,8 @@ GPU kernels' shared memory.
 
 computes, for every b < batch, C[b] = A[b] @ B[b] (or C[b] += with `accumulate`), where
 A[b][i, p] = a[b*a0 + i*a1 + p*a2], B[b][p, j] = b[b*b0 + p*b1 + j*b2], and C[b] is the
-contiguous m x n block of c at b * c_batch_stride (0: every batch adds into the same block).
+contiguous m x n block of c at b * c_batch_stride (0: every batch adds into the same block;
+more than m * n: the blocks lie apart, each image's part of a concat's buffer).
 Strides let a transposed operand be read in place. An epilogue may follow the sum, on every
 element of C once it holds its whole sum:
 
@@ -96,7 +97,7 @@ class GemmSpec:
     k: int
     a: tuple[int, int, int]  # strides of A's batch, row (i) and column (p)
     b: tuple[int, int, int]  # strides of B's batch, row (p) and column (j)
-    c0: int  # stride of C's batch: m * n, or 0 to sum every batch into one C
+    c0: int  # stride of C's batch: m * n or more, or 0 to sum every batch into one C
     accumulate: bool  # add to C's contents instead of overwriting them
     a_constant: str = ""
     """The global A is (a constant of the program: a model's weights, the same numbers at
@@ -248,9 +249,9 @@ class GemmOp(IRDLOperation):
         s = self.spec
         if min(s.batch, s.m, s.n, s.k, *s.a, *s.b, s.c0) < 0:
             raise VerifyException("kernel.gemm: sizes and strides must be non-negative")
-        if s.batch and s.m and s.n and s.c0 not in (0, s.m * s.n):
-            raise VerifyException(f"kernel.gemm: c_batch_stride must be m*n = {s.m * s.n} or 0, "
-                                  f"got {s.c0}")
+        if s.batch and s.m and s.n and 0 < s.c0 < s.m * s.n:
+            raise VerifyException(f"kernel.gemm: c_batch_stride must be 0 or at least m*n = "
+                                  f"{s.m * s.n} (the blocks of C must not overlap), got {s.c0}")
         if s.batch and s.m and s.n and s.k:
             reads = {"a": (s.a, (s.m, s.k), types[0]), "b": (s.b, (s.k, s.n), types[1])}
             for operand, (steps, (rows, columns), t) in reads.items():
@@ -261,7 +262,8 @@ class GemmOp(IRDLOperation):
         if s.bias and types[3].get_shape()[0] < s.bias_length:
             raise VerifyException(f"kernel.gemm: the bias holds {types[3].get_shape()[0]} "
                                   f"elements, one per {s.bias[:-1]} of C is {s.bias_length}")
-        c_needed = (s.m * s.n if s.c0 == 0 else s.batch * s.m * s.n) if s.batch else 0
+        c_needed = (s.m * s.n if s.c0 == 0 else (s.batch - 1) * s.c0 + s.m * s.n) \
+            if s.batch and s.m and s.n else 0
         if types[2].get_shape()[0] < c_needed:
             raise VerifyException(f"kernel.gemm: c holds {types[2].get_shape()[0]} elements, "
                                   f"{c_needed} are written")

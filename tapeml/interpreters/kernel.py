@@ -56,7 +56,8 @@ class KernelFunctions(InterpreterFunctions):
         rhs = np.lib.stride_tricks.as_strided(b, (s.batch, s.k, s.n),
                                               [x * item for x in s.b], writeable=False)
         product = np.matmul(lhs, rhs)
-        blocks = c[:s.batch * s.m * s.n].reshape(s.batch, s.m, s.n) if s.c0 else None
+        blocks = np.lib.stride_tricks.as_strided(
+            c, (s.batch, s.m, s.n), (s.c0 * item, s.n * item, item)) if s.c0 else None
         if blocks is None:  # every batch adds into one block, in batch order
             block = c[:s.m * s.n].reshape(s.m, s.n)
             if not s.accumulate:

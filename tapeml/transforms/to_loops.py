@@ -159,7 +159,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         products.update(o.owner for o in op.operands if isinstance(o.owner, tape.ReshapeOp)
                         and o.owner.operands[0].owner is product)
     shared = _shared(block, views, folded) if share else {}
-    placed = _placed_in_concats(block, views, direct) if concat_in_place else {}
+    placed = _placed_in_concats(block, views, direct, folded) if concat_in_place else {}
     concat_buffers: dict[Operation, SSAValue] = {}  # a concat -> its buffer, made early
     functions: dict[Hashable, tuple[str, list[MemRefType]]] = {}  # a key -> its function
     labels: list[str] = []  # profile: what each kernel.mark's entry counts
@@ -177,6 +177,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         if op in concat_buffers:  # its operands were written into its buffer: nothing to copy
             env[result] = concat_buffers[op]
             continue
+        cx_op = cx  # with what this op's lowering is told of its `out`
         if profile:
             e.insert(kernel.MarkOp(len(labels)))
             labels.append(profile_label(op) if op not in folded else
@@ -184,11 +185,16 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         if result in direct:  # a result the caller keeps: computed in its buffer
             out = direct[result]
         elif op in placed:  # the part of a concat's buffer it is (kernel.view)
-            concat, offset = placed[op]
+            concat, offset, apart = placed[op]
             if concat not in concat_buffers:
                 concat_buffers[concat] = _concat_buffer(e, concat, direct, allocated)
+            size = math.prod(result.type.get_shape())
+            if apart:  # image after image, `apart` elements from one to the next
+                images = result.type.get_shape()[0]
+                size += (images - 1) * (apart - size // images)
+                cx_op = replace(cx, out_images=apart)
             out = e.insert(kernel.ViewOp(concat_buffers[concat], e.index(offset),
-                                         buffer_type(result.type)))
+                                         MemRefType(result.type.get_element_type(), [size])))
         else:
             out = e.insert(alloc(buffer_type(result.type)))
             out.name_hint = result.name_hint
@@ -212,10 +218,10 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
             bias = env[epilogue.bias] if epilogue.bias is not None else None
             lower = LOWERINGS[type(product)]
             ins = [env[o] for o in product.operands]
-            written = lower(e, product, ins, out, replace(cx, epilogue=replace(epilogue,
-                                                                                 bias=bias)))
+            written = lower(e, product, ins, out, replace(cx_op, epilogue=replace(epilogue,
+                                                                                    bias=bias)))
         else:
-            written = lower(e, op, ins, out, cx)
+            written = lower(e, op, ins, out, cx_op)
         if written is not None and written is not out:  # held elsewhere (a global)
             new_block.erase_op(out.owner)
             env[result] = written
@@ -259,30 +265,46 @@ element of `out`, and returns no buffer of its own."""
 
 
 def _placed_in_concats(block: Block, views: dict[SSAValue, list[int]],
-                       direct: dict[SSAValue, SSAValue]) -> dict[Operation, tuple[Operation, int]]:
+                       direct: dict[SSAValue, SSAValue], folded: dict[Operation, Any]
+                       ) -> dict[Operation, tuple[Operation, int, int]]:
     """The ops whose results a concat only joins, each written straight into its part of the
-    concat's buffer (op -> the concat, the part's element offset): where nothing comes
-    before the concat's axis but ones, so each operand is one contiguous block of the result
-    (a batch of 1 along channels), and every operand is its only use, of an op in IN_PLACE
-    (once in the concat, not returned, not read in place as a transpose)."""
-    placed: dict[Operation, tuple[Operation, int]] = {}
+    concat's buffer: op -> (the concat, the part's element offset, the elements from one of
+    its images to the next, or 0 where the part is one block). Every operand must be its
+    only use, of an op in IN_PLACE (once in the concat, not returned, not read in place as a
+    transpose). Where nothing comes before the concat's axis but ones (a batch of 1 along
+    channels) each part is one contiguous block; a batch of images joined along channels is
+    a block per image, which only a convolution writes (its kernel.gemm's batch stride; or
+    the op folded into one: `folded`)."""
+    placed: dict[Operation, tuple[Operation, int, int]] = {}
     for op in block.ops:
         if not isinstance(op, tape.ConcatOp):
             continue
         axis = op.params["axis"]
         shape = op.results[0].type.get_shape()
-        if math.prod(shape[:axis]) != 1 or len(set(op.operands)) != len(op.operands):
+        if len(set(op.operands)) != len(op.operands):
             continue
         owners = [value.owner for value in op.operands]
         if not all(isinstance(owner, IN_PLACE) and owner.parent_block() is block
                    and value.has_one_use() and value not in direct and value not in views
                    for value, owner in zip(op.operands, owners, strict=True)):
             continue
+        apart = 0
+        if math.prod(shape[:axis]) != 1:
+            if axis != 1 or not all(_writes_images(owner, folded) for owner in owners):
+                continue
+            apart = math.prod(shape[1:])
         offset = 0
         for value, owner in zip(op.operands, owners, strict=True):
-            placed[owner] = (op, offset)
-            offset += math.prod(value.type.get_shape())
+            placed[owner] = (op, offset, apart)
+            offset += math.prod(value.type.get_shape()[axis:])
     return placed
+
+
+def _writes_images(op: Operation, folded: dict[Operation, Any]) -> bool:
+    """`op`'s result is written image by image by a convolution's kernel.gemm, which can put
+    the images anywhere apart: a conv2d with groups = 1, or an op folded into one."""
+    product = folded[op][0] if op in folded else op
+    return isinstance(product, tape.Conv2dOp) and product.params["groups"] == 1
 
 
 def _concat_buffer(e: Emitter, concat: Operation, direct: dict[SSAValue, SSAValue],
@@ -365,8 +387,9 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     convolution's im2col and product that many images at a time, in a loop (lower_conv2d_gemm;
     0: all at once; the CPU's: its thread count, each thread an image's product).
     `concat_in_place`: a concat whose operands are each one contiguous block of it (nothing
-    before its axis but ones: a batch of 1 along channels) has their ops write them there
-    (kernel.view), with no copy (`_placed_in_concats`; the CPU's). `gemm_epilogues`: an op
+    before its axis but ones: a batch of 1 along channels), or, along channels, each made
+    by a convolution (a block per image), has their ops write them there (kernel.view), with
+    no copy (`_placed_in_concats`; the CPU's). `gemm_epilogues`: an op
     that adds a bias to a convolution's or a matmul's result, or takes its relu, is that
     product's kernel.gemm epilogue (loops/epilogues.py; the CPU's)."""
     report = PlanReport()
@@ -397,8 +420,8 @@ class ToLoopsPass(ModulePass):
     """A large convolution's im2col and product this many images at a time, in a loop (0: all
     at once; the CPU's: its thread count)."""
     concat_in_place: bool = False
-    """A concat of contiguous blocks (a batch of 1 along channels) has its operands' ops write
-    them into its buffer, with no copy (the CPU's)."""
+    """A concat of contiguous blocks (a batch of 1 along channels), or of convolutions along
+    channels, has its operands' ops write them into its buffer, with no copy (the CPU's)."""
     gemm_epilogues: bool = False
     """An op adding a bias to a product's result or taking its relu is the product's
     kernel.gemm epilogue (the CPU's)."""

@@ -109,10 +109,11 @@ def driver(v: Variant) -> list[str]:
     w.do(f"br i1 {w(f'icmp eq i64 {k}, 0')}, label %no.sum, label %work")
     w.label("%no.sum")  # an empty sum: C = 0, unless accumulating; then the epilogue
     w.do(f"br i1 {_true(w, acc)}, label %summed, label %zero")
-    w.label("%zero")
-    count = w(f"select i1 {w(f'icmp eq i64 {c0}, 0')}, i64 {mn}, i64 "
-              f"{w(f'mul i64 {batch}, {mn}')}")
-    w.loop("0", count, 1, lambda i: w.do(f"store {t} 0.0, ptr {w.gep(t, '%C', i)}"), "z")
+    w.label("%zero")  # each block of C (one, where the batches sum into it)
+    blocks = w(f"select i1 {w(f'icmp eq i64 {c0}, 0')}, i64 1, i64 {batch}")
+    w.loop("0", blocks, 1, lambda b: (lambda block: w.loop(
+        "0", mn, 1, lambda i: w.do(f"store {t} 0.0, ptr {w.gep(t, block, i)}"), "z"))(
+        w.gep(t, "%C", w(f"mul i64 {b}, {c0}"))), "zb")
     w.do("br label %summed")
     w.label("%summed")
     w.when(_true(w, epilogue), lambda: w.do(finish))

@@ -33,7 +33,7 @@ def lower_convolution(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     """groups = 1: GEMMs over an im2col matrix; otherwise direct loops."""
     if op.params["groups"] == 1:
         lower_conv2d_gemm(e, op, ins, out, cx.report, cx.weight_runs, cx.image_group,
-                          cx.epilogue)
+                          cx.epilogue, cx.out_images)
     elif isinstance(op, tape.Conv2dOp):
         lower_conv2d(e, op, ins, out)
     else:
@@ -273,7 +273,8 @@ out a product of fewer flops as a batch, not within one), and their im2col too."
 
 def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
                       report: PlanReport, weight_runs: bool = True,
-                      image_group: int = 0, epilogue: Epilogue | None = None) -> None:
+                      image_group: int = 0, epilogue: Epilogue | None = None,
+                      out_images: int = 0) -> None:
     """conv2d (groups = 1) and its two cotangents as GEMMs over the im2col matrix
     cols[b, c, i, j, y, x] = x[b, c, y*sh + i*dh - top, x*sw + j*dw - left] (0 in the padding),
     a scratch buffer of N*C*kh*kw*OH*OW elements freed after the op:
@@ -288,7 +289,9 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
                   images (`_weight_gradient_over_runs`)
 
     The forward products carry `epilogue` (a bias per output channel: a row of C; relu),
-    where an op folds into the convolution (epilogues.py).
+    where an op folds into the convolution (epilogues.py), and write each image's result
+    `out_images` elements after the last where that is given (its part of a concat's
+    buffer; 0: one after another).
     """
     kind = type(op)
     if kind is tape.Conv2dOp:
@@ -308,7 +311,7 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     runs = weight_runs and ckk >= RUN_COLUMNS
     if (geo.kh, geo.kw, sh, sw) == (1, 1, 1, 1) and not any(op.params["padding"]) and (
             kind is not tape.Conv2dBackwardWeightOp or not runs):
-        _pointwise(e, op, ins, out, geo, dtype, epilogue)  # im2col is the input itself
+        _pointwise(e, op, ins, out, geo, dtype, epilogue, out_images)  # im2col: x itself
         return
     images = geo.n  # in cols at once
     if (image_group and kind is tape.Conv2dOp and geo.n > 1
@@ -399,20 +402,21 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
         # each (image, channel) plane of x and of cols is its own: im2col and col2im alike
         e.loops([images, geo.c], plane, parallel=True)
 
+    stride = out_images or geo.o * ohw  # from one image of out to the next
     covered = sum((y1 - y0) * (x1 - x0) for _, _, (y0, y1), (x0, x1), _ in geo.taps())
     if kind is not tape.Conv2dBackwardInputOp and covered < geo.kh * geo.kw * ohw:
         zero(e, cols, size, t)  # the padding's entries (the same for every image)
     if images < geo.n:
         def group(e: Emitter, ivs: list[SSAValue]) -> None:
-            chw, ochw = geo.c * geo.h * geo.w, geo.o * ohw
+            chw = geo.c * geo.h * geo.w
             x = e.insert(kernel.ViewOp(ins[0], e.linear(ivs, [images * chw]),
                                        MemRefType(t, [images * chw])))
-            y = e.insert(kernel.ViewOp(out, e.linear(ivs, [images * ochw]),
-                                       MemRefType(t, [images * ochw])))
+            y = e.insert(kernel.ViewOp(out, e.linear(ivs, [images * stride]), MemRefType(
+                t, [(images - 1) * stride + geo.o * ohw])))
             taps(e, lambda e, source, target: e.store(e.load(x, source), cols, target))
             gemm(e, ins[1], cols, y, GemmSpec(  # y[n] = w @ cols[n]
                 dtype=dtype, batch=images, m=geo.o, n=ohw, k=ckk, a=(0, ckk, 1),
-                b=(ckk * ohw, ohw, 1), c0=ochw, accumulate=False), epilogue)
+                b=(ckk * ohw, ohw, 1), c0=stride, accumulate=False), epilogue)
 
         e.loops([geo.n // images], group)
         e.insert(dealloc(cols))
@@ -422,7 +426,7 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     if kind is tape.Conv2dOp:
         gemm(e, ins[1], cols, out, GemmSpec(  # out[n] = w @ cols[n]
             dtype=dtype, batch=geo.n, m=geo.o, n=ohw, k=ckk, a=(0, ckk, 1),
-            b=(ckk * ohw, ohw, 1), c0=geo.o * ohw, accumulate=False), epilogue)
+            b=(ckk * ohw, ohw, 1), c0=stride, accumulate=False), epilogue)
     elif kind is tape.Conv2dBackwardInputOp:
         ct, weight = ins
         e.insert(kernel.GemmOp(weight, ct, cols, GemmSpec(  # cols[n] = w^T @ ct[n]
@@ -440,14 +444,15 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
 
 
 def _pointwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
-               geo: _ConvGeometry, dtype: str, epilogue: Epilogue | None) -> None:
+               geo: _ConvGeometry, dtype: str, epilogue: Epilogue | None,
+               out_images: int) -> None:
     """A 1 x 1 convolution of stride 1 without padding: its im2col matrix is x itself
     ([b][c][y*x], what cols would hold), and col2im is the identity, so the GEMMs read x and
     the input cotangent is the product itself (a ResNet's bottleneck convolutions)."""
     c, o, hw = geo.c, geo.o, geo.oh * geo.ow
     if isinstance(op, tape.Conv2dOp):
         spec = GemmSpec(dtype=dtype, batch=geo.n, m=o, n=hw, k=c, a=(0, c, 1),
-                        b=(c * hw, hw, 1), c0=o * hw, accumulate=False)
+                        b=(c * hw, hw, 1), c0=out_images or o * hw, accumulate=False)
         gemm(e, ins[1], ins[0], out, spec, epilogue)  # out[n] = w @ x[n]
     elif isinstance(op, tape.Conv2dBackwardInputOp):
         ct, weight = ins

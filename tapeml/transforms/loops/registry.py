@@ -39,6 +39,9 @@ class Context:
     epilogue: Epilogue | None = None
     """Set for a product (conv2d, matmul) lowered in place of the op that folds into it
     (epilogues.py): its kernel.gemm's epilogue, the bias a buffer."""
+    out_images: int = 0
+    """Set for a convolution writing its part of a concat's buffer at batch > 1: the elements
+    from one image of `out` to the next (0: one image right after another)."""
 
 
 Lowering = Callable[[Emitter, Operation, list[SSAValue], SSAValue, Context], SSAValue | None]
