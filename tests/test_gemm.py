@@ -35,7 +35,8 @@ def compiled(spec: GemmSpec):
     engine.finalize_object()
     _ENGINES.append((engine, bind_scratch(engine, [spec.symbol])))
     address = engine.get_function_address(spec.symbol)
-    return ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (3 + bool(spec.bias)))(address)
+    return ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (3 + bool(spec.bias) + spec.residual))(
+        address)
 
 
 def check(m, n, k, dtype=np.float32, ta=False, tb=False, batch=1, c0=None, accumulate=False):
@@ -661,20 +662,26 @@ def test_products_of_two_constants_of_one_shape_are_two_callers():
     assert "_ca_f_constant_0" in lowered and "_ca_f_constant_1" in lowered
 
 
-def _epilogue_reference(c: np.ndarray, bias: np.ndarray, kind: str, relu: bool) -> np.ndarray:
-    """kernel.gemm's epilogue in plain numpy: + bias per row or column, then maximum(x, +0)."""
+def _epilogue_reference(c: np.ndarray, bias: np.ndarray, kind: str, relu: bool,
+                        residual: np.ndarray | None = None) -> np.ndarray:
+    """kernel.gemm's epilogue in plain numpy: + bias per row or column, + the residual, then
+    maximum(x, +0)."""
     with np.errstate(all="ignore"):
         if kind == "rows":
             c = c + bias[:, None]
         elif kind == "columns":
             c = c + bias
+        if residual is not None:
+            c = c + residual
         return np.maximum(c, 0) + c.dtype.type(0) if relu else c
 
 
 @pytest.mark.parametrize("threads", ["1", "2", "3"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("bias,relu", [("rows", True), ("columns", True), ("rows", False),
-                                       ("columns", False), ("", True)])
+@pytest.mark.parametrize("bias,relu,residual", [
+    ("rows", True, False), ("columns", True, False), ("rows", False, False),
+    ("columns", False, False), ("", True, False), ("rows", True, True), ("columns", False, True),
+    ("", True, True)])
 @pytest.mark.parametrize("m,n,k,batch,c0,accumulate,ta,constant", [
     (7, 9, 5, 1, None, False, False, False),  # one edge tile
     (150, 300, 513, 1, None, False, False, True),  # blocks of rows, of k, chunks of columns
@@ -685,14 +692,14 @@ def _epilogue_reference(c: np.ndarray, bias: np.ndarray, kind: str, relu: bool) 
     (9, 20, 0, 2, None, False, False, False),  # an empty sum: the epilogue of 0
     (9, 20, 0, 1, None, True, False, False)])  # ... and of what C held
 def test_the_epilogue_is_applied_once_to_each_whole_sum(monkeypatch, threads, dtype, bias, relu,
-                                                      m, n, k, batch, c0, accumulate, ta,
-                                                      constant):
-    """kernel.gemm's epilogue (+ a bias per row or per column, relu) gives the bits of the
-    product without it followed by the epilogue in numpy, on every path a call can take:
-    edge tiles, several blocks of k and of rows, chunks of columns, a constant A packed by
-    its caller, A and B read in place, batches, batches summed into one C in one part and in
-    groups, accumulating, k = 0, 1 to 3 threads (3: one B shared); the biases and C hold NaN,
-    ±inf and ±0, so relu's NaN and zeros are seen."""
+                                                      residual, m, n, k, batch, c0, accumulate,
+                                                      ta, constant):
+    """kernel.gemm's epilogue (+ a bias per row or per column, + a residual, relu) gives the
+    bits of the product without it followed by the epilogue in numpy, on every path a call
+    can take: edge tiles, several blocks of k and of rows, chunks of columns, a constant A
+    packed by its caller, A and B read in place, batches, batches summed into one C in one
+    part and in groups, accumulating, k = 0, 1 to 3 threads (3: one B shared); the biases,
+    the residual and C hold NaN, ±inf and ±0, so relu's NaN and zeros are seen."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     rng = np.random.default_rng(m * 7 + n * 3 + k + batch)
     kind = "f32" if dtype == np.float32 else "f64"
@@ -713,13 +720,17 @@ def test_the_epilogue_is_applied_once_to_each_whole_sum(monkeypatch, threads, dt
     expected = start.copy()
     compiled(plain)(a.ctypes.data, b.ctypes.data, expected.ctypes.data)
     blocks = expected.reshape(-1, m, n)
-    expected = np.stack([_epilogue_reference(x, offsets, bias, relu) for x in blocks])
-    spec = dataclasses.replace(plain, bias=bias, relu=relu)
+    shortcut = rng.standard_normal(blocks.shape).astype(dtype)
+    shortcut.reshape(-1)[::3] = np.resize(values, shortcut.reshape(-1)[::3].size)
+    expected = np.stack([_epilogue_reference(x, offsets, bias, relu, r if residual else None)
+                         for x, r in zip(blocks, shortcut, strict=True)])
+    spec = dataclasses.replace(plain, bias=bias, relu=relu, residual=residual)
     kernel = compiled(spec)
     for _ in range(2):
         out = start.copy()
         kernel(a.ctypes.data, b.ctypes.data, out.ctypes.data,
-               *([offsets.ctypes.data] if bias else []))
+               *([offsets.ctypes.data] if bias else []),
+               *([shortcut.ctypes.data] if residual else []))
         assert_same_bits(out.reshape(expected.shape), expected, context=spec.symbol)
 
 

@@ -51,11 +51,13 @@ MATMUL = {  # name: (x shape, w shape, bias shape, w transposed)
     "transposed": ((16, 70), (70, 130), (130,), True),
 }
 
-EPILOGUES = {  # name: (adds a bias, the activation or None)
-    "bias+relu": (True, _relu),
-    "bias+maximum0": (True, _max0),
-    "bias": (True, None),
-    "relu": (False, _relu),
+EPILOGUES = {  # name: (adds a bias, adds a residual, the activation or None)
+    "bias+relu": (True, False, _relu),
+    "bias+maximum0": (True, False, _max0),
+    "bias": (True, False, None),
+    "relu": (False, False, _relu),
+    "bias+residual+relu": (True, True, _relu),
+    "residual": (False, True, None),
 }
 
 
@@ -68,7 +70,7 @@ def _cases():
 def _program(product: str, epilogue: str, dtype):
     """(folded: the product and its epilogue, apart: the same with the product also returned
     (so it is made, and the epilogue is the loops of its own op), the arguments)."""
-    bias_added, activation = EPILOGUES[epilogue]
+    bias_added, residual_added, activation = EPILOGUES[epilogue]
     if product in CONV:
         x_shape, w_shape, keywords = CONV[product]
         bias_shape = (w_shape[0], 1, 1) if product != "pointwise" else (1, w_shape[0], 1, 1)
@@ -83,21 +85,25 @@ def _program(product: str, epilogue: str, dtype):
         def make(x, w):
             return ops.matmul(x, ops.transpose(w) if transposed else w)
 
-    def finish(y, b):
+    def finish(y, b, r):
         if bias_added:
             y = y + b
+        if residual_added:  # the shortcut on the left, as an ONNX ResNet adds it
+            y = r + y
         return activation(y) if activation else y
 
-    args = (_values(x_shape, dtype, 1), _values(w_shape, dtype, 2),
-            _values(bias_shape, dtype, 3, edges=True))
-    args[0].reshape(-1)[::7] *= 1e30  # sums that overflow to ±inf (and NaN from inf - inf)
+    x, w = _values(x_shape, dtype, 1), _values(w_shape, dtype, 2)
+    x.reshape(-1)[::7] *= 1e30  # sums that overflow to ±inf (and NaN from inf - inf)
+    shortcut = _values(tapeml.trace(make, x, w).shapes.shape, dtype, 4)
+    shortcut.reshape(-1)[::5] = np.resize(np.array(EDGES, dtype), shortcut.reshape(-1)[::5].size)
+    args = (x, w, _values(bias_shape, dtype, 3, edges=True), shortcut)
 
-    def folded(x, w, b):
-        return finish(make(x, w), b)
+    def folded(x, w, b, r):
+        return finish(make(x, w), b, r)
 
-    def apart(x, w, b):
+    def apart(x, w, b, r):
         y = make(x, w)
-        return finish(y, b), y
+        return finish(y, b, r), y
 
     return folded, apart, args
 
@@ -116,8 +122,10 @@ def test_a_folded_epilogue_gives_the_bits_of_the_ops_apart(monkeypatch, threads,
     folded, apart, args = _program(product, epilogue, dtype)
     step = tapeml.jit(folded)
     loops = step.lower(*args)["loops"]
-    assert ('bias = "' in loops) == EPILOGUES[epilogue][0]
-    assert ("relu = true" in loops) == (EPILOGUES[epilogue][1] is not None)
+    bias_added, residual_added, activation = EPILOGUES[epilogue]
+    assert ('bias = "' in loops) == bias_added
+    assert ("residual = true" in loops) == residual_added
+    assert ("relu = true" in loops) == (activation is not None)
     assert "tape.fused" not in loops and "relu = true" not in tapeml.jit(apart).lower(
         *args)["loops"]
     assert_same_bits(step(*args), tapeml.jit(apart)(*args)[0])
@@ -125,7 +133,9 @@ def test_a_folded_epilogue_gives_the_bits_of_the_ops_apart(monkeypatch, threads,
 
 @pytest.mark.parametrize("product,epilogue", [("3x3", "bias+relu"), ("pointwise", "bias"),
                                               ("columns", "bias+maximum0"), ("rows", "relu"),
-                                              ("batched", "bias+relu")])
+                                              ("batched", "bias+relu"),
+                                              ("stride 2", "bias+residual+relu"),
+                                              ("transposed", "residual")])
 def test_a_folded_epilogue_on_the_interpreter(product, epilogue):
     """The lowered loops on xDSL's interpreter (kernel.gemm as numpy's matmul, its epilogue as
     numpy): folded, the bits of the lowering without folding."""
@@ -135,8 +145,9 @@ def test_a_folded_epilogue_on_the_interpreter(product, epilogue):
         program = tapeml.trace(folded, *args)
         fuse(program.module)
         lower_module(program.module, libm=True, gemm_epilogues=fold)
-        assert ("kernel.gemm" in str(program)) and (('bias = "' in str(program) or
-                                                     "relu = true" in str(program)) == fold)
+        text = str(program)
+        assert "kernel.gemm" in text and any(
+            f in text for f in ('bias = "', "relu = true", "residual = true")) == fold
         shapes = flatten(tapeml.trace(folded, *args).shapes)[0]
         outs = [np.zeros(int(np.prod(s.shape)), s.dtype) for s in shapes]
         tapeml.interpret(program.module, program.name,
@@ -147,15 +158,15 @@ def test_a_folded_epilogue_on_the_interpreter(product, epilogue):
 
 def _unfolded(f, *args) -> str:
     loops = tapeml.jit(f).lower(*args)["loops"]
-    assert 'bias = "' not in loops and "relu = true" not in loops
+    assert not any(f in loops for f in ('bias = "', "relu = true", "residual = true"))
     return loops
 
 
 def test_what_does_not_fold_is_computed_as_it_was():
     """No fold where the epilogue would change what is computed: a product used twice, a
-    bias varying along two axes (a residual), maximum with -0.0 (-0 stays -0), an op doing
-    more than add and relu, a grouped convolution (direct loops, no GEMM). Each still gives
-    the interpreter's values."""
+    bias varying along two axes, a residual added before the bias (another order of sums),
+    maximum with -0.0 (-0 stays -0), an op doing more than add and relu, a grouped
+    convolution (direct loops, no GEMM). Each still gives the interpreter's values."""
     x, w, b = _values((2, 4, 6, 6), np.float64, 1), _values((4, 4, 3, 3), np.float64, 2), \
         _values((4, 1, 1), np.float64, 3)
     residual = _values((2, 4, 6, 6), np.float64, 4)
@@ -166,7 +177,8 @@ def test_what_does_not_fold_is_computed_as_it_was():
 
     cases = [
         (used_twice, (x, w, b)),
-        (lambda x, w, r: ops.relu(nn.conv2d(x, w, padding=1) + r), (x, w, residual)),
+        (lambda x, w, r: ops.relu(nn.conv2d(x, w, padding=1) + r[:, :, :1]), (x, w, residual)),
+        (lambda x, w, b, r: ops.relu(nn.conv2d(x, w, padding=1) + r + b), (x, w, b, residual)),
         (lambda m, v: ops.maximum(ops.matmul(m, v), -0.0), (m, v)),
         (lambda x, w, b: ops.relu(nn.conv2d(x, w, padding=1) * 2.0 + b), (x, w, b)),
         (lambda x, w, b: ops.relu(nn.conv2d(x, w[:, :2], padding=1, groups=2) + b), (x, w, b)),

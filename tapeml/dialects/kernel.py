@@ -13,12 +13,15 @@ more than m * n: the blocks lie apart, each image's part of a concat's buffer).
 Strides let a transposed operand be read in place. An epilogue may follow the sum, on every
 element of C once it holds its whole sum:
 
-    kernel.gemm %w, %x, %y, %bias {..., bias = "rows", relu = true} : ..., memref<64xf32>
+    kernel.gemm %w, %x, %y, %bias, %r {..., bias = "rows", residual, relu = true}
+        : ..., memref<64xf32>, memref<12544xf32>
 
-C[b][i, j] = relu(sum + bias[i]) (`bias = "rows"`: one number per row of C, a convolution's
-output channel; `"columns"`: bias[j], a dense layer's x @ W + b), relu(x) = maximum(x, +0)
-(NaN stays NaN, -0 becomes +0); either may come alone. `tape-to-loops{gemm_epilogues}` (the
-CPU's) folds an elementwise op that only adds a bias to a product, or takes its relu, into
+C[b][i, j] = relu((sum + bias[i]) + R[b][i, j]) (`bias = "rows"`: one number per row of C, a
+convolution's output channel; `"columns"`: bias[j], a dense layer's x @ W + b; `residual`:
+R, a buffer of C's shape, its blocks m * n apart: a ResNet block's shortcut), relu(x) =
+maximum(x, +0) (NaN stays NaN, -0 becomes +0); each step may be absent (the buffers are
+those present, in that order). `tape-to-loops{gemm_epilogues}` (the CPU's) folds an
+elementwise op that only adds a bias and a residual to a product, or takes its relu, into
 the product this way. `tape-to-loops` emits it for tape.matmul;
 `convert-loops-to-llvm` turns it into a call to the generated kernel (tapeml/codegen/gemm/),
 whose name spells these parameters and whose declaration carries them as an attribute
@@ -77,7 +80,6 @@ from xdsl.irdl import (
     attr_def,
     irdl_op_definition,
     operand_def,
-    opt_operand_def,
     prop_def,
     result_def,
     var_operand_def,
@@ -111,6 +113,9 @@ class GemmSpec:
     (bias[j]), the call's fourth buffer."""
     relu: bool = False
     """The epilogue ends in relu."""
+    residual: bool = False
+    """The epilogue adds a residual: a buffer of C's shape (blocks m * n apart), after the
+    bias, the call's last buffer."""
 
     @property
     def bias_length(self) -> int:
@@ -122,7 +127,8 @@ class GemmSpec:
         a, b = "x".join(map(str, self.a)), "x".join(map(str, self.b))
         kept = "".join(f"_c{operand}_{_symbol_part(name)}" for operand, name in
                        (("a", self.a_constant), ("b", self.b_constant)) if name)
-        epilogue = f"_bias{self.bias}" * bool(self.bias) + "_relu" * self.relu
+        epilogue = (f"_bias{self.bias}" * bool(self.bias) + "_res" * self.residual
+                    + "_relu" * self.relu)
         return (f"tapeml_gemm_{self.dtype}_b{self.batch}_m{self.m}_n{self.n}_k{self.k}"
                 f"_a{a}_b{b}_c{self.c0}_{'acc' if self.accumulate else 'set'}{epilogue}{kept}")
 
@@ -132,6 +138,8 @@ class GemmSpec:
         epilogue: dict[str, Attribute] = {}
         if self.bias:
             epilogue["bias"] = StringAttr(self.bias)
+        if self.residual:
+            epilogue["residual"] = BoolAttr.from_bool(True)
         if self.relu:
             epilogue["relu"] = BoolAttr.from_bool(True)
         return {"batch": _i64(self.batch), "m": _i64(self.m), "n": _i64(self.n),
@@ -152,14 +160,15 @@ class GemmSpec:
             value = attributes.get(name)
             return value.data if isinstance(value, StringAttr) else ""
 
-        relu = attributes.get("relu")
+        relu, residual = attributes.get("relu"), attributes.get("residual")
         return GemmSpec(dtype=dtype, batch=integer("batch"), m=integer("m"), n=integer("n"),
                         k=integer("k"), a=strides("a_strides"), b=strides("b_strides"),
                         c0=integer("c_batch_stride"),
                         accumulate=bool(attributes["accumulate"].value.data),  # type: ignore
                         a_constant=constant("a_constant"), b_constant=constant("b_constant"),
                         bias=constant("bias"),
-                        relu=isinstance(relu, IntegerAttr) and bool(relu.value.data))
+                        relu=isinstance(relu, IntegerAttr) and bool(relu.value.data),
+                        residual=isinstance(residual, IntegerAttr) and bool(residual.value.data))
 
     def declaration_attribute(self) -> DictionaryAttr:
         """What convert-loops-to-llvm puts on the kernel's declaration (`kernel.gemm`), so that
@@ -204,7 +213,7 @@ class GemmOp(IRDLOperation):
     a = operand_def(MemRefType)
     b = operand_def(MemRefType)
     c = operand_def(MemRefType)
-    bias = opt_operand_def(MemRefType)
+    extra = var_operand_def(MemRefType)  # the epilogue's bias, then residual, where present
     batch = attr_def(IntegerAttr)
     m = attr_def(IntegerAttr)
     n = attr_def(IntegerAttr)
@@ -214,12 +223,12 @@ class GemmOp(IRDLOperation):
     c_batch_stride = attr_def(IntegerAttr)
     accumulate = attr_def(BoolAttr)
 
-    assembly_format = ("$a `,` $b `,` $c (`,` $bias^)? attr-dict `:` type($a) `,` type($b) "
-                       "`,` type($c) (`,` type($bias)^)?")
+    assembly_format = ("$a `,` $b `,` $c (`,` $extra^)? attr-dict `:` type($a) `,` type($b) "
+                       "`,` type($c) (`,` type($extra)^)?")
 
     def __init__(self, a: SSAValue, b: SSAValue, c: SSAValue, spec: GemmSpec,
-                 bias: SSAValue | None = None) -> None:
-        super().__init__(operands=[a, b, c, [bias] if bias is not None else []],
+                 bias: SSAValue | None = None, residual: SSAValue | None = None) -> None:
+        super().__init__(operands=[a, b, c, [x for x in (bias, residual) if x is not None]],
                          attributes=spec.attributes())
 
     @property
@@ -229,9 +238,7 @@ class GemmOp(IRDLOperation):
                                         self.attributes)
 
     def verify_(self) -> None:
-        types = [v.type for v in (self.a, self.b, self.c)]
-        if self.bias is not None:
-            types.append(self.bias.type)
+        types = [v.type for v in (self.a, self.b, self.c, *self.extra)]
         if len({t.get_element_type() for t in types}) != 1 or types[0].get_element_type(
         ).bitwidth not in (32, 64) or any(t.get_shape().__len__() != 1 for t in types):
             raise VerifyException(f"kernel.gemm takes flat f32 or f64 buffers of one "
@@ -240,13 +247,14 @@ class GemmOp(IRDLOperation):
         kind = bias.data if isinstance(bias, StringAttr) else ""
         if kind not in ("", "rows", "columns"):
             raise VerifyException(f'kernel.gemm: bias must be "rows" or "columns", got "{kind}"')
-        if bool(kind) != (self.bias is not None):
-            raise VerifyException("kernel.gemm: a bias attribute and a bias buffer go together")
+        s = self.spec
+        if len(self.extra) != bool(kind) + s.residual:
+            raise VerifyException(f"kernel.gemm: {len(self.extra)} epilogue buffers, "
+                                  f"{bool(kind) + s.residual} named (bias, residual)")
         for name in ("a_strides", "b_strides"):
             if len(getattr(self, name).get_values()) != 3:
                 raise VerifyException(f"kernel.gemm: {name} must have 3 entries (batch, row, "
                                       "column)")
-        s = self.spec
         if min(s.batch, s.m, s.n, s.k, *s.a, *s.b, s.c0) < 0:
             raise VerifyException("kernel.gemm: sizes and strides must be non-negative")
         if s.batch and s.m and s.n and 0 < s.c0 < s.m * s.n:
@@ -262,6 +270,10 @@ class GemmOp(IRDLOperation):
         if s.bias and types[3].get_shape()[0] < s.bias_length:
             raise VerifyException(f"kernel.gemm: the bias holds {types[3].get_shape()[0]} "
                                   f"elements, one per {s.bias[:-1]} of C is {s.bias_length}")
+        whole = (s.batch if s.c0 else 1) * s.m * s.n
+        if s.residual and types[-1].get_shape()[0] < whole:
+            raise VerifyException(f"kernel.gemm: the residual holds {types[-1].get_shape()[0]} "
+                                  f"elements, C's blocks {whole}")
         c_needed = (s.m * s.n if s.c0 == 0 else (s.batch - 1) * s.c0 + s.m * s.n) \
             if s.batch and s.m and s.n else 0
         if types[2].get_shape()[0] < c_needed:

@@ -68,19 +68,24 @@ class KernelFunctions(InterpreterFunctions):
             blocks += product
         else:
             blocks[...] = product
+        extra = [_flat(x, dtype) for x in args[3:]]
         _epilogue(s, blocks if blocks is not None else c[:s.m * s.n].reshape(1, s.m, s.n),
-                  _flat(args[3], dtype) if s.bias else None)
+                  extra[0] if s.bias else None, extra[-1] if s.residual else None)
         return ()
 
 
-def _epilogue(s: GemmSpec, blocks: np.ndarray, bias: np.ndarray | None) -> None:
+def _epilogue(s: GemmSpec, blocks: np.ndarray, bias: np.ndarray | None,
+              residual: np.ndarray | None) -> None:
     """kernel.gemm's epilogue on its C blocks (batch x m x n), in place: + bias[i] or bias[j],
-    then relu as tape.relu computes it (maximum(x, +0): NaN stays, -0 becomes +0)."""
+    + the residual's blocks, then relu as tape.relu computes it (maximum(x, +0): NaN stays,
+    -0 becomes +0)."""
     with np.errstate(all="ignore"):  # IEEE results, as the compiled code's
         if s.bias == "rows":
             blocks += bias[:s.m, None]
         elif s.bias == "columns":
             blocks += bias[:s.n]
+        if s.residual:
+            blocks += residual[:blocks.size].reshape(blocks.shape)
         if s.relu:
             zero = np.zeros((), blocks.dtype)
             blocks[...] = np.maximum(blocks, zero) + zero

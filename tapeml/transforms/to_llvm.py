@@ -259,7 +259,7 @@ class KernelToLLVM(RewritePattern):
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if isinstance(op, kernel.GemmOp):
-            buffers = [op.a, op.b, op.c, *([op.bias] if op.bias is not None else [])]
+            buffers = [op.a, op.b, op.c, *op.extra]
             rewriter.replace(op, llvm.CallOp(self.symbols[op], *buffers))
         elif isinstance(op, kernel.ViewOp):  # the buffer's address plus the offset
             rewriter.replace(op, _gep(op.source, op.offset, self.views[op]))
@@ -412,7 +412,8 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
                       (MARK, llvm.LLVMFunctionType([i64], None)),
                       *((f"{name}{s}", llvm.LLVMFunctionType([t], t)) for name in
                         LIBM_CALLS.values() for s, t in (("", f64), ("f", f32))),
-                      *((name, llvm.LLVMFunctionType([PTR] * (3 + bool(specs[name].bias)), None))
+                      *((name, llvm.LLVMFunctionType(
+                          [PTR] * (3 + bool(specs[name].bias) + specs[name].residual), None))
                         for name in kernels)):
         if name in uses:
             declaration = llvm.FuncOp(name, fty, linkage=llvm.LinkageAttr("external"))

@@ -215,11 +215,11 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
             continue
         if op in folded:  # the product, writing this op's result with its epilogue
             product, epilogue = folded[op]
-            bias = env[epilogue.bias] if epilogue.bias is not None else None
+            buffers = replace(epilogue, **{name: env[value] for name in ("bias", "residual")
+                                           if (value := getattr(epilogue, name)) is not None})
             lower = LOWERINGS[type(product)]
             ins = [env[o] for o in product.operands]
-            written = lower(e, product, ins, out, replace(cx_op, epilogue=replace(epilogue,
-                                                                                    bias=bias)))
+            written = lower(e, product, ins, out, replace(cx_op, epilogue=buffers))
         else:
             written = lower(e, op, ins, out, cx_op)
         if written is not None and written is not out:  # held elsewhere (a global)

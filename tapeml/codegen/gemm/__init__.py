@@ -13,9 +13,9 @@ process (and kept in the disk cache) by the CPU backend. A kernel computes, for 
     C[b] (+)= A[b] @ B[b],  A[b][i, p] = A[b*a0 + i*a1 + p*a2],  B[b][p, j] = B[b*b0 + p*b1 + j*b2]
 
 with C[b] a contiguous m x n block at C + b*c0 (c0 = 0: every batch adds into one C), then the
-call's epilogue, if it has one (kernel.gemm's: + a bias per row or per column, relu), on each
-tile as it stores its last block of k (`.epilogue`), or on the whole of C at the end where
-groups of batches are summed apart. A transposed operand is only other strides: packing
+call's epilogue, if it has one (kernel.gemm's: + a bias per row or per column, + a residual,
+relu), on each tile as it stores its last block of k, or on the whole of C at the end where
+groups of batches are summed apart (`.finish`). A transposed operand is only other strides: packing
 reads it either way.
 
 The loop nest (Goto/BLIS; measured in ../shared/reference/cpu-codegen-measurements.md):
@@ -117,8 +117,8 @@ def _masked(lanes: int, t: str, dtype: str) -> list[str]:
 
 
 def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
-    """The LLVM IR module defining `spec.symbol(A, B, C)` (and the bias, where `spec` has
-    one: kernel.gemm's epilogue): the kernel of its variant, called
+    """The LLVM IR module defining `spec.symbol(A, B, C)` (then the bias and the residual,
+    those `spec` has: kernel.gemm's epilogue): the kernel of its variant, called
     with the plan of `spec` and a scratch of its own (the package doc); `declare`: the kernel
     is declared (defined elsewhere: another module, another engine)."""
     name, v = spec.symbol, variant(spec, target)
@@ -140,10 +140,16 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
         out.append(f"declare void @{v.symbol}(ptr, ptr, ptr, ptr, ptr, ptr, ptr)")
         out += [f"declare void @{v.symbol}.prepack_{x}(ptr, ptr, i64, i64, i64, i64)"
                 for x in "ab"]
-    bias = ", ptr noalias %bias" if spec.bias else ""
-    out.append(f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C{bias}) {{")
-    bias = "%bias" if spec.bias else "null"
-    call = (f"call void @{v.symbol}(ptr %A, ptr %B, ptr %C, ptr {bias}, ptr @{name}.plan, "
+    extra = [x for x, used in (("bias", spec.bias), ("residual", spec.residual)) if used]
+    params = "".join(f", ptr noalias %{x}" for x in extra)
+    out.append(f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C{params}) {{")
+    out.append("  %extra = alloca [2 x ptr], align 8  ; the epilogue's operands, or null")
+    for i, x in enumerate(("bias", "residual")):
+        out.append(f"  store ptr {'%' + x if x in extra else 'null'}, "
+                   f"ptr {'%extra' if i == 0 else '%extra.1'}, align 8")
+        if i == 0:
+            out.append("  %extra.1 = getelementptr ptr, ptr %extra, i64 1")
+    call = (f"call void @{v.symbol}(ptr %A, ptr %B, ptr %C, ptr %extra, ptr @{name}.plan, "
             f"ptr @{name}.scratch, ptr @{name}.busy)")
     if a_bytes + b_bytes == 0:
         return "\n".join([*out, f"  {call}", "  ret void", "}"]) + "\n"
@@ -170,7 +176,7 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
             f"  store atomic i8 2, ptr @{name}.state release, align 1",
             "  br label %packed",
             "packed:",
-            f"  call void @{v.symbol}(ptr {a}, ptr {b}, ptr %C, ptr {bias}, "
+            f"  call void @{v.symbol}(ptr {a}, ptr {b}, ptr %C, ptr %extra, "
             f"ptr @{name}.plan.packed, ptr @{name}.scratch, ptr @{name}.busy)",
             "  ret void",
             "as.is:", f"  {call}", "  ret void", "}"]

@@ -13,13 +13,14 @@ from tapeml.codegen.gemm.plan import FIELDS, INDEX, Variant
 from tapeml.codegen.gemm.target import KC
 from tapeml.codegen.gemm.writer import WIDE, Writer
 
-_PART_ARGS = ("ptr %A, ptr %B, ptr %C, ptr %bias, i64 %b0, i64 %b1, i64 %m0, i64 %m1, "
+_PART_ARGS = ("ptr %A, ptr %B, ptr %C, ptr %extra, i64 %b0, i64 %b1, i64 %m0, i64 %m1, "
               "i64 %n0, i64 %n1, ptr %scratch, i1 %first, ptr %plan")
-ENTRY_ARGS = ("ptr noalias %A, ptr noalias %B, ptr noalias %C, ptr noalias %bias, ptr %plan, "
+ENTRY_ARGS = ("ptr noalias %A, ptr noalias %B, ptr noalias %C, ptr %extra, ptr %plan, "
               "ptr %slot, ptr %busy")
-"""The kernel's parameters: the three buffers and the epilogue's bias (null: none), the call's
-plan, where the caller keeps its scratch's address (bound by the loader) and the flag that
-says the scratch is taken."""
+"""The kernel's parameters: the three buffers, the epilogue's (`%extra`: the addresses of the
+bias and the residual, each null where the call has none), the call's plan, where the caller
+keeps its scratch's address (bound by the loader) and the flag that says the scratch is
+taken."""
 
 
 def _fields(w: Writer, plan: str, *names: str) -> list[str]:
@@ -38,21 +39,26 @@ def _true(w: Writer, value: str) -> str:
     return w(f"icmp ne i64 {value}, 0")
 
 
-Epilogue = tuple[str, str, str, str, str, str]
+Epilogue = tuple[str, str, str, str, str, str, str, str]
 """What `.epilogue` is called with, as `_epilogue` loads it: whether the tiles apply it (an
-i1), the rows' bias and its stride, the columns' bias and its stride, relu (an i1)."""
+i1), the rows' bias and its stride, the columns' bias and its stride, relu (an i1), the
+residual and 1 where there is one (0: `.no_bias`, and every step through it 0)."""
 
 
-def _epilogue(w: Writer, name: str, plan: str, bias: str) -> Epilogue:
+def _epilogue(w: Writer, name: str, plan: str, extra: str) -> Epilogue:
     """The plan's epilogue as `.epilogue`'s operands: the call's bias where the plan has one of
-    that kind, else `.no_bias` with stride 0."""
-    kind, relu, where = _fields(w, plan, "bias", "relu", "epilogue")
+    that kind, else `.no_bias` with stride 0; its residual likewise."""
+    kind, relu, where, residual = _fields(w, plan, "bias", "relu", "epilogue", "residual")
+    bias, res = (w(f"load ptr, ptr {w(f'getelementptr ptr, ptr {extra}, i64 {i}')}")
+                 for i in range(2))
     operands = []
     for code in (1, 2):  # the rows' bias, the columns'
         mine = w(f"icmp eq i64 {kind}, {code}")
         operands += [w(f"select i1 {mine}, ptr {bias}, ptr @{name}.no_bias"),
                      w(f"zext i1 {mine} to i64")]
-    return (w(f"icmp eq i64 {where}, 1"), *operands, _true(w, relu))  # type: ignore[return-value]
+    mine = _true(w, residual)
+    return (w(f"icmp eq i64 {where}, 1"), *operands, _true(w, relu),  # type: ignore[return-value]
+            w(f"select i1 {mine}, ptr {res}, ptr @{name}.no_bias"), residual)
 
 
 def _apply_epilogue(w: Writer, v: Variant, epilogue: Epilogue, c: str, ldc: str, row: str,
@@ -60,29 +66,34 @@ def _apply_epilogue(w: Writer, v: Variant, epilogue: Epilogue, c: str, ldc: str,
     """`.epilogue` on rows [row, row + rows) x columns [column, column + columns) of C (at most
     NR), whose first element is at `c`, rows `ldc` apart."""
     t = v.element[0]
-    _, rb, rs, cb, cs, relu = epilogue
+    _, rb, rs, cb, cs, relu, res, rf = epilogue
+    at = w(f"mul i64 {w.add(w(f'mul i64 {row}, {ldc}'), column)}, {rf}")  # in the residual
     w.do(f"call void @{v.symbol}.epilogue(ptr {c}, i64 {ldc}, i64 {rows}, i64 {columns}, "
          f"ptr {w.gep(t, rb, w(f'mul i64 {row}, {rs}'))}, i64 {rs}, "
-         f"ptr {w.gep(t, cb, w(f'mul i64 {column}, {cs}'))}, i1 {relu})")
+         f"ptr {w.gep(t, cb, w(f'mul i64 {column}, {cs}'))}, i1 {relu}, "
+         f"ptr {w.gep(t, res, at)}, i64 {w(f'mul i64 {ldc}, {rf}')})")
 
 
 def _finish(v: Variant) -> list[str]:
-    """`.finish(C, plan, bias)`: the epilogue over the whole of C, where the tiles could not
+    """`.finish(C, plan, extra)`: the epilogue over the whole of C, where the tiles could not
     apply it (plan's `epilogue` 2: the groups' sums are added at the end) or there were no
     tiles (an empty sum, k = 0)."""
     w = Writer()
-    w.lines.append(f"define internal void @{v.symbol}.finish(ptr %C, ptr %plan, ptr %bias) "
+    w.lines.append(f"define internal void @{v.symbol}.finish(ptr %C, ptr %plan, ptr %extra) "
                    f"{WIDE} {{")
     w.label("%entry")
     t = v.element[0]
     batch, m, n, c0 = _fields(w, "%plan", "batch", "m", "n", "c0")
-    epilogue = _epilogue(w, v.symbol, "%plan", "%bias")
+    epilogue = _epilogue(w, v.symbol, "%plan", "%extra")
     blocks = w(f"select i1 {w(f'icmp eq i64 {c0}, 0')}, i64 1, i64 {batch}")
+    mn = w(f"mul i64 {m}, {n}")
 
     def block(b: str) -> None:
         c = w.gep(t, "%C", w(f"mul i64 {b}, {c0}"))
+        *head, res, rf = epilogue  # the residual's block b: its own m x n, one after another
+        here = (*head, w.gep(t, res, w(f"mul i64 {w(f'mul i64 {b}, {mn}')}, {rf}")), rf)
         w.loop("0", n, v.nr, lambda j: _apply_epilogue(
-            w, v, epilogue, w.gep(t, c, j), n, "0", m, j, w.min(str(v.nr), w(f"sub i64 {n}, {j}"))),
+            w, v, here, w.gep(t, c, j), n, "0", m, j, w.min(str(v.nr), w(f"sub i64 {n}, {j}"))),
             "j")
 
     w.loop("0", blocks, 1, block, "b")
@@ -101,7 +112,7 @@ def driver(v: Variant) -> list[str]:
     batch, m, n, k, c0, acc, threads, shared, groups, parts, total, epilogue = _fields(
         w, "%plan", "batch", "m", "n", "k", "c0", "accumulate", "threads", "shared", "groups",
         "parts", "total", "epilogue")
-    finish = f"call void @{name}.finish(ptr %C, ptr %plan, ptr %bias)"
+    finish = f"call void @{name}.finish(ptr %C, ptr %plan, ptr %extra)"
     mn = w(f"mul i64 {m}, {n}")
     empty = w(f"or i1 {w(f'icmp eq i64 {mn}, 0')}, {w(f'icmp eq i64 {batch}, 0')}")
     w.do(f"br i1 {empty}, label %done, label %sized")
@@ -144,7 +155,7 @@ def driver(v: Variant) -> list[str]:
     context = w("alloca [8 x i64]", "ctx")
     slots = [w(f"getelementptr i64, ptr {context}, i64 {i}") for i in range(8)]
     for i, value in ((0, "%A"), (1, "%B"), (2, "%C"), (3, "%scratch"), (6, "%plan"),
-                     (7, "%bias")):
+                     (7, "%extra")):
         w.do(f"store ptr {value}, ptr {slots[i]}")
     panels = w(f"sdiv i64 {w(f'add i64 {n}, {v.nr - 1}')}, {v.nr}")
     tiles = w(f"sdiv i64 {w(f'add i64 {m}, {v.mr - 1}')}, {v.mr}")
@@ -162,12 +173,12 @@ def driver(v: Variant) -> list[str]:
     w.do(f"br i1 {w(f'icmp eq i64 {parts}, 1')}, label %single, label %many")
     w.label("%single")
     row = _part_row(w, w(f"getelementptr i64, ptr %plan, i64 {len(FIELDS)}"))
-    w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, ptr %bias, {_i64s(row)}, "
+    w.do(f"call void @{name}.part(ptr %A, ptr %B, ptr %C, ptr %extra, {_i64s(row)}, "
          f"ptr %scratch, i1 {_true(w, acc)}, ptr %plan)")
     w.do("br label %finish")
     w.label("%many")  # the parts on the thread pool (tapeml/codegen/pool.py), the caller taking one
     context = w("alloca [6 x ptr]", "ctx")
-    for field, value in enumerate(["%A", "%B", "%C", "%scratch", "%plan", "%bias"]):
+    for field, value in enumerate(["%A", "%B", "%C", "%scratch", "%plan", "%extra"]):
         w.do(f"store ptr {value}, ptr {w(f'getelementptr ptr, ptr {context}, i64 {field}')}")
     w.do(f"br i1 {w(f'icmp sgt i64 {threads}, 1')}, label %pool, label %serial")
     w.label("%pool")
@@ -210,7 +221,8 @@ def driver(v: Variant) -> list[str]:
 
 def _job(name: str, job: str) -> tuple[Writer, list[str], str, str, str, str]:
     """The head of one of the pool's jobs over the context [A, B, C, packed B, pc, depth,
-    plan, bias]: the writer, the four pointers, pc, depth, the plan and the bias."""
+    plan, extra]: the writer, the four pointers, pc, depth, the plan and the epilogue's
+    operands."""
     w = Writer()
     w.lines.append(f"define internal void @{name}.{job}(ptr %ctx, i64 %start, i64 %end) "
                    f"{WIDE} {{")
@@ -265,9 +277,12 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
         def tile(ir: str) -> None:
             tall = w.min(str(mr), w(f"sub i64 {height}, {ir}"))
             c_tile = w.gep(t, c, w.add(w(f"mul i64 {w.add(ic, ir)}, {n}"), jr))
-            last, rb, rs, cb, cs, relu = epilogue
-            finish = (f"ptr {w.gep(t, rb, w(f'mul i64 {w.add(ic, ir)}, {rs}'))}, i64 {rs}, "
-                      f"ptr {w.gep(t, cb, w(f'mul i64 {jr}, {cs}'))}, i1 {relu}, i1 {last}")
+            last, rb, rs, cb, cs, relu, res, rf = epilogue
+            row = w.add(ic, ir)
+            at = w(f"mul i64 {w.add(w(f'mul i64 {row}, {n}'), jr)}, {rf}")  # in the residual
+            finish = (f"ptr {w.gep(t, rb, w(f'mul i64 {row}, {rs}'))}, i64 {rs}, "
+                      f"ptr {w.gep(t, cb, w(f'mul i64 {jr}, {cs}'))}, i1 {relu}, "
+                      f"ptr {w.gep(t, res, at)}, i64 {w(f'mul i64 {n}, {rf}')}, i1 {last}")
 
             def packed() -> None:
                 a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {a_step}"))
@@ -296,9 +311,9 @@ def _rows_job(v: Variant) -> list[str]:
     """`.rows`: the tiles of rows [start, end) of C against the packed block of B, packing A
     in a buffer on this thread's stack."""
     t = v.element[0]
-    w, (a, _, c, bp), pc, depth, plan, bias = _job(v.symbol, "rows")
+    w, (a, _, c, bp), pc, depth, plan, extra = _job(v.symbol, "rows")
     m, n, k, acc, a1, a2 = _fields(w, plan, "m", "n", "k", "accumulate", "a1", "a2")
-    epilogue = _epilogue(w, v.symbol, plan, bias)
+    epilogue = _epilogue(w, v.symbol, plan, extra)
     last = w(f"and i1 {epilogue[0]}, {w(f'icmp eq i64 {w.add(pc, depth)}, {k}')}")
     ap = w(f"alloca {t}, i64 {w(f'mul i64 {v.mc}, {depth}')}, align 64", "ap")
     load = w(f"or i1 {_true(w, acc)}, {w(f'icmp sgt i64 {pc}, 0')}")
@@ -321,13 +336,13 @@ def _i64s(values: list[str]) -> str:
 
 def _range(v: Variant) -> list[str]:
     """The pool's entry: parts [start, end) of the plan's table, on the buffers the context
-    [A, B, C, scratch, plan, bias] holds, part p packing into the scratch's p-th slice. Groups of
+    [A, B, C, scratch, plan, extra] holds, part p packing into the scratch's p-th slice. Groups of
     batches (`groups` > 1) write group 0's sum into C, group g's into the g-th of the sums."""
     name, t = v.symbol, v.element[0]
     w = Writer()
     w.lines.append(f"define internal void @{name}.range(ptr %ctx, i64 %start, i64 %end) {{")
     w.label("%entry")
-    a, b, c, scratch, plan, bias = [
+    a, b, c, scratch, plan, extra = [
         w(f"load ptr, ptr {w(f'getelementptr ptr, ptr %ctx, i64 {i}')}") for i in range(6)]
     m, n, acc, groups, part_bytes, sums = _fields(w, plan, "m", "n", "accumulate", "groups",
                                                   "part_bytes", "sums")
@@ -344,7 +359,7 @@ def _range(v: Variant) -> list[str]:
         own_c = w.gep(t, first_sum, w(f"mul i64 {w(f'sub i64 {i}, 1')}, {mn}"))
         target = w(f"select i1 {own}, ptr {own_c}, ptr {c}")
         first = w(f"and i1 {accumulate}, {w(f'xor i1 {own}, true')}")
-        w.do(f"call void @{name}.part(ptr {a}, ptr {b}, ptr {target}, ptr {bias}, "
+        w.do(f"call void @{name}.part(ptr {a}, ptr {b}, ptr {target}, ptr {extra}, "
              f"{_i64s(row)}, ptr {part_scratch}, i1 {first}, ptr {plan})")
 
     w.loop("%start", "%end", 1, body, "p")
@@ -383,8 +398,11 @@ def _part(v: Variant) -> list[str]:
     own_a = w(f"and i1 {w(f'xor i1 {shared_a}, true')}, {w(f'xor i1 {direct}, true')}")
     own_a = w(f"and i1 {own_a}, {not_whole_a}")
     summed = w(f"icmp eq i64 {c0}, 0")
-    epilogue = _epilogue(w, name, "%plan", "%bias")
+    epilogue = _epilogue(w, name, "%plan", "%extra")
     final_batch = w("sub i64 %b1, 1")  # where batches sum into one C, its sum's last
+    # the residual's step from one batch to the next: m * n, or 0 (one C, one residual)
+    block = w(f"mul i64 {w(f'mul i64 {m}, {n}')}, {epilogue[7]}")
+    res_step = w(f"select i1 {summed}, i64 0, i64 {block}")
 
     def batch(b: str) -> None:
         a = w.gep(t, "%A", w(f"mul i64 {b}, {a0}"))
@@ -393,6 +411,7 @@ def _part(v: Variant) -> list[str]:
         later_batch = w(f"and i1 {summed}, {w(f'icmp sgt i64 {b}, %b0')}")
         whole = w(f"or i1 {w(f'xor i1 {summed}, true')}, {w(f'icmp eq i64 {b}, {final_batch}')}")
         whole = w(f"and i1 {whole}, {epilogue[0]}")  # C's sums end with this batch
+        res = w.gep(t, epilogue[6], w(f"mul i64 {b}, {res_step}"))
 
         def block(pc: str) -> None:
             depth = w.min(str(KC), w(f"sub i64 {k}, {pc}"))
@@ -427,7 +446,7 @@ def _part(v: Variant) -> list[str]:
                     a_packed = w(f"select i1 {whole_a}, ptr {a_whole}, ptr {ap}")
                     a_here = w(f"select i1 {direct}, ptr {in_place}, ptr {a_packed}")
                     _macro_kernel(w, v, n, (a_here, b_here, c), (ic, height), (jc, j1), depth,
-                                  load, (last, *epilogue[1:]), (direct, a1),
+                                  load, (last, *epilogue[1:6], res, epilogue[7]), (direct, a1),
                                   (in_place_b, b_block, b1), (a_step, b_step))
 
                 w.loop("%m0", "%m1", mc, rows, "ic")

@@ -29,6 +29,7 @@ rows and columns of C, as `partition.Part`):
     bias               the epilogue's bias (GemmSpec.bias): 0 none, 1 one per row of C, 2 one
                        per column; the call's fourth buffer
     relu               1: the epilogue ends in relu
+    residual           1: the epilogue adds a residual (C's shape, its blocks m * n apart)
     epilogue           0: none; 1: each tile applies it as it stores its last block of k (the
                        last batch's, where batches sum into one C); 2: applied to the whole of
                        C at the end (the groups' sums are added first)
@@ -44,7 +45,8 @@ from tapeml.dialects.kernel import GemmSpec
 
 FIELDS = ("batch", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "accumulate",
           "threads", "shared", "groups", "parts", "part_bytes", "a_offset", "sums", "total",
-          "direct_a", "direct_b", "packed_a", "packed_b", "nc", "bias", "relu", "epilogue")
+          "direct_a", "direct_b", "packed_a", "packed_b", "nc", "bias", "relu", "epilogue",
+          "residual")
 INDEX = {name: i for i, name in enumerate(FIELDS)}
 
 
@@ -213,5 +215,6 @@ def plan(spec: GemmSpec, target: Target, packed: bool = False) -> list[int]:
               "packed_b": int(packed and packed_b(spec, v, shared)),
               "nc": chunk_columns(spec, v, shared, packed),
               "bias": {"": 0, "rows": 1, "columns": 2}[spec.bias], "relu": int(spec.relu),
-              "epilogue": 0 if not (spec.bias or spec.relu) else 1 if groups == 1 else 2}
+              "epilogue": 0 if not (spec.bias or spec.relu or spec.residual)
+              else 1 if groups == 1 else 2, "residual": int(spec.residual)}
     return [values[name] for name in FIELDS] + [x for part in parts for x in part]

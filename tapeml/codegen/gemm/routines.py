@@ -94,9 +94,10 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
 
 
 EPILOGUE_ARGS = ("ptr %c, i64 %ldc, i64 %rows, i64 %columns, ptr %rb, i64 %rs, ptr %cb, "
-                 "i1 %relu")
+                 "i1 %relu, ptr %res, i64 %ldr")
 """`.epilogue`'s parameters: rows x columns (at most NR) of C from %c, rows %ldc apart; the
-bias of row i at %rb + i * %rs, of column j at %cb + j; whether relu follows."""
+bias of row i at %rb + i * %rs, of column j at %cb + j; whether relu follows; the residual's
+row i at %res + i * %ldr."""
 
 
 def neutral_bias(name: str, t: str, v: Variant) -> list[str]:
@@ -108,11 +109,11 @@ def neutral_bias(name: str, t: str, v: Variant) -> list[str]:
 
 
 def epilogue(name: str, t: str, v: Variant) -> list[str]:
-    """`.epilogue(EPILOGUE_ARGS)`: C[i, j] = relu?(C[i, j] + rb[i * rs] + cb[j]) over the rows
-    and the first `columns` lanes of an NR-wide tile (kernel.gemm's epilogue: one of the two
-    biases is `.no_bias`); relu as tape.relu, maximum(x, +0): x <= 0 (not NaN) becomes +0.
-    The driver runs it on each tile right after its last block of k is stored: the tile is
-    in L1 still."""
+    """`.epilogue(EPILOGUE_ARGS)`: C[i, j] = relu?(C[i, j] + rb[i * rs] + cb[j] + res[i, j])
+    over the rows and the first `columns` lanes of an NR-wide tile (kernel.gemm's epilogue:
+    what a call has not is `.no_bias`, stride 0); relu as tape.relu, maximum(x, +0): x <= 0
+    (not NaN) becomes +0. The driver runs it where the tiles could not (`.finish`); the
+    micro-kernel applies the same steps to its registers (`_store_tile`)."""
     w = Writer()
     lanes, dtype, align = v.lanes, v.dtype, v.element[1]
     vec, mask_type = f"<{lanes} x {t}>", f"<{lanes} x i1>"
@@ -134,10 +135,12 @@ def epilogue(name: str, t: str, v: Variant) -> list[str]:
         splat = w(f"shufflevector {vec} {w(f'insertelement {vec} poison, {t} {bias}, i64 0')}, "
                   f"{vec} poison, <{lanes} x i32> zeroinitializer")
         start = w.gep(t, "%c", w(f"mul i64 {i}, %ldc"))
+        residual = w.gep(t, "%res", w(f"mul i64 {i}, %ldr"))
         for j in range(vectors):
             p = start if j == 0 else w.gep(t, start, str(j * lanes))
             x = w(f"fadd {vec} {w(f'fadd {vec} {masked_load(p, masks[j])}, {splat}')}, "
                   f"{columns[j]}")
+            x = w(f"fadd {vec} {x}, {masked_load(w.gep(t, residual, str(j * lanes)), masks[j])}")
             cut = w(f"and {mask_type} {w(f'fcmp ole {vec} {x}, zeroinitializer')}, {relu}")
             x = w(f"select {mask_type} {cut}, {vec} zeroinitializer, {vec} {x}")
             w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0({vec} {x}, ptr {p}, "
@@ -147,10 +150,10 @@ def epilogue(name: str, t: str, v: Variant) -> list[str]:
     return w.end()
 
 
-TILE_EPILOGUE = "ptr %rb, i64 %rs, ptr %cb, i1 %relu, i1 %epilogue"
+TILE_EPILOGUE = "ptr %rb, i64 %rs, ptr %cb, i1 %relu, ptr %res, i64 %ldr, i1 %epilogue"
 """The micro-kernel's last parameters: the epilogue's operands as `.epilogue` takes them (the
-rows' bias from the tile's first row, the columns' from its first column) and whether to
-apply it."""
+rows' bias from the tile's first row, the columns' from its first column, the residual from
+the tile's first element) and whether to apply it."""
 
 
 def _store_tile(w: Writer, vec: str, acc: list[list[str]], lanes: int, align: int,
@@ -158,34 +161,37 @@ def _store_tile(w: Writer, vec: str, acc: list[list[str]], lanes: int, align: in
                 dtype: str = "") -> None:
     """The tile's registers into C (rows %ldc apart), added to what C holds where `add`, then
     through kernel.gemm's epilogue where `epilogue` (TILE_EPILOGUE's operands: + the row's
-    and the column's bias, relu as `.epilogue` takes it); `masks`: an edge tile, rows below
-    %mr only and each vector's lanes masked."""
+    and the column's bias, + the residual, relu, as `.epilogue` takes them); `masks`: an edge
+    tile, rows below %mr only and each vector's lanes masked."""
     t = vec.split(" x ")[1].rstrip(">")
     mask_type = f"<{lanes} x i1>"
+
+    def load(p: str, v: int) -> str:
+        if masks is None:
+            return w(f"load {vec}, ptr {p}, align {align}")
+        return w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, i32 {align}, "
+                 f"{mask_type} {masks[v]}, {vec} zeroinitializer)")
+
     columns: list[str] = []
     relu = ""
     if epilogue:
-        for v in range(len(acc[0])):
-            p = w.gep(t, "%cb", str(v * lanes))
-            columns.append(
-                w(f"load {vec}, ptr {p}, align {align}") if masks is None else
-                w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, i32 {align}, "
-                  f"{mask_type} {masks[v]}, {vec} zeroinitializer)"))
+        columns += [load(w.gep(t, "%cb", str(v * lanes)), v) for v in range(len(acc[0]))]
         relu = w(f"shufflevector {mask_type} "
                  f"{w(f'insertelement {mask_type} poison, i1 %relu, i64 0')}, {mask_type} "
                  f"poison, <{lanes} x i32> zeroinitializer")
 
-    def finished(value: str, v: int, bias: str) -> str:  # + the biases, relu
+    def finished(value: str, v: int, bias: str, residual: str) -> str:  # the epilogue's steps
         if not epilogue:
             return value
         value = w(f"fadd {vec} {w(f'fadd {vec} {value}, {bias}')}, {columns[v]}")
+        value = w(f"fadd {vec} {value}, {load(w.gep(t, residual, str(v * lanes)), v)}")
         cut = w(f"and {mask_type} {w(f'fcmp ole {vec} {value}, zeroinitializer')}, {relu}")
         return w(f"select {mask_type} {cut}, {vec} zeroinitializer, {vec} {value}")
 
     for i, registers in enumerate(acc):
         def store(i: int = i, registers: list[str] = registers) -> None:
             row = w.gep(t, "%c", w(f"mul i64 %ldc, {i}"))
-            bias = ""
+            bias, residual = "", w.gep(t, "%res", w(f"mul i64 %ldr, {i}"))
             if epilogue:
                 scalar = w(f"load {t}, ptr {w.gep(t, '%rb', w(f'mul i64 %rs, {i}'))}, "
                            f"align {align}")
@@ -199,14 +205,14 @@ def _store_tile(w: Writer, vec: str, acc: list[list[str]], lanes: int, align: in
                     if add:
                         value = w(f"fadd {vec} {w(f'load {vec}, ptr {p}, align {align}')}, "
                                   f"{register}")
-                    value = finished(value, v, bias)
+                    value = finished(value, v, bias, residual)
                     w.do(f"store {vec} {value}, ptr {p}, align {align}")
                     continue
                 if add:
                     old = w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, "
                             f"i32 {align}, {mask_type} {masks[v]}, {vec} zeroinitializer)")
                     value = w(f"fadd {vec} {old}, {register}")
-                value = finished(value, v, bias)
+                value = finished(value, v, bias, residual)
                 w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0({vec} {value}, ptr {p}, "
                      f"i32 {align}, {mask_type} {masks[v]})")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from xdsl.dialects import arith
@@ -414,9 +414,14 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
             y = e.insert(kernel.ViewOp(out, e.linear(ivs, [images * stride]), MemRefType(
                 t, [(images - 1) * stride + geo.o * ohw])))
             taps(e, lambda e, source, target: e.store(e.load(x, source), cols, target))
+            here = epilogue
+            if epilogue is not None and epilogue.residual is not None:  # the group's images
+                here = replace(epilogue, residual=e.insert(kernel.ViewOp(
+                    epilogue.residual, e.linear(ivs, [images * geo.o * ohw]),
+                    MemRefType(t, [images * geo.o * ohw]))))
             gemm(e, ins[1], cols, y, GemmSpec(  # y[n] = w @ cols[n]
                 dtype=dtype, batch=images, m=geo.o, n=ohw, k=ckk, a=(0, ckk, 1),
-                b=(ckk * ohw, ohw, 1), c0=stride, accumulate=False), epilogue)
+                b=(ckk * ohw, ohw, 1), c0=stride, accumulate=False), here)
 
         e.loops([geo.n // images], group)
         e.insert(dealloc(cols))

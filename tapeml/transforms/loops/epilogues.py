@@ -1,6 +1,7 @@
 """Elementwise ops that fold into the product before them as its kernel.gemm's epilogue
 (`tape-to-loops{gemm_epilogues}`, the CPU's): a bias added to a convolution's or a matmul's
-result, one number per output channel or per column, then perhaps relu:
+result, one number per output channel or per column, then a residual of the result's shape
+(a ResNet block's shortcut), then relu, each step optional:
 
     %y = tape.conv2d %x, %w ...                       kernel.gemm %w, %cols, %z, %b
     %z = tape.fused %y, %b {add; relu}         ->         {..., bias = "rows", relu = true}
@@ -9,10 +10,11 @@ The product writes z, adding the bias to each element and taking its relu as its
 stored (tapeml/codegen/gemm/): y is never made, and z is written once instead of y written,
 then read and z written. The sums are the product's, in its order, so the bits are the two
 ops' bits. What folds (`gemm_epilogues`): an op (tape.fused, or a lone add, relu or maximum)
-whose ops are add(product, bias), relu or maximum(·, +0) of that, or both, in that order,
-where the product (conv2d with groups = 1, matmul) is used by it alone, and the bias varies
-along one axis of the result only: a convolution's channels (a row of each image's C), a
-matmul's last axis (a column of C) or its second-last (a row).
+whose ops are, in this order, add(product, bias), add(·, residual), relu(·) or maximum(·, +0),
+each optional (at least one; the residual may be the first add's), where the product
+(conv2d with groups = 1, matmul) is used by it alone, the bias varies along one axis of the
+result only (a convolution's channels: a row of each image's C; a matmul's last axis: a
+column of C, or its second-last: a row), and the residual is a tensor of the result's type.
 """
 
 from __future__ import annotations
@@ -32,46 +34,54 @@ from tapeml.transforms.loops.emitter import Emitter
 @dataclass(frozen=True)
 class Epilogue:
     """What a product's kernel.gemm adds to its result and whether it takes the relu: `bias`
-    the added tensor (its buffer, once lowered; None: nothing added), whose elements in order
-    are one per row of C (`kind` "rows") or per column ("columns")."""
+    the added tensor (its buffer, once lowered; None: no bias), whose elements in order are
+    one per row of C (`kind` "rows") or per column ("columns"); `residual` a tensor of the
+    result's type added after it (None: none)."""
 
     bias: SSAValue | None
     kind: str
     relu: bool
+    residual: SSAValue | None = None
 
 
 def gemm(e: Emitter, a: SSAValue, b: SSAValue, c: SSAValue, spec: GemmSpec,
          epilogue: Epilogue | None = None) -> None:
-    """kernel.gemm(a, b, c) for `spec`, with `epilogue` (its bias a buffer) where given."""
+    """kernel.gemm(a, b, c) for `spec`, with `epilogue` (its tensors buffers) where given."""
     if epilogue is None:
         e.insert(kernel.GemmOp(a, b, c, spec))
         return
     spec = dataclasses.replace(spec, bias=epilogue.kind if epilogue.bias else "",
-                               relu=epilogue.relu)
-    e.insert(kernel.GemmOp(a, b, c, spec, epilogue.bias))
+                               relu=epilogue.relu, residual=epilogue.residual is not None)
+    e.insert(kernel.GemmOp(a, b, c, spec, epilogue.bias, epilogue.residual))
 
 
 def gemm_epilogues(block: Block, views: dict[SSAValue, list[int]],
                    kept: set[SSAValue]) -> dict[Operation, tuple[Operation, Epilogue]]:
     """The ops of `block` that fold into their product (the module doc): op -> (the product,
-    the epilogue, its bias the tensor). `views`: transposes read in place (not a bias);
-    `kept`: values the caller's buffers hold (a product returned is not folded)."""
+    the epilogue, its tensors the tape's). `views`: transposes read in place (not a bias
+    nor a residual); `kept`: values the caller's buffers hold (a product returned is not
+    folded)."""
     folded = {}
     for op in block.ops:
         found = _match(op)
         if found is None:
             continue
-        seen, bias, relu = found  # the product's value, or a reshape of it
+        seen, added, relu = found  # the product's value (or a reshape of it), what is added
         product = _product(seen)
+        result = op.results[0].type
         if product is None or product.parent_block() is not block or seen in kept \
-                or seen in views or seen.type != op.results[0].type:
+                or seen in views or seen.type != result or any(x in views for x in added):
             continue
+        bias = residual = None
         kind = ""
-        if bias is not None:
+        if added and added[-1].type == result:  # the residual: C's own shape
+            residual = added.pop()
+        if added:
+            bias = added.pop()
             kind = _bias_kind(product, seen, bias)
-            if not kind or bias in views:
+            if not kind or added:  # (two biases, or a residual first: not a kernel.gemm's)
                 continue
-        folded[op] = (product, Epilogue(bias, kind, relu))
+        folded[op] = (product, Epilogue(bias, kind, relu, residual))
     return folded
 
 
@@ -96,10 +106,10 @@ def _product(value: SSAValue) -> Operation | None:
 PRODUCTS = (tape.MatmulOp, tape.Conv2dOp)
 
 
-def _match(op: Operation) -> tuple[SSAValue, SSAValue | None, bool] | None:
-    """(the product's value `op` takes, the bias it adds or None, relu) where `op` computes
-    add(product, bias), relu of that (relu(·) or maximum(·, +0)), or relu(product), else
-    None."""
+def _match(op: Operation) -> tuple[SSAValue, list[SSAValue], bool] | None:
+    """(the product's value `op` takes, what it adds to it in order (a bias, a residual: at
+    most two), relu) where `op` computes add(product, x), add(·, y), relu(·) or maximum(·, +0)
+    in that order, each optional, else None."""
     if isinstance(op, tape.FusedOp):
         body = op.body.block
         outer: dict[SSAValue, SSAValue] | None = dict(zip(body.args, op.operands, strict=True))
@@ -115,29 +125,37 @@ def _match(op: Operation) -> tuple[SSAValue, SSAValue | None, bool] | None:
     def outside(value: SSAValue) -> SSAValue | None:  # an operand, as the block sees it
         return value if outer is None else outer.get(value)
 
-    product = bias = None
-    rest = steps
-    if isinstance(steps[0], tape.AddOp):
-        p, q = (outside(v) for v in steps[0].operands)
-        if p is None or q is None or p is q:
-            return None
-        # add is commutative (the same bits either way): either operand may be the product
-        product, bias = (p, q) if _product(p) is not None else (q, p)
-        rest = steps[1:]
+    product, added, carried = None, [], None  # carried: the value the chain has reached
+    for step in steps[:2]:
+        if not isinstance(step, tape.AddOp):
+            break
+        p, q = step.operands
+        if carried is None:  # add(product, x), either way round (add is commutative)
+            p, q = outside(p), outside(q)
+            if p is None or q is None or p is q:
+                return None
+            product, other = (p, q) if _product(p) is not None else (q, p)
+        else:  # add(·, y)
+            other = outside(q if p is carried else p)
+            if carried not in (p, q) or other is None or other is product:
+                return None
+        added.append(other)
+        carried = step.results[0]
+    rest = steps[len(added):]
     relu = bool(rest)
     if rest:
         operand = _relu_operand(rest[0]) if len(rest) == 1 else None
         if operand is None:
             return None
-        if bias is None:
+        if carried is None:
             product = outside(operand)
-        elif operand is not steps[0].results[0]:
+        elif operand is not carried:
             return None
     if product is None or _product(product) is None:
         return None
-    if outer is not None and len(op.operands) != 1 + (bias is not None):
+    if outer is not None and len(op.operands) != 1 + len(added):
         return None
-    return product, bias, relu
+    return product, added, relu
 
 
 def _relu_operand(op: Operation) -> SSAValue | None:
