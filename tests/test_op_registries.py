@@ -1,6 +1,7 @@
 """Every tape op has a row in every table that gives it a meaning: its numpy semantics, its
 pullback (or a mark that it has none), its loops (which the CPU and the GPU both compile), its
-FLOPs and its StableHLO. A new op without one fails here, naming the table."""
+FLOPs, its StableHLO and whether it keeps the examples of a batch apart. A new op without
+one fails here, naming the table."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tapeml.transforms.gpu_to_nvvm import LIBDEVICE
 from tapeml.transforms.loops.elementwise import OPS as ELEMENTWISE_OPS
 from tapeml.transforms.loops.elementwise import SCALARS
 from tapeml.transforms.loops.registry import LOWERINGS
+from tapeml.transforms.per_example import PER_EXAMPLE
 from tapeml.transforms.pullbacks import NON_DIFFERENTIABLE, PULLBACKS
 from tapeml.transforms.to_llvm import BINARY_INTRINSICS, UNARY_INTRINSICS
 from tapeml.transforms.to_loops import LOWERINGS as PASS_LOWERINGS
@@ -27,6 +29,7 @@ TABLES = {
     "loops (tapeml/transforms/loops/)": set(LOWERINGS),
     "FLOPs (tapeml/frontend/flops.py)": set(FLOPS),
     "StableHLO (tapeml/stablehlo/)": set(EMITTERS),
+    "batch rule (tapeml/transforms/per_example.py)": set(PER_EXAMPLE),
 }
 
 

@@ -34,13 +34,15 @@ from xdsl.dialects import func, llvm
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target as XTarget
 
-from tapeml.codegen import data, disk_cache, marks, pool
+from tapeml.codegen import data, disk_cache, marks, pool, split
 from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.gemm import Target, Variant, caller, host_threads, kernel, variant
+from tapeml.codegen.gemm.target import compiled_for_threads
 from tapeml.codegen.stages import Stages, run_pipeline
 from tapeml.dialects import kernel as kernel_dialect
 from tapeml.dialects.kernel import GemmSpec, declared_kernels
 from tapeml.profile import KernelProfile, KernelTime, profiling, record
+from tapeml.transforms import per_example
 from tapeml.transforms.arena import ALIGN
 from tapeml.transforms.merge_nests import MAY_ALIAS_ATTR
 from tapeml.transforms.pipelines import cpu_pipeline
@@ -369,9 +371,9 @@ class LLVMIRTarget(XTarget):
 class Native:
     """A compiled program: call it with the program's flat arguments.
 
-    Its intermediates live in one arena (`plan-arena`), allocated on the first call and kept:
-    calls reuse it. A call made while another thread's call holds it gets an arena of its own
-    for that call."""
+    Its intermediates live in an arena (`plan-arena`), allocated on the first call and kept:
+    calls reuse it. A call made while other threads' calls hold every arena allocates one more,
+    kept too (one per call running at once: a split program's pieces, tapeml/codegen/split.py)."""
 
     def __init__(self, name: str, inputs: list[Argument], outputs: list[Argument],
                  engine: Any, function: Any, arena_bytes: int, scratch: list[np.ndarray],
@@ -393,9 +395,8 @@ class Native:
         """Compiled to be profiled: what each entry of the marks' table counts."""
         self.arena_bytes = arena_bytes
         self.stages = stages or {}
-        self._arena: int | None = None  # the arena's address, once allocated
-        self._arena_buffer: np.ndarray | None = None
-        self._arena_lock = threading.Lock()
+        self._arenas: list[int] = []  # the addresses of the arenas no call holds
+        self._arena_buffers: list[np.ndarray] = []  # every arena made, kept for the code
 
     def __call__(self, *leaves: Any) -> tuple[np.ndarray, ...]:
         # written for a small call's cost (W6: 3.3-4.4 -> 2.8-2.9 us here): locals, one list
@@ -406,27 +407,27 @@ class Native:
         # (lengths checked above; the list keeps any copy `checked` made alive for the call)
         buffers = [checked(leaf, arg, name) for leaf, arg in zip(leaves, inputs, strict=True)]
         outputs = tuple([_EMPTY(shape, dtype) for shape, dtype in self._output_specs])
+        self.run_into(buffers, outputs)
+        return outputs
+
+    def run_into(self, buffers: list[np.ndarray], outputs: tuple[np.ndarray, ...]) -> None:
+        """Run on `buffers` (the inputs, as `checked` returns them) into `outputs` (C-contiguous
+        arrays of the results' shapes and dtypes, written whole)."""
         try:
             pointers = [_ADDRESS(_BUFFER(b)) for b in buffers]
             pointers += [_ADDRESS(_BUFFER(o)) for o in outputs]
         except (TypeError, ValueError):  # a read-only or empty array
             pointers = [_address(b) for b in (*buffers, *outputs)]
-        lock = self._arena_lock
-        if lock.acquire(False):
-            try:
-                arena = self._arena
-                if arena is None:
-                    self._arena_buffer, arena = _aligned(self.arena_bytes)
-                    self._arena = arena
-                self.function(*pointers, arena)
-            finally:
-                lock.release()
-        else:  # another thread's call holds the arena
-            own, address = _aligned(self.arena_bytes)
-            self.function(*pointers, address)
-            del own
-        return outputs
-
+        arenas = self._arenas
+        try:  # (list.pop and list.append are atomic: no lock on the common path)
+            arena = arenas.pop()
+        except IndexError:  # the first call, or every arena held by a call running now
+            buffer, arena = _aligned(self.arena_bytes)
+            self._arena_buffers.append(buffer)
+        try:
+            self.function(*pointers, arena)
+        finally:
+            arenas.append(arena)
 
     def profile(self, leaves: list[Any], repeat: int) -> KernelProfile:
         """Called once, then `repeat` times with the marks' clock counting (a program compiled
@@ -483,6 +484,13 @@ class CPUBackend:
         marks' entries, tapeml/codegen/marks.py counts them) and stores nothing."""
         name, inputs, outputs = signature(module)
         threads = host_threads()
+        if threads > 1 and not (stages or profile):
+            pieces = per_example.split(module, threads)
+            if pieces is not None and \
+                    per_example.product_flops(pieces.module) >= split.SPLIT_FLOPS:
+                with compiled_for_threads(1):
+                    piece = self.compile(pieces.module)
+                return split.SplitProgram(piece, pieces, name, inputs, outputs)
         cache = None if stages or profile else disk_cache.default()
         key = self.cache_key(module, threads) if cache is not None else ""
         if cache is not None:

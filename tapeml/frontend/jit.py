@@ -159,6 +159,8 @@ class Jitted:
                 entry = (program.out_tree, self.backend.compile(program.module))
             if getattr(entry[1], "origin", None) == "disk cache":
                 self.log[-1] += "; its machine code came from the disk cache"
+            if (describe := getattr(entry[1], "describe", None)) is not None:
+                self.log[-1] += "; " + describe()
             self.cache[key] = entry
             if len(self.cache) > self.cache_size:  # the least recently used goes
                 dropped, _ = self.cache.popitem(last=False)

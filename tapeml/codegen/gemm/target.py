@@ -5,6 +5,9 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tapeml.codegen import pool
@@ -48,9 +51,27 @@ class Target:
         return Target(128, 16, threads)
 
 
+_compiling = threading.local()
+
+
+@contextmanager
+def compiled_for_threads(threads: int) -> Iterator[None]:
+    """`host_threads()` is `threads` in this thread meanwhile: a program compiled to run on
+    one thread of several, beside its other pieces (tapeml/codegen/split.py)."""
+    before = getattr(_compiling, "threads", None)
+    _compiling.threads = threads
+    try:
+        yield
+    finally:
+        _compiling.threads = before
+
+
 def host_threads() -> int:
     """TAPEML_NUM_THREADS if set (1: single-threaded, for measuring), else the cores this
-    process may run on; 1 on a platform the thread pool does not run on (it warns, once)."""
+    process may run on; 1 on a platform the thread pool does not run on (it warns, once).
+    Inside `compiled_for_threads(k)`: k."""
+    if (forced := getattr(_compiling, "threads", None)) is not None:
+        return forced
     value = os.environ.get("TAPEML_NUM_THREADS")
     if value is not None and (not value.isdigit() or int(value) < 1):
         raise ValueError(f"TAPEML_NUM_THREADS must be a positive integer, got {value!r}")

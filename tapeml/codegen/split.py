@@ -1,0 +1,80 @@
+"""A program that keeps the examples of its batch apart (tapeml/transforms/per_example.py),
+run on several threads as pieces of its batch side by side: one program compiled for a
+piece (N / pieces examples, single-threaded), each piece's call on its own thread, its inputs
+and outputs consecutive slices of the whole's. Every op of a piece runs on one core from its
+caches, and the pieces wait for each other once, at the end, where the whole program's ops
+would each split their work over the threads and wait at every op (squeezenet at batch 8 on
+two threads: 40.9 -> 36.6 ms; ResNet-50: 541 -> 407 ms, in alternating runs). Each example's
+results are the whole program's bits: every op computes an example the same way at any
+batch size.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from tapeml.codegen.arguments import Argument, checked
+from tapeml.transforms.per_example import Split
+
+SPLIT_FLOPS = 16_000_000
+"""A piece does at least this many FLOPs of products (matmuls, convolutions), or the program
+is not split: handing a piece to another thread costs tens of microseconds."""
+
+
+_workers: tuple[int, ThreadPoolExecutor] | None = None  # (its threads, the pool)
+_workers_lock = threading.Lock()
+
+
+def workers(count: int) -> ThreadPoolExecutor:
+    """The threads every split program hands its pieces to (but the first, which its caller
+    runs): one pool for the process, with `count` threads at least."""
+    global _workers
+    with _workers_lock:
+        if _workers is None or _workers[0] < count:
+            _workers = (count, ThreadPoolExecutor(count, thread_name_prefix="tapeml-piece"))
+        return _workers[1]
+
+
+class SplitProgram:
+    """`split.pieces` calls of `piece` (a compiled program: `Native`) on consecutive slices
+    of the batch, at once; called as the whole program is, with its arguments."""
+
+    def __init__(self, piece: Any, split: Split, name: str, inputs: list[Argument],
+                 outputs: list[Argument]) -> None:
+        self.piece, self.split = piece, split
+        self.name, self.inputs, self.outputs = name, inputs, outputs
+        self.origin = piece.origin
+        self._output_specs = [(a.shape, a.dtype) for a in outputs]
+        self._workers = workers(split.pieces - 1)
+
+    def describe(self) -> str:
+        size = self.split.n // self.split.pieces
+        return (f"run as {self.split.pieces} pieces of batch {size} side by side, one per "
+                "thread (the examples are kept apart)")
+
+    def __call__(self, *leaves: Any) -> tuple[np.ndarray, ...]:
+        inputs, name = self.inputs, self.name
+        if len(leaves) != len(inputs):
+            raise TypeError(f"@{name} takes {len(inputs)} arrays, got {len(leaves)}")
+        buffers = [checked(leaf, arg, name) for leaf, arg in zip(leaves, inputs, strict=True)]
+        outputs = tuple(np.empty(shape, dtype) for shape, dtype in self._output_specs)
+        pieces = self.split.pieces
+
+        def piece(i: int) -> None:
+            def part(array: np.ndarray) -> np.ndarray:  # rows of example i*size on
+                rows = array.shape[0] // pieces
+                return array[i * rows:(i + 1) * rows]
+
+            self.piece.run_into([part(b) if batched else b for b, batched
+                                 in zip(buffers, self.split.batched, strict=True)],
+                                tuple(part(o) for o in outputs))
+
+        others = [self._workers.submit(piece, i) for i in range(1, pieces)]
+        piece(0)
+        for other in others:
+            other.result()
+        return outputs
