@@ -109,6 +109,8 @@ def test_the_rewritten_program_is_the_whole_at_a_smaller_batch():
     ("rows of a constant paired with the batch",
      lambda x: x + np.arange(8, dtype=np.float32)[:, None], [(8, 4)]),
     ("an odd batch on two threads", lambda x: x * 2.0, [(7, 4)]),
+    ("windows along the batch", lambda x: ops.unfold(x, (2, 2)), [(8, 4)]),
+    ("a fold into the batch", lambda x: ops.fold(x, (9, 4), (2, 2)), [(8, 3, 2, 2)]),
     ("a gather", lambda t, i: ops.take(t, i, axis=0), [(8, 4), ((8,), np.int64)]),
     ("a training step", tapeml.grad(lambda w, x: ops.sum(ops.tanh(x @ w))), [(4, 4), (8, 4)]),
 ])
@@ -125,6 +127,7 @@ def test_what_mixes_examples_does_not_split(name, f, shapes):
     lambda x: ops.concatenate([x, x], axis=1),
     lambda x: ops.reshape(x, (16, 2)) + np.arange(2, dtype=np.float32),
     lambda x: (x * 2.0, ops.max(x, axis=1)),
+    lambda x: ops.unfold(x, (2,)),
 ])
 def test_what_keeps_examples_apart_splits(f):
     """The twins of the cases above that keep the examples apart."""

@@ -27,6 +27,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.ir import SSAValue
 from xdsl.rewriter import Rewriter
+from xdsl.utils.exceptions import VerifyException
 
 from tapeml.dialects import tape
 from tapeml.dialects.base import IntList, TapeOp
@@ -176,9 +177,11 @@ def _images(op: TapeOp, batched: Sequence[bool], n: int) -> bool:
         raise Mixes
     if any(batched) and not all(b for b, image in zip(batched, images, strict=True) if image):
         raise Mixes
-    if any(batched) and isinstance(op, tape.UnfoldOp | tape.FoldOp) and \
-            len(_shape(op.operands[0])) <= len(op.params["kernel"]):
-        raise Mixes  # axis 0 is one of the windowed dims
+    if any(batched) and isinstance(op, tape.UnfoldOp | tape.FoldOp):
+        # the trailing dims are windowed: the kernel's (unfold), the windows' and kernel's (fold)
+        windowed = len(op.params["kernel"]) * (2 if isinstance(op, tape.FoldOp) else 1)
+        if len(_shape(op.operands[0])) <= windowed:
+            raise Mixes
     return any(batched)
 
 
@@ -293,5 +296,8 @@ def split(module: ModuleOp, pieces: int) -> Split | None:
         if batched is None:
             continue
         args = tuple(a in batched for a in f.body.block.args)
-        return Split(rebatch(module, n, n // count, batched), n, count, args)
+        try:
+            return Split(rebatch(module, n, n // count, batched), n, count, args)
+        except VerifyException:  # a rule let through what the verifier does not (ShapeError)
+            continue
     return None
