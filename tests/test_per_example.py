@@ -42,12 +42,12 @@ def _images(n):
     return x
 
 
-@pytest.mark.parametrize("threads,batch,pieces", [("2", 4, 2), ("2", 6, 2), ("4", 6, 3),
+@pytest.mark.parametrize("threads,batch,pieces", [("2", 4, 2), ("2", 6, 2), ("4", 8, 4),
                                                   ("3", 9, 3)])
 def test_a_cnn_splits_into_pieces_with_the_whole_programs_bits(monkeypatch, threads, batch,
                                                                pieces):
     """Each example the bits of the program run whole (on one thread), NaN and infinities in
-    the images; the pieces as many as divide the batch, up to the threads."""
+    the images; one piece per thread."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     x = _images(batch)
     step = tapeml.jit(cnn)
@@ -133,6 +133,12 @@ def test_what_keeps_examples_apart_splits(f):
     """The twins of the cases above that keep the examples apart."""
     s = _splits(f, (8, 4))
     assert s is not None and (s.n, s.pieces) == (8, 2)
+
+
+def test_a_batch_the_threads_do_not_divide_is_not_split():
+    """Fewer pieces than threads would leave a thread idle where the whole program uses all."""
+    assert _splits(lambda x: x * 2.0, (6, 4), pieces=4) is None
+    assert _splits(lambda x: x * 2.0, (8, 4), pieces=4).pieces == 4
 
 
 def test_a_small_program_is_not_split(monkeypatch):

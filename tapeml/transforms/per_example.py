@@ -280,24 +280,23 @@ def product_flops(module: ModuleOp) -> int:
 
 
 def split(module: ModuleOp, pieces: int) -> Split | None:
-    """The function of `module` split into up to `pieces` (the largest number of equal pieces
-    of its batch, at most `pieces`, more than one), for the largest batch size its inputs
-    have that no op mixes; None where there is none."""
+    """The function of `module` as `pieces` equal pieces of its batch (one per thread: fewer
+    would leave threads idle), for the largest batch size among its inputs' that `pieces`
+    divides and no op mixes; None where there is none."""
     f = _function(module)
     if f is None or pieces < 2:
         return None
     sizes = sorted({_shape(a)[0] for a in f.body.block.args
                     if isinstance(a.type, TensorType) and _shape(a)}, reverse=True)
     for n in sizes:
-        count = max((d for d in range(1, min(pieces, n) + 1) if n % d == 0), default=1)
-        if count < 2:
+        if n % pieces:
             continue
         batched = batched_values(module, n)
         if batched is None:
             continue
         args = tuple(a in batched for a in f.body.block.args)
         try:
-            return Split(rebatch(module, n, n // count, batched), n, count, args)
+            return Split(rebatch(module, n, n // pieces, batched), n, pieces, args)
         except VerifyException:  # a rule let through what the verifier does not (ShapeError)
             continue
     return None
