@@ -42,19 +42,21 @@ def _images(n):
     return x
 
 
-@pytest.mark.parametrize("threads,batch,pieces", [("2", 4, 2), ("2", 6, 2), ("4", 8, 4),
-                                                  ("3", 9, 3)])
+@pytest.mark.parametrize("threads,batch,pieces", [("2", 8, 4), ("2", 6, 2), ("3", 12, 6),
+                                                  ("3", 9, 3), ("2", 4, 2)])
 def test_a_cnn_splits_into_pieces_with_the_whole_programs_bits(monkeypatch, threads, batch,
                                                                pieces):
     """Each example the bits of the program run whole (on one thread), NaN and infinities in
-    the images; one piece per thread."""
+    the images; two pieces per thread where the batch has them, else one (and one where two
+    would be too small: 12 MFLOP an image, SPLIT_FLOPS 16)."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     x = _images(batch)
     step = tapeml.jit(cnn)
     got = step(x)
     ((_, program),) = step.cache.values()
     assert isinstance(program, SplitProgram) and program.split.pieces == pieces
-    assert f"run as {pieces} pieces of batch {batch // pieces}" in step.explain()
+    assert f"run as {pieces} pieces of batch {batch // pieces} on {threads} threads" in \
+        step.explain()
     monkeypatch.setenv("TAPEML_NUM_THREADS", "1")
     whole = tapeml.jit(cnn)(x)
     assert_same_bits(got, whole)
@@ -138,6 +140,8 @@ def test_what_keeps_examples_apart_splits(f):
 def test_a_batch_the_threads_do_not_divide_is_not_split():
     """Fewer pieces than threads would leave a thread idle where the whole program uses all."""
     assert _splits(lambda x: x * 2.0, (6, 4), pieces=4) is None
+    assert _splits(lambda x: x * 2.0, (0, 4)) is None  # an empty batch, and one example
+    assert _splits(lambda x: x * 2.0, (1, 4)) is None
     assert _splits(lambda x: x * 2.0, (8, 4), pieces=4).pieces == 4
 
 

@@ -485,12 +485,13 @@ class CPUBackend:
         name, inputs, outputs = signature(module)
         threads = host_threads()
         if threads > 1 and not (stages or profile):
-            pieces = per_example.split(module, threads)
-            if pieces is not None and \
-                    per_example.product_flops(pieces.module) >= split.SPLIT_FLOPS:
-                with compiled_for_threads(1):
-                    piece = self.compile(pieces.module)
-                return split.SplitProgram(piece, pieces, name, inputs, outputs)
+            for count in (split.PER_THREAD * threads, threads):
+                pieces = per_example.split(module, count)
+                if pieces is not None and \
+                        per_example.product_flops(pieces.module) >= split.SPLIT_FLOPS:
+                    with compiled_for_threads(1):
+                        piece = self.compile(pieces.module)
+                    return split.SplitProgram(piece, pieces, threads, name, inputs, outputs)
         cache = None if stages or profile else disk_cache.default()
         key = self.cache_key(module, threads) if cache is not None else ""
         if cache is not None:

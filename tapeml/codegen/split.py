@@ -1,12 +1,11 @@
 """A program that keeps the examples of its batch apart (tapeml/transforms/per_example.py),
 run on several threads as pieces of its batch side by side: one program compiled for a
-piece (N / pieces examples, single-threaded), each piece's call on its own thread, its inputs
-and outputs consecutive slices of the whole's. Every op of a piece runs on one core from its
-caches, and the pieces wait for each other once, at the end, where the whole program's ops
-would each split their work over the threads and wait at every op (squeezenet at batch 8 on
-two threads: 40.9 -> 36.6 ms; ResNet-50: 541 -> 407 ms, in alternating runs). Each example's
-results are the whole program's bits: every op computes an example the same way at any
-batch size.
+piece (N / pieces examples, single-threaded), the threads claiming pieces until none is left,
+each piece's inputs and outputs consecutive slices of the whole's. Every op of a piece runs
+on one core from its caches, and the threads wait for each other once, at the end, where the
+whole program's ops would each split their work over the threads and wait at every op
+(ResNet-50 at batch 8 on two threads: 456-541 -> 387-424 ms). Each example's results are the
+whole program's bits: every op computes an example the same way at any batch size.
 """
 
 from __future__ import annotations
@@ -19,6 +18,12 @@ import numpy as np
 
 from tapeml.codegen.arguments import Argument, checked
 from tapeml.transforms.per_example import Split
+
+PER_THREAD = 2
+"""Pieces per thread where the batch has that many: each thread claims the next piece when it
+is done with one, so a thread on a busier core takes fewer (squeezenet at batch 8 on two
+threads, the median call in alternating runs: 41-62 ms as two pieces, 32-37 as four, 37-38
+as eight)."""
 
 SPLIT_FLOPS = 16_000_000
 """A piece does at least this many FLOPs of products (matmuls, convolutions), or the program
@@ -43,18 +48,18 @@ class SplitProgram:
     """`split.pieces` calls of `piece` (a compiled program: `Native`) on consecutive slices
     of the batch, at once; called as the whole program is, with its arguments."""
 
-    def __init__(self, piece: Any, split: Split, name: str, inputs: list[Argument],
-                 outputs: list[Argument]) -> None:
-        self.piece, self.split = piece, split
+    def __init__(self, piece: Any, split: Split, threads: int, name: str,
+                 inputs: list[Argument], outputs: list[Argument]) -> None:
+        self.piece, self.split, self.threads = piece, split, threads
         self.name, self.inputs, self.outputs = name, inputs, outputs
         self.origin = piece.origin
         self._output_specs = [(a.shape, a.dtype) for a in outputs]
-        self._workers = workers(split.pieces - 1)
+        self._workers = workers(threads - 1)
 
     def describe(self) -> str:
         size = self.split.n // self.split.pieces
-        return (f"run as {self.split.pieces} pieces of batch {size} side by side, one per "
-                "thread (the examples are kept apart)")
+        return (f"run as {self.split.pieces} pieces of batch {size} on {self.threads} threads "
+                "side by side (the examples are kept apart)")
 
     def __call__(self, *leaves: Any) -> tuple[np.ndarray, ...]:
         inputs, name = self.inputs, self.name
@@ -73,8 +78,14 @@ class SplitProgram:
                                  in zip(buffers, self.split.batched, strict=True)],
                                 tuple(part(o) for o in outputs))
 
-        others = [self._workers.submit(piece, i) for i in range(1, pieces)]
-        piece(0)
+        claims = iter(range(pieces))  # (next() on it is atomic: each piece runs once)
+
+        def run() -> None:  # pieces until none is left: a thread on a busier core takes fewer
+            for i in claims:
+                piece(i)
+
+        others = [self._workers.submit(run) for _ in range(1, self.threads)]
+        run()
         for other in others:
             other.result()
         return outputs

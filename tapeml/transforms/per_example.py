@@ -286,8 +286,9 @@ def split(module: ModuleOp, pieces: int) -> Split | None:
     f = _function(module)
     if f is None or pieces < 2:
         return None
-    sizes = sorted({_shape(a)[0] for a in f.body.block.args
-                    if isinstance(a.type, TensorType) and _shape(a)}, reverse=True)
+    sizes = sorted({_shape(a)[0] for a in f.body.block.args  # (no piece may be empty)
+                    if isinstance(a.type, TensorType) and _shape(a)[:1] >= (pieces,)},
+                   reverse=True)
     for n in sizes:
         if n % pieces:
             continue
