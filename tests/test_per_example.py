@@ -145,6 +145,19 @@ def test_a_batch_the_threads_do_not_divide_is_not_split():
     assert _splits(lambda x: x * 2.0, (8, 4), pieces=4).pieces == 4
 
 
+def test_large_weights_go_one_piece_per_thread(monkeypatch):
+    """Every piece reads all of a program's constants: past PER_THREAD_WEIGHTS, one piece per
+    thread (two pieces), where small weights would take two per thread (four)."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", "2")
+    x = RNG.standard_normal((64, 2048)).astype(np.float32)
+    for columns, pieces in ((2560, 2), (256, 4)):  # 21 MB of weights; 2 MB
+        w = RNG.standard_normal((2048, columns)).astype(np.float32)
+        step = tapeml.jit(lambda x, w=w: ops.relu(x @ w))
+        step(x)
+        ((_, program),) = step.cache.values()
+        assert program.split.pieces == pieces
+
+
 def test_a_small_program_is_not_split(monkeypatch):
     """Below SPLIT_FLOPS of products per piece the handoff would cost more than it saves."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", "2")

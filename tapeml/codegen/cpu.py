@@ -485,7 +485,8 @@ class CPUBackend:
         name, inputs, outputs = signature(module)
         threads = host_threads()
         if threads > 1 and not (stages or profile):
-            for count in (split.PER_THREAD * threads, threads):
+            more = per_example.constant_bytes(module) <= split.PER_THREAD_WEIGHTS
+            for count in (split.PER_THREAD * threads, threads)[0 if more else 1:]:
                 pieces = per_example.split(module, count)
                 if pieces is not None and \
                         per_example.product_flops(pieces.module) >= split.SPLIT_FLOPS:

@@ -20,10 +20,15 @@ from tapeml.codegen.arguments import Argument, checked
 from tapeml.transforms.per_example import Split
 
 PER_THREAD = 2
-"""Pieces per thread where the batch has that many: each thread claims the next piece when it
-is done with one, so a thread on a busier core takes fewer (squeezenet at batch 8 on two
-threads, the median call in alternating runs: 41-62 ms as two pieces, 32-37 as four, 37-38
-as eight)."""
+"""Pieces per thread where the batch has that many and the weights are small: each thread
+claims the next piece when it is done with one, so a thread on a busier core takes fewer
+(squeezenet at batch 8 on two threads, the median call in alternating runs: 41-62 ms as two
+pieces, 32-37 as four, 37-38 as eight)."""
+
+PER_THREAD_WEIGHTS = 16 << 20
+"""...: a program whose constants take more than this runs one piece per thread, for every
+piece reads all of them (ResNet-50's 100 MB: 387-424 ms at batch 8 on two threads as two
+pieces, 430-459 as four; squeezenet's 5 MB)."""
 
 SPLIT_FLOPS = 16_000_000
 """A piece does at least this many FLOPs of products (matmuls, convolutions), or the program

@@ -279,6 +279,12 @@ def product_flops(module: ModuleOp) -> int:
     return total
 
 
+def constant_bytes(module: ModuleOp) -> int:
+    """The bytes of `module`'s constants (a model's weights): each piece reads all of them."""
+    return sum(math.prod(_shape(op.result)) * op.result.type.get_element_type().bitwidth // 8
+               for op in module.walk() if isinstance(op, tape.ConstantOp))
+
+
 def split(module: ModuleOp, pieces: int) -> Split | None:
     """The function of `module` as `pieces` equal pieces of its batch (one per thread: fewer
     would leave threads idle), for the largest batch size among its inputs' that `pieces`
