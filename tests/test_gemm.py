@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -441,10 +442,10 @@ def test_kernels_load_in_a_thread_of_their_own_where_there_is_a_second_core(core
     """With two cores the kernels a program calls are compiled in a thread while the passes
     after tape-to-loops run (the profile says so); with one, in line as before. Either way the
     program computes what the interpreter does."""
-    from tapeml.codegen import cpu, get_backend
+    from tapeml.codegen import get_backend
 
     _fresh_kernels(monkeypatch)
-    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
     step, args = _mlp_step()
     program = tapeml.trace(step, *args)
     with tapeml.profile() as stages:
@@ -466,13 +467,13 @@ def test_a_kernel_the_thread_could_not_load_is_loaded_again_in_line(monkeypatch)
     from tapeml.codegen import cpu, get_backend
 
     _fresh_kernels(monkeypatch)
-    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     real = cpu.load_kernel
 
-    def failing_in_the_thread(v):
+    def failing_in_the_thread(v, in_worker=False):
         if threading.current_thread().name == "tapeml-kernels":
             raise MemoryError("no room in the thread")
-        return real(v)
+        return real(v, in_worker)
 
     monkeypatch.setattr(cpu, "load_kernel", failing_in_the_thread)
     step, args = _mlp_step()

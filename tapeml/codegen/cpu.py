@@ -14,13 +14,12 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import json
-import os
 import re
 import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -34,10 +33,11 @@ from xdsl.dialects import func, llvm
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target as XTarget
 
-from tapeml.codegen import data, disk_cache, marks, pool, split
+from tapeml.codegen import data, disk_cache, llvm_worker, marks, pool, split
 from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.gemm import Target, Variant, caller, host_threads, kernel, variant
-from tapeml.codegen.gemm.target import compiled_for_threads
+from tapeml.codegen.gemm.target import compiled_for_threads, cores
+from tapeml.codegen.llvm_worker import target_machine
 from tapeml.codegen.stages import Stages, run_pipeline
 from tapeml.dialects import kernel as kernel_dialect
 from tapeml.dialects.kernel import GemmSpec, declared_kernels
@@ -50,23 +50,6 @@ from tapeml.transforms.to_llvm import SYMBOL_PREFIX
 from tapeml.transforms.to_loops import PROFILE_ATTR
 
 _LLVM_LOCK = threading.Lock()  # compiling with llvmlite is not thread-safe; running is
-_INITIALIZED = False
-
-
-def target_machine() -> llvm_binding.TargetMachine:
-    """A new machine for this CPU and all its features (AVX-512 where there is one), O3.
-    A new one each time: an MCJIT engine takes ownership of the machine it is given."""
-    global _INITIALIZED
-    if not _INITIALIZED:
-        llvm_binding.initialize_native_target()
-        llvm_binding.initialize_native_asmprinter()
-        llvm_binding.set_option("tapeml", f"-unroll-full-max-count={FULL_UNROLL}")
-        _INITIALIZED = True
-    return llvm_binding.Target.from_default_triple().create_target_machine(
-        cpu=llvm_binding.get_host_cpu_name(),
-        features=llvm_binding.get_host_cpu_features().flatten(), opt=3, jit=True)
-
-
 def optimize(module: Any, machine: llvm_binding.TargetMachine, detached: Sequence[str] = ()
              ) -> tuple[str, Any]:
     """An llvm-dialect module as LLVM IR text, and parsed, verified and optimized (at
@@ -139,42 +122,34 @@ def _callees(parsed: Any) -> Iterator[str]:
                     yield list(instruction.operands)[-1].name
 
 
-FULL_UNROLL = 4
-"""The most iterations LLVM unrolls a loop of known trip count into straight code (an LLVM
-option, so for this process's LLVM). Its default follows a size threshold alone, so a loop
-becomes straight code once its trip count shrinks: the GPT step at batch 8 had 14161 LLVM
-instructions after O2 against 8942 at batch 16, and compiled in 2.9-3.6 s against 2.0-2.6 s
-with this bound (8675); W4's step ran 14-17 against 17-19.5 ms (four alternating process
-pairs, one core), W3's and the GPT step's within noise."""
 PROGRAM_LEVEL = 2
 """LLVM's level for the program (its loops; the kernels have their own). One-process A/Bs
 here: the W4 step ran 12% faster at O2 than at O3 (17.5-18.7 against 20.0-21.4 ms, and
 15.3 against 16.9 ms on two threads), W3's the same; O1 was in between."""
-KERNEL_LEVEL = 2
-"""LLVM's level for the generated GEMM kernels. Their IR is already what the machine should
-run (packed loops, an explicit micro-kernel), and O3 ran them no faster than O2 here (W3's
-and W4's steps within noise, interleaved in one process) while taking ~0.25 s longer over
-W3's eight kernels in a fresh process (1.60 -> 1.35-1.40 s first call)."""
+KERNEL_PASSES = ("instruction_combine", "simplify_cfg", "loop_simplify", "loop_rotate",
+                 "new_gvn", "instruction_combine", "loop_unroll", "instruction_combine",
+                 "simplify_cfg", "aggressive_dce")
+"""LLVM's passes for the generated GEMM kernels. Their IR is already what the machine should
+run (an explicit micro-kernel, packing loops): what it needs of LLVM is clean-up and the
+packing loops unrolled. W3's kernel compiled in 0.24 s this way against 0.36 s at LLVM's O2
+(O3: slower still, and no faster code), and W2 (n=512, 1024), W3 and W4 ran the same in
+alternating processes (W3 8.61-8.98 ms either way); with the clean-up alone (no unrolling)
+it compiled in 0.14 s but W3 ran 3-5% slower: its packing loops moved an element per turn."""
 _KERNELS: dict[str, Any] = {}  # kernel symbol -> the engine that holds it (published)
 _KERNELS_LOCK = threading.Lock()
 
 
 def kernel_ir(v: Variant, machine: llvm_binding.TargetMachine, optimized: bool = True) -> Any:
-    """The shape-generic kernel `v`, parsed (and optimized at KERNEL_LEVEL)."""
-    parsed = llvm_binding.parse_assembly(kernel(v))
-    parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
-    parsed.verify()
-    if optimized:
-        passes = llvm_binding.create_pass_builder(
-            machine, llvm_binding.create_pipeline_tuning_options(speed_level=KERNEL_LEVEL))
-        passes.getModulePassManager().run(parsed, passes)
-    return parsed
+    """The shape-generic kernel `v`, parsed (and optimized by KERNEL_PASSES)."""
+    return llvm_worker.optimized(kernel(v), machine, KERNEL_PASSES if optimized else None)
 
 
-def cached_engine(what: str, source: str, build: Any, symbol: str) -> tuple[Any, str]:
-    """An MCJIT engine defining `symbol`, and where it came from ("disk cache", "compiled"):
-    its object code from the disk cache (keyed by `what`, `source` and the machine), else
-    compiled from `build(machine)` (the module parsed and optimized) and stored there."""
+def cached_engine(what: str, source: str, build: Any, symbol: str,
+                  elsewhere: Callable[[], bytes | None] | None = None) -> tuple[Any, str]:
+    """An MCJIT engine defining `symbol`, and where it came from ("disk cache", "compiled",
+    "compiled in a worker process"): its object code from the disk cache (keyed by `what`,
+    `source` and the machine), else from `elsewhere()` where that makes it, else compiled
+    here from `build(machine)` (the module parsed and optimized); stored in the cache."""
     cache = disk_cache.default()
     key = disk_cache.key(what, source, *machine_key()) if cache is not None else ""
     payload = cache.get(key) if cache is not None else None
@@ -183,15 +158,15 @@ def cached_engine(what: str, source: str, build: Any, symbol: str) -> tuple[Any,
         return engine, "disk cache"
     if payload is not None and cache is not None:  # whole, but not this symbol's
         cache.discard(key)
-    machine = target_machine()
-    engine = llvm_binding.create_mcjit_compiler(build(machine), machine)
-    objects: list[bytes] = []
+    code = elsewhere() if elsewhere is not None else None
+    origin = "compiled" if code is None else "compiled in a worker process"
+    if code is None:
+        machine = target_machine()
+        code = bytes(machine.emit_object(build(machine)))
+    engine = _object_engine(code)
     if cache is not None:
-        engine.set_object_cache(lambda _, code: objects.append(bytes(code)))
-    engine.finalize_object()
-    if cache is not None and len(objects) == 1:
-        cache.put(key, objects[0])
-    return engine, "compiled"
+        cache.put(key, code)
+    return engine, origin
 
 
 def load_pool() -> int:
@@ -202,17 +177,20 @@ def load_pool() -> int:
                                            "tapeml_parallel_for")[0])
 
 
-def load_kernel(v: Variant) -> str:
+def load_kernel(v: Variant, in_worker: bool = False) -> str:
     """Make the kernel `v` callable from every program MCJIT links from now on: compiled once
-    per process in an engine of its own (or its object code loaded from the disk cache, where
-    it is stored once compiled) and its symbol published; where it came from ("loaded": this
-    process had it)."""
+    per process (`in_worker`: by llvm_worker's process, where it can be) and loaded in an
+    engine of its own (or its object code loaded from the disk cache, where it is stored once
+    compiled) and its symbol published; where it came from ("loaded": this process had it)."""
     with _KERNELS_LOCK:
         if v.symbol in _KERNELS:
             return "loaded"
         load_pool()  # the kernel's threads are the pool's
-        engine, origin = cached_engine("gemm kernel", f"{kernel(v)}\nO{KERNEL_LEVEL}",
-                                       lambda machine: kernel_ir(v, machine), v.symbol)
+        text = kernel(v)
+        engine, origin = cached_engine(
+            "gemm kernel", f"{text}\n{llvm_worker.spelled(KERNEL_PASSES)}",
+            lambda machine: kernel_ir(v, machine), v.symbol,
+            (lambda: llvm_worker.in_worker(text, KERNEL_PASSES)) if in_worker else None)
         for symbol in (v.symbol, f"{v.symbol}.prepack_a", f"{v.symbol}.prepack_b"):
             llvm_binding.add_symbol(symbol, engine.get_function_address(symbol))
         _KERNELS[v.symbol] = engine
@@ -220,10 +198,11 @@ def load_kernel(v: Variant) -> str:
 
 
 class Prefetch:
-    """The GEMM kernels a lowered module's kernel.gemm ops call, loaded (load_kernel) in a
-    thread of its own while the passes after tape-to-loops run in the caller's: LLVM's work
-    there, Python's here (llvmlite lets go of the GIL in LLVM, and takes a lock of its own, so
-    the two overlap only where there is a second core to run on; with one, nothing starts)."""
+    """The GEMM kernels a lowered module's kernel.gemm ops call, loaded (load_kernel) by a
+    thread of its own while the passes after tape-to-loops run in the caller's, and compiled
+    by llvm_worker's process: llvmlite runs one LLVM call at a time in a process, so a kernel
+    compiled here would hold up the program's own LLVM work. Only where there is a second core
+    to run on; with one, nothing starts (link_kernels compiles them in line)."""
 
     def __init__(self, module: Any) -> None:
         self.origins: dict[str, str] = {}
@@ -233,8 +212,7 @@ class Prefetch:
                            if isinstance(op, kernel_dialect.GemmOp)}, key=lambda v: v.symbol)
         variants = [v for v in variants if v.symbol not in _KERNELS]  # (not loaded yet)
         self.thread = None
-        if variants and len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity")
-                            else range(os.cpu_count() or 1)) > 1:
+        if variants and cores() > 1:
             self.thread = threading.Thread(target=self._load, args=(variants,), daemon=True,
                                            name="tapeml-kernels")
             self.thread.start()
@@ -242,7 +220,7 @@ class Prefetch:
     def _load(self, variants: list[Variant]) -> None:
         for v in variants:
             try:
-                self.origins[v.symbol] = load_kernel(v)
+                self.origins[v.symbol] = load_kernel(v, in_worker=True)
             except Exception:  # noqa: BLE001 (link_kernels loads it again, and says why not)
                 return
 
@@ -267,13 +245,14 @@ def caller_module(spec: GemmSpec, machine: llvm_binding.TargetMachine, load: boo
 
 def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
                  standalone: bool = False, optimized: bool = True,
-                 prefetched: dict[str, str] | None = None) -> tuple[list[str], list[Variant]]:
+                 prefetched: dict[str, str] | None = None, since: float | None = None
+                 ) -> tuple[list[str], list[Variant]]:
     """Link into `parsed` (the llvm-dialect `module` as LLVM IR) the caller of every GEMM
     `module` declares, from the spec on its declaration, each kernel they call loaded
-    (load_kernel; `prefetched`: where a Prefetch found those it loaded), or, `standalone`,
-    linked in too (as the CLI prints it; `optimized` or not); the callers' names and the
-    kernels."""
-    started = time.perf_counter()
+    (load_kernel; `prefetched`: where a Prefetch found those it loaded, waited for `since`),
+    or, `standalone`, linked in too (as the CLI prints it; `optimized` or not); the callers'
+    names and the kernels."""
+    started = time.perf_counter() if since is None else since
     host = Target.host()
     kernels = declared_kernels(module)
     variants = sorted({variant(spec, host) for spec in kernels.values()},
@@ -288,7 +267,8 @@ def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
     if variants and profiling():
         record("GEMM kernels", len(variants), started,
                f"(kernels) called by {len(kernels)} shapes"
-               + (", loaded in a thread of their own during the passes above"
+               + (", loaded in a thread of their own during the passes above (the time: "
+                  "what was left to wait for)"
                   if any(origin != "loaded" for origin in found.values()) else "")
                + "; " + ", ".join(f"{count} {origin}"
                                   for origin, count in sorted(origins.items())))
@@ -529,6 +509,8 @@ class CPUBackend:
                  profile: bool = False) -> tuple[Native, bytes | None]:
         """Compiled through the pipeline; with the object code MCJIT made, if asked for."""
         keep = kept.keep
+        if cores() > 1:  # ready by the time tape-to-loops has found the kernels (Prefetch)
+            llvm_worker.start()
         prefetch: list[Prefetch] = []
         labels: list[str] = []
 
@@ -550,8 +532,10 @@ class CPUBackend:
             ir_text, parsed = optimize(module, machine, list(detached))
             if profiling():
                 record("LLVM O2", _instructions(parsed), started, "(LLVM instructions)")
+            waited = time.perf_counter()
             prefetched = prefetch[0].join() if prefetch else {}
-            kernels, variants = link_kernels(module, parsed, machine, prefetched=prefetched)
+            kernels, variants = link_kernels(module, parsed, machine, prefetched=prefetched,
+                                             since=waited)
             keep("llvm ir", lambda: ir_text)
             keep("optimized llvm ir", lambda: str(parsed))
             keep("assembly", lambda: machine.emit_assembly(parsed))

@@ -1,0 +1,210 @@
+"""LLVM for this CPU (`target_machine`, `optimized`, `object_code`), and a worker process that
+compiles beside this one (`in_worker`).
+
+llvmlite runs every call into LLVM under one lock for the whole process, so a thread compiling a
+GEMM kernel while the program's own module is optimized only takes turns with it: W3's first
+call spent 0.53 s waiting for its kernel with a second core idle. A process has an LLVM of its
+own; the kernels go there (cpu.Prefetch) when this process may run on more than one core.
+
+    the worker   this file run as a script (`python llvm_worker.py`): it imports llvmlite and
+                 the standard library, nothing of tapeml's, so it is ready in about 0.1 s.
+                 Started by the first request and kept for the life of the process (a process
+                 forked from this one starts its own); it exits when its stdin closes
+    a request    "<QQ": the lengths of the passes (`optimized`'s, as text) and of the module's
+                 LLVM IR; the two
+    the answer   "<?Q": ok, the length; the object code, or what LLVM said was wrong
+    failure      a worker that cannot start, answers an error, or dies: `in_worker` returns
+                 None and the caller compiles in this process (where an error is raised as
+                 it always was); after a worker dies no other is started
+
+Both sides make the code with the same functions below, the same LLVM and the same options, so
+the object code is the same bytes either way (tests/test_llvm_worker.py).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import struct
+import subprocess
+import sys
+import threading
+from typing import IO, Any
+
+import llvmlite.binding as llvm_binding
+
+FULL_UNROLL = 4
+"""The most iterations LLVM unrolls a loop of known trip count into straight code (an LLVM
+option, so for this process's LLVM). Its default follows a size threshold alone, so a loop
+becomes straight code once its trip count shrinks: the GPT step at batch 8 had 14161 LLVM
+instructions after O2 against 8942 at batch 16, and compiled in 2.9-3.6 s against 2.0-2.6 s
+with this bound (8675); W4's step ran 14-17 against 17-19.5 ms (four alternating process
+pairs, one core), W3's and the GPT step's within noise."""
+
+_REQUEST = struct.Struct("<QQ")
+_ANSWER = struct.Struct("<?Q")
+_INITIALIZED = False
+
+
+def target_machine() -> llvm_binding.TargetMachine:
+    """A new machine for this CPU and all its features (AVX-512 where there is one), O3.
+    A new one each time: an MCJIT engine takes ownership of the machine it is given."""
+    global _INITIALIZED
+    if not _INITIALIZED:
+        llvm_binding.initialize_native_target()
+        llvm_binding.initialize_native_asmprinter()
+        llvm_binding.set_option("tapeml", f"-unroll-full-max-count={FULL_UNROLL}")
+        _INITIALIZED = True
+    return llvm_binding.Target.from_default_triple().create_target_machine(
+        cpu=llvm_binding.get_host_cpu_name(),
+        features=llvm_binding.get_host_cpu_features().flatten(), opt=3, jit=True)
+
+
+Passes = int | tuple[str, ...] | None
+"""How a module is optimized: at one of LLVM's levels (0-3), by the passes named (llvmlite's
+`add_<name>_pass` of a module pass manager, in order), or not at all."""
+
+
+def optimized(text: str, machine: llvm_binding.TargetMachine, passes: Passes
+              ) -> llvm_binding.ModuleRef:
+    """The module `text` parsed for `machine`, verified, and optimized by `passes`."""
+    parsed = llvm_binding.parse_assembly(text)
+    parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
+    parsed.verify()
+    if passes is None:
+        return parsed
+    builder = llvm_binding.create_pass_builder(
+        machine, llvm_binding.create_pipeline_tuning_options(
+            speed_level=passes if isinstance(passes, int) else 0))
+    if isinstance(passes, int):
+        builder.getModulePassManager().run(parsed, builder)
+        return parsed
+    manager = llvm_binding.create_new_module_pass_manager()
+    for name in passes:
+        getattr(manager, f"add_{name}_pass")()
+    manager.run(parsed, builder)
+    return parsed
+
+
+def spelled(passes: Passes) -> str:
+    """`passes` as text (what a request carries, and a cache key): "O2", "a,b", or ""."""
+    if passes is None:
+        return ""
+    return f"O{passes}" if isinstance(passes, int) else ",".join(passes)
+
+
+def _read_passes(text: str) -> Passes:
+    if not text:
+        return None
+    return int(text[1:]) if text[0] == "O" else tuple(text.split(","))
+
+
+def object_code(text: str, passes: Passes) -> bytes:
+    """The object code of the module `text` optimized by `passes`, for this CPU."""
+    machine = target_machine()
+    return bytes(machine.emit_object(optimized(text, machine, passes)))
+
+
+_LOCK = threading.Lock()
+_WORKER: subprocess.Popen | None = None
+_OWNER = 0  # the process that started _WORKER (a fork inherits the object, not the worker)
+_DEAD = False
+
+
+def start() -> None:
+    """Start the worker now (if it is not running), to have it ready when asked."""
+    with _LOCK:
+        _worker()
+
+
+def in_worker(text: str, passes: Passes) -> bytes | None:
+    """`object_code(text, passes)` made by the worker process, or None where it cannot be."""
+    global _DEAD
+    with _LOCK:
+        worker = _worker()
+        if worker is None:
+            return None
+        try:
+            how, data = spelled(passes).encode(), text.encode()
+            worker.stdin.write(_REQUEST.pack(len(how), len(data)) + how)
+            worker.stdin.write(data)
+            worker.stdin.flush()
+            ok, size = _ANSWER.unpack(_read(worker.stdout, _ANSWER.size))
+            payload = _read(worker.stdout, size)
+        except (OSError, EOFError, struct.error):
+            _DEAD = True
+            _stop(worker, at_once=True)
+            return None
+        return payload if ok else None
+
+
+def _worker() -> subprocess.Popen | None:
+    """This process's worker (started if need be), or None where there is none to be had."""
+    global _WORKER, _OWNER, _DEAD
+    if not _DEAD and (_WORKER is None or os.getpid() != _OWNER):
+        try:
+            _WORKER, _OWNER = _start(), os.getpid()
+        except OSError:
+            _DEAD = True
+    return None if _DEAD else _WORKER
+
+
+def _start() -> subprocess.Popen:
+    llvmlite_home = os.path.dirname(os.path.dirname(os.path.dirname(llvm_binding.__file__)))
+    path = os.pathsep.join([llvmlite_home, *filter(None, [os.environ.get("PYTHONPATH")])])
+    worker = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": path})
+    atexit.register(_stop, worker)
+    return worker
+
+
+def _stop(worker: subprocess.Popen, at_once: bool = False) -> None:
+    """Close the worker's input (it exits), or kill it `at_once` or if it has not exited in 5
+    s; its pipes closed. Only in the process that started it (not in a fork of that one)."""
+    if os.getpid() != _OWNER:
+        return
+    if at_once:
+        worker.kill()
+    for pipe in (worker.stdin, worker.stdout):
+        with contextlib.suppress(OSError):
+            pipe.close()
+    try:
+        worker.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+
+
+def _read(stream: IO[bytes], size: int) -> bytes:
+    data = stream.read(size)
+    if data is None or len(data) != size:
+        raise EOFError("the LLVM worker process ended")
+    return data
+
+
+def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
+    """The worker: requests in, answers out, until its input ends."""
+    while True:
+        head = requests.read(_REQUEST.size)
+        if len(head) < _REQUEST.size:
+            return
+        how, size = _REQUEST.unpack(head)
+        passes = _read_passes(_read(requests, how).decode())
+        text = _read(requests, size).decode()
+        try:
+            ok, payload = True, object_code(text, passes)
+        except Exception as error:  # noqa: BLE001 (said to the caller, which compiles it itself)
+            ok, payload = False, str(error).encode()
+        answers.write(_ANSWER.pack(ok, len(payload)))
+        answers.write(payload)
+        answers.flush()
+
+
+def _main() -> Any:
+    _serve(sys.stdin.buffer, sys.stdout.buffer)
+
+
+if __name__ == "__main__":
+    _main()
