@@ -96,3 +96,81 @@ def test_the_worker_exits_when_its_input_closes():
     worker = llvm_worker._start()
     worker.stdin.close()
     assert worker.wait(timeout=30) == 0
+
+
+def _layers_step():
+    """A step with repeated layers: merge-loop-nests keeps their loop nests out of line."""
+    import numpy as np
+
+    import tapeml
+    from tapeml import nn, ops
+
+    rng = np.random.default_rng(5)
+    params = {f"l{i}": nn.linear_init(rng, 24, 24) for i in range(4)}
+    x = rng.standard_normal((20, 24)).astype(np.float32)
+    x[0, :3] = [np.nan, np.inf, -0.0]
+
+    def loss(p, x):
+        for i in range(4):
+            x = ops.tanh(nn.linear(p[f"l{i}"], x))
+        return ops.sum(x * x)
+
+    return tapeml.value_and_grad(loss), (params, x)
+
+
+def _compiled(monkeypatch, cores: int, **settings):
+    import tapeml
+    from tapeml.codegen import get_backend
+    from tapeml.tracing.pytree import flatten
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    for name, value in settings.items():
+        monkeypatch.setattr(cpu, name, value)
+    step, args = _layers_step()
+    with tapeml.profile() as stages:
+        native = get_backend("cpu").compile(tapeml.trace(step, *args).module)
+    details = [s.detail for s in stages if s.name == "LLVM O2"]  # (none: from the cache)
+    return native, native(*flatten(args)[0]), "".join(details)
+
+
+def _same_bits(a, b) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+
+def test_a_program_shared_with_the_worker_computes_the_same_bits(own_worker, monkeypatch):
+    """Half the out-of-line functions compiled by the worker, the rest here, linked: the
+    program's bits are those of the whole module compiled here (NaN, inf and -0 inputs)."""
+    monkeypatch.setenv("TAPEML_CACHE", "0")
+    _, whole, detail = _compiled(monkeypatch, 1)
+    assert "worker" not in detail
+    _, shared, detail = _compiled(monkeypatch, 2, SHARE_LINES=0)
+    assert "in a worker process meanwhile" in detail
+    _same_bits(whole, shared)
+
+
+def test_a_share_the_worker_cannot_compile_is_compiled_here(own_worker, monkeypatch):
+    monkeypatch.setenv("TAPEML_CACHE", "0")
+    _, whole, _ = _compiled(monkeypatch, 1)
+    monkeypatch.setattr(llvm_worker, "in_worker", lambda *args: None)
+    _, shared, detail = _compiled(monkeypatch, 2, SHARE_LINES=0)
+    assert "in a worker process meanwhile" in detail
+    _same_bits(whole, shared)
+
+
+def test_a_shared_program_from_the_disk_cache(own_worker, monkeypatch, tmp_path):
+    """Its two objects stored in one entry, loaded into one engine: the same bits."""
+    monkeypatch.setenv("TAPEML_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TAPEML_CACHE", "1")
+    compiled, first, detail = _compiled(monkeypatch, 2, SHARE_LINES=0)
+    assert compiled.origin == "compiled" and "in a worker process meanwhile" in detail
+    loaded, again, _ = _compiled(monkeypatch, 2, SHARE_LINES=0)
+    assert loaded.origin == "disk cache"
+    _same_bits(first, again)
+
+
+def test_function_lines_reads_quoted_and_plain_names():
+    text = ('define void @"tapeml.f"(ptr %a) #0 {\nentry:\n  ret void\n}\n'
+            'define internal i64 @g.1(i64 %x) {\n  %y = add i64 %x, 1\n  ret i64 %y\n}\n')
+    assert cpu._function_lines(text) == {"tapeml.f": 2, "g.1": 2}

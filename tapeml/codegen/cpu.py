@@ -50,10 +50,27 @@ from tapeml.transforms.to_llvm import SYMBOL_PREFIX
 from tapeml.transforms.to_loops import PROFILE_ATTR
 
 _LLVM_LOCK = threading.Lock()  # compiling with llvmlite is not thread-safe; running is
+
+
 def optimize(module: Any, machine: llvm_binding.TargetMachine, detached: Sequence[str] = ()
              ) -> tuple[str, Any]:
     """An llvm-dialect module as LLVM IR text, and parsed, verified and optimized (at
     PROGRAM_LEVEL); the globals data.detach made pointers, `detached`, null."""
+    text, parsed = lowered(module, machine, detached)
+    optimize_program(parsed, machine)
+    return text, parsed
+
+
+def optimize_program(parsed: Any, machine: llvm_binding.TargetMachine) -> None:
+    passes = llvm_binding.create_pass_builder(
+        machine, llvm_binding.create_pipeline_tuning_options(speed_level=PROGRAM_LEVEL))
+    passes.getModulePassManager().run(parsed, passes)
+
+
+def lowered(module: Any, machine: llvm_binding.TargetMachine, detached: Sequence[str] = ()
+            ) -> tuple[str, Any]:
+    """`optimize`'s module before LLVM's passes: its text, and parsed, verified, its repeated
+    loop nests merged (merge_loop_nests)."""
     ir_module = convert_module(module, fallback_target_triple=machine.triple)
     ir_module.data_layout = str(machine.target_data)
     data.initialize(ir_module, list(detached))
@@ -72,9 +89,6 @@ def optimize(module: Any, machine: llvm_binding.TargetMachine, detached: Sequenc
     parsed = llvm_binding.parse_assembly(text)
     parsed.verify()
     merge_loop_nests(parsed, machine)
-    passes = llvm_binding.create_pass_builder(
-        machine, llvm_binding.create_pipeline_tuning_options(speed_level=PROGRAM_LEVEL))
-    passes.getModulePassManager().run(parsed, passes)
     return text, parsed
 
 
@@ -231,6 +245,81 @@ class Prefetch:
         return self.origins
 
 
+SHARE_LINES = 2000
+"""A program whose LLVM IR has at least this many lines (before merge-loop-nests), compiled
+in a process with a second core, has about half of its out-of-line functions (a model's
+merged layers, thread-pool parts) optimized and compiled by llvm_worker's process meanwhile
+(`Share`). The GPT step of bench/ (2 layers, 8,500 LLVM instructions after O2): LLVM O2 and
+the machine code 1.1-1.2 s -> the program's half, 0.26 s + 0.30 s, beside the worker's
+0.41 s. W3's step (2,000) is left whole: the text and a second parse would cost more than
+they save."""
+
+
+class Share:
+    """About half a program's out-of-line functions, optimized and compiled by llvm_worker's
+    process while this one does the rest (llvm_worker.compile_only on both sides). Only
+    functions already kept out of line (noinline) go, so what LLVM inlines here is what it
+    inlined before; the functions and globals either side calls or reads are made external
+    (their objects are linked into one engine)."""
+
+    def __init__(self, parsed: Any, names: list[str], text: str) -> None:
+        self.names, self.text = names, text
+        self.code: bytes | None = None
+        keep = [f.name for f in parsed.functions if not f.is_declaration and f.name not in names]
+        llvm_worker.compile_only(parsed, keep, globals_too=False)
+        self.thread = threading.Thread(target=self._compile, daemon=True,
+                                       name="tapeml-share")
+        self.thread.start()
+
+    def _compile(self) -> None:
+        self.code = llvm_worker.in_worker(self.text, PROGRAM_LEVEL, self.names)
+
+    def join(self) -> bytes:
+        """The worker's object code (or, where it could not make it, this process's)."""
+        self.thread.join()
+        if self.code is None:
+            self.code = llvm_worker.object_code(self.text, PROGRAM_LEVEL, self.names)
+        return self.code
+
+    @staticmethod
+    def start(parsed: Any, entry: str, lines: int) -> Share | None:
+        """A Share of `parsed` (whose entry point is `entry`), where the program is large
+        enough (`lines` of LLVM IR: SHARE_LINES) and has out-of-line functions to share."""
+        if lines < SHARE_LINES:
+            return None
+        outlined = [f for f in parsed.functions if not f.is_declaration and f.name != entry
+                    and b"noinline" in list(f.attributes)]
+        if not outlined:
+            return None
+        for value in (*parsed.functions, *parsed.global_variables):
+            if not value.is_declaration and value.linkage.name in ("internal", "private"):
+                value.linkage = "external"
+        text = str(parsed)
+        sizes = _function_lines(text)
+        half, names, taken = sum(sizes.values()) // 2, [], 0
+        for f in sorted(outlined, key=lambda f: -sizes.get(f.name, 0)):
+            if taken + sizes.get(f.name, 0) <= half:
+                names.append(f.name)
+                taken += sizes.get(f.name, 0)
+        return Share(parsed, names, text) if names else None
+
+
+def _function_lines(text: str) -> dict[str, int]:
+    """The lines of each function defined in the LLVM IR `text`, by name."""
+    sizes: dict[str, int] = {}
+    name, count = None, 0
+    for line in text.splitlines():
+        if line.startswith("define "):
+            match = re.search(r'@("(?:[^"]|\\")*"|[\w.$-]+)\(', line)
+            name, count = (match.group(1).strip('"') if match else None), 0
+        elif line.startswith("}") and name is not None:
+            sizes[name] = count
+            name = None
+        elif name is not None:
+            count += 1
+    return sizes
+
+
 def caller_module(spec: GemmSpec, machine: llvm_binding.TargetMachine, load: bool = True
                   ) -> Any:
     """The module defining `spec.symbol(A, B, C)` (the call of its kernel with its plan and its
@@ -282,13 +371,15 @@ def machine_key() -> tuple[str, ...]:
             f"llvmlite {llvmlite.__version__} llvm {llvm_binding.llvm_version_info}")
 
 
-def _object_engine(object_code: bytes) -> Any:
-    """A new engine holding `object_code`, linked (its external symbols resolved)."""
+def _object_engine(*objects: bytes) -> Any:
+    """A new engine holding the object code `objects`, linked (their external symbols
+    resolved, among them and outside)."""
     machine = target_machine()
     empty = llvm_binding.parse_assembly("")
     empty.triple, empty.data_layout = machine.triple, str(machine.target_data)
     engine = llvm_binding.create_mcjit_compiler(empty, machine)
-    engine.add_object_file(llvm_binding.ObjectFileRef.from_data(object_code))
+    for code in objects:
+        engine.add_object_file(llvm_binding.ObjectFileRef.from_data(code))
     engine.finalize_object()
     return engine
 
@@ -484,16 +575,15 @@ class CPUBackend:
                 return loaded
             if payload is not None:  # whole, but not a program of this name: never trusted
                 cache.discard(key)
-        native, object_code = self._compile(module, name, inputs, outputs, threads,
-                                            Stages(stages), keep_object=cache is not None,
-                                            profile=profile)
-        if cache is not None and object_code is not None:
+        native, objects = self._compile(module, name, inputs, outputs, threads,
+                                        Stages(stages), profile=profile)
+        if cache is not None:
             started = time.perf_counter()
             cache.put(key, _pack({"name": name, "arena_bytes": native.arena_bytes,
                                   "kernels": native.kernels,
                                   "variants": [dataclasses.astuple(v) for v in native.variants],
                                   "data": data.store(cache, native.data)},
-                                 object_code))
+                                 objects))
             record("disk cache: stored", None, started, str(cache.path(key)))
         return native
 
@@ -505,9 +595,10 @@ class CPUBackend:
             disk_cache.sources_digest(), f"xdsl {xdsl_version}", *machine_key())
 
     def _compile(self, module: ModuleOp, name: str, inputs: list[Argument],
-                 outputs: list[Argument], threads: int, kept: Stages, keep_object: bool,
-                 profile: bool = False) -> tuple[Native, bytes | None]:
-        """Compiled through the pipeline; with the object code MCJIT made, if asked for."""
+                 outputs: list[Argument], threads: int, kept: Stages,
+                 profile: bool = False) -> tuple[Native, list[bytes]]:
+        """Compiled through the pipeline; with its object code (the program's, then the
+        share a worker process compiled, if any: Share)."""
         keep = kept.keep
         if cores() > 1:  # ready by the time tape-to-loops has found the kernels (Prefetch)
             llvm_worker.start()
@@ -524,14 +615,18 @@ class CPUBackend:
             module, cpu_pipeline(self.fuse, self.libm, threads, profile=profile,
                                  weight_runs=Target.host().weight_runs), kept, after)
         arena_bytes = reports["plan-arena"].sizes[name]
-        objects: list[bytes] = []
         detached = data.detach(module)
         with _LLVM_LOCK:
             started = time.perf_counter()
             machine = target_machine()
-            ir_text, parsed = optimize(module, machine, list(detached))
+            ir_text, parsed = lowered(module, machine, list(detached))
+            share = (Share.start(parsed, SYMBOL_PREFIX + name, ir_text.count("\n"))
+                     if cores() > 1 and not (kept.wanted or profile) else None)
+            optimize_program(parsed, machine)
             if profiling():
-                record("LLVM O2", _instructions(parsed), started, "(LLVM instructions)")
+                record("LLVM O2", _instructions(parsed), started, "(LLVM instructions)" + (
+                    f"; {len(share.names)} out-of-line functions in a worker process meanwhile"
+                    if share is not None else ""))
             waited = time.perf_counter()
             prefetched = prefetch[0].join() if prefetch else {}
             kernels, variants = link_kernels(module, parsed, machine, prefetched=prefetched,
@@ -543,10 +638,10 @@ class CPUBackend:
             load_pool()  # tapeml_parallel_for, for the programs that call it
             if profile:
                 marks.load(target_machine())  # tapeml_profile_mark, what kernel.mark calls
-            engine = llvm_binding.create_mcjit_compiler(parsed, machine)
-            if keep_object:  # the object code MCJIT makes, as it makes it (no second codegen)
-                engine.set_object_cache(lambda _, code: objects.append(bytes(code)))
-            engine.finalize_object()
+            objects = [bytes(machine.emit_object(parsed))]
+            if share is not None:
+                objects.append(share.join())
+            engine = _object_engine(*objects)
             address = engine.get_function_address(SYMBOL_PREFIX + name)
             scratch = bind_scratch(engine, kernels)
             bound = data.bind(engine, detached)
@@ -555,7 +650,7 @@ class CPUBackend:
                         arena_bytes, scratch, kernels, variants, kept.texts, data=detached,
                         bound=bound)
         native.profile_labels = labels if profile else None
-        return native, objects[0] if len(objects) == 1 else None
+        return native, objects
 
 
 def _profile_labels(module: ModuleOp, name: str) -> list[str]:
@@ -569,10 +664,11 @@ def _entry(address: int, inputs: list[Argument], outputs: list[Argument]) -> Any
     return c_type(address)
 
 
-def _pack(meta: dict[str, Any], object_code: bytes) -> bytes:
-    """A cache entry's payload: its metadata as JSON, length-prefixed, then the object code."""
-    text = json.dumps(meta).encode()
-    return struct.pack("<Q", len(text)) + text + object_code
+def _pack(meta: dict[str, Any], objects: list[bytes]) -> bytes:
+    """A cache entry's payload: its metadata as JSON (with the objects' lengths),
+    length-prefixed, then the object code, one object after another."""
+    text = json.dumps({**meta, "objects": [len(code) for code in objects]}).encode()
+    return struct.pack("<Q", len(text)) + text + b"".join(objects)
 
 
 def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argument],
@@ -586,8 +682,13 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
         return None
     if not isinstance(meta, dict) or meta.get("name") != name:
         return None
-    object_code = payload[8 + length:]
     try:
+        objects, start = [], 8 + length
+        for size in meta["objects"]:
+            objects.append(payload[start:start + int(size)])
+            start += int(size)
+        if start != len(payload):
+            return None
         variants = [Variant(*fields) for fields in meta["variants"]]
         kernels = [str(symbol) for symbol in meta["kernels"]]
         arena_bytes = int(meta["arena_bytes"])
@@ -601,7 +702,7 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
         load_pool()  # tapeml_parallel_for, for the programs that call it
         for v in variants:  # before the program's calls of them are resolved
             load_kernel(v)
-        engine = _object_engine(object_code)
+        engine = _object_engine(*objects)
         address = engine.get_function_address(SYMBOL_PREFIX + name)
         if not address:
             return None

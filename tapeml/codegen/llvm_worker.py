@@ -10,8 +10,9 @@ own; the kernels go there (cpu.Prefetch) when this process may run on more than 
                  the standard library, nothing of tapeml's, so it is ready in about 0.1 s.
                  Started by the first request and kept for the life of the process (a process
                  forked from this one starts its own); it exits when its stdin closes
-    a request    "<QQ": the lengths of the passes (`optimized`'s, as text) and of the module's
-                 LLVM IR; the two
+    a request    "<QQQ": the lengths of the passes (`optimized`'s, as text), of the functions
+                 to compile (`only`: "=" and their names, comma-separated; empty: all) and
+                 of the module's LLVM IR; the three
     the answer   "<?Q": ok, the length; the object code, or what LLVM said was wrong
     failure      a worker that cannot start, answers an error, or dies: `in_worker` returns
                  None and the caller compiles in this process (where an error is raised as
@@ -30,6 +31,7 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Collection
 from typing import IO, Any
 
 import llvmlite.binding as llvm_binding
@@ -42,7 +44,7 @@ instructions after O2 against 8942 at batch 16, and compiled in 2.9-3.6 s agains
 with this bound (8675); W4's step ran 14-17 against 17-19.5 ms (four alternating process
 pairs, one core), W3's and the GPT step's within noise."""
 
-_REQUEST = struct.Struct("<QQ")
+_REQUEST = struct.Struct("<QQQ")
 _ANSWER = struct.Struct("<?Q")
 _INITIALIZED = False
 
@@ -66,12 +68,15 @@ Passes = int | tuple[str, ...] | None
 `add_<name>_pass` of a module pass manager, in order), or not at all."""
 
 
-def optimized(text: str, machine: llvm_binding.TargetMachine, passes: Passes
-              ) -> llvm_binding.ModuleRef:
-    """The module `text` parsed for `machine`, verified, and optimized by `passes`."""
+def optimized(text: str, machine: llvm_binding.TargetMachine, passes: Passes,
+              only: Collection[str] | None = None) -> llvm_binding.ModuleRef:
+    """The module `text` parsed for `machine`, verified, and optimized by `passes`; `only`:
+    of its definitions, just those functions are optimized and compiled (`compile_only`)."""
     parsed = llvm_binding.parse_assembly(text)
     parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
     parsed.verify()
+    if only is not None:
+        compile_only(parsed, only)
     if passes is None:
         return parsed
     builder = llvm_binding.create_pass_builder(
@@ -87,6 +92,23 @@ def optimized(text: str, machine: llvm_binding.TargetMachine, passes: Passes
     return parsed
 
 
+def compile_only(parsed: llvm_binding.ModuleRef, names: Collection[str],
+                 globals_too: bool = True) -> None:
+    """Of `parsed`'s definitions, the functions `names` are to be compiled; every other one
+    (and, `globals_too`, every global variable) stays readable to LLVM but is another
+    module's to define: available_externally (not emitted), and a function optnone (not
+    optimized either) and noinline. The two modules' objects, linked together, are the
+    program: each function compiled once, by one of them."""
+    for f in parsed.functions:
+        if not f.is_declaration and f.name not in names:
+            f.linkage = "available_externally"
+            f.add_function_attribute("noinline")
+            f.add_function_attribute("optnone")
+    for g in parsed.global_variables if globals_too else ():
+        if not g.is_declaration:
+            g.linkage = "available_externally"
+
+
 def spelled(passes: Passes) -> str:
     """`passes` as text (what a request carries, and a cache key): "O2", "a,b", or ""."""
     if passes is None:
@@ -100,10 +122,11 @@ def _read_passes(text: str) -> Passes:
     return int(text[1:]) if text[0] == "O" else tuple(text.split(","))
 
 
-def object_code(text: str, passes: Passes) -> bytes:
-    """The object code of the module `text` optimized by `passes`, for this CPU."""
+def object_code(text: str, passes: Passes, only: Collection[str] | None = None) -> bytes:
+    """The object code of the module `text` optimized by `passes` (`only` those functions:
+    `optimized`), for this CPU."""
     machine = target_machine()
-    return bytes(machine.emit_object(optimized(text, machine, passes)))
+    return bytes(machine.emit_object(optimized(text, machine, passes, only)))
 
 
 _LOCK = threading.Lock()
@@ -118,8 +141,9 @@ def start() -> None:
         _worker()
 
 
-def in_worker(text: str, passes: Passes) -> bytes | None:
-    """`object_code(text, passes)` made by the worker process, or None where it cannot be."""
+def in_worker(text: str, passes: Passes, only: Collection[str] | None = None) -> bytes | None:
+    """`object_code(text, passes, only)` made by the worker process, or None where it cannot
+    be."""
     global _DEAD
     with _LOCK:
         worker = _worker()
@@ -127,7 +151,8 @@ def in_worker(text: str, passes: Passes) -> bytes | None:
             return None
         try:
             how, data = spelled(passes).encode(), text.encode()
-            worker.stdin.write(_REQUEST.pack(len(how), len(data)) + how)
+            names = b"" if only is None else ("=" + ",".join(only)).encode()
+            worker.stdin.write(_REQUEST.pack(len(how), len(names), len(data)) + how + names)
             worker.stdin.write(data)
             worker.stdin.flush()
             ok, size = _ANSWER.unpack(_read(worker.stdout, _ANSWER.size))
@@ -190,11 +215,13 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
         head = requests.read(_REQUEST.size)
         if len(head) < _REQUEST.size:
             return
-        how, size = _REQUEST.unpack(head)
+        how, listed, size = _REQUEST.unpack(head)
         passes = _read_passes(_read(requests, how).decode())
+        names = _read(requests, listed).decode()
         text = _read(requests, size).decode()
         try:
-            ok, payload = True, object_code(text, passes)
+            only = None if not names else names[1:].split(",") if names[1:] else []
+            ok, payload = True, object_code(text, passes, only)
         except Exception as error:  # noqa: BLE001 (said to the caller, which compiles it itself)
             ok, payload = False, str(error).encode()
         answers.write(_ANSWER.pack(ok, len(payload)))
