@@ -74,17 +74,20 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     align = 4 if t == "float" else 8
     masks = [_lanes_below(w, lanes, v * lanes, "%nr") for v in range(vectors)]  # (LLVM sinks)
 
-    # C is read only to add into it: a C written over is not fetched first (an output larger
-    # than the cache was read from memory for nothing); the tile adds -0.0 instead (x + -0.0
-    # is x), read from `.no_bias` with rows 0 apart, so one path serves both
-    old = (w(f"select i1 %load, ptr %c, ptr @{name}.no_bias"),
-           w("select i1 %load, i64 %ldc, i64 0"))
-
     def stores(epilogue: bool) -> None:
-        w.choose(full,  # straight into C (rows of C need not be aligned)
-                 lambda: _store_tile(w, vec, acc, lanes, align, old, epilogue),
-                 # rows below %mr left alone, lanes past %nr masked off
-                 lambda: _store_tile(w, vec, acc, lanes, align, old, epilogue, masks, dtype))
+        def whole() -> None:  # straight into C (rows of C need not be aligned)
+            # C is read only to add into it: a C written over is not fetched first (an output
+            # larger than the cache was read from memory for nothing)
+            w.choose("%load", lambda: _store_tile(w, vec, acc, lanes, align, True, epilogue),
+                     lambda: _store_tile(w, vec, acc, lanes, align, False, epilogue))
+
+        def edge() -> None:  # rows below %mr left alone, lanes past %nr masked off
+            w.choose("%load",
+                     lambda: _store_tile(w, vec, acc, lanes, align, True, epilogue, masks, dtype),
+                     lambda: _store_tile(w, vec, acc, lanes, align, False, epilogue, masks,
+                                         dtype))
+
+        w.choose(full, whole, edge)
 
     w.choose("%epilogue", lambda: stores(True), lambda: stores(False))
     return w.end()
@@ -154,10 +157,9 @@ the tile's first element) and whether to apply it."""
 
 
 def _store_tile(w: Writer, vec: str, acc: list[list[str]], lanes: int, align: int,
-                old: tuple[str, str], epilogue: bool, masks: list[str] | None = None,
+                add: bool, epilogue: bool, masks: list[str] | None = None,
                 dtype: str = "") -> None:
-    """The tile's registers into C (rows %ldc apart), added to `old` (what to add to them:
-    where, and its rows' stride: C itself, or `.no_bias` and 0), then
+    """The tile's registers into C (rows %ldc apart), added to what C holds where `add`, then
     through kernel.gemm's epilogue where `epilogue` (TILE_EPILOGUE's operands: + the row's
     and the column's bias, + the residual, relu, as `.epilogue` takes them); `masks`: an edge
     tile, rows below %mr only and each vector's lanes masked."""
@@ -196,16 +198,23 @@ def _store_tile(w: Writer, vec: str, acc: list[list[str]], lanes: int, align: in
                 one = w(f"insertelement {vec} poison, {t} {scalar}, i64 0")
                 bias = w(f"shufflevector {vec} {one}, {vec} poison, "
                          f"<{lanes} x i32> zeroinitializer")
-            before = w.gep(t, old[0], w(f"mul i64 {old[1]}, {i}"))
             for v, register in enumerate(registers):
                 p = row if v == 0 else w.gep(t, row, str(v * lanes))
-                q = before if v == 0 else w.gep(t, before, str(v * lanes))
-                value = finished(w(f"fadd {vec} {load(q, v)}, {register}"), v, bias, residual)
+                value = register
                 if masks is None:
+                    if add:
+                        value = w(f"fadd {vec} {w(f'load {vec}, ptr {p}, align {align}')}, "
+                                  f"{register}")
+                    value = finished(value, v, bias, residual)
                     w.do(f"store {vec} {value}, ptr {p}, align {align}")
-                else:
-                    w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0({vec} {value}, "
-                         f"ptr {p}, i32 {align}, {mask_type} {masks[v]})")
+                    continue
+                if add:
+                    old = w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, "
+                            f"i32 {align}, {mask_type} {masks[v]}, {vec} zeroinitializer)")
+                    value = w(f"fadd {vec} {old}, {register}")
+                value = finished(value, v, bias, residual)
+                w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0({vec} {value}, ptr {p}, "
+                     f"i32 {align}, {mask_type} {masks[v]})")
 
         if masks is None:
             store()
