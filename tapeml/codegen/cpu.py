@@ -145,10 +145,12 @@ KERNEL_PASSES = ("instruction_combine", "simplify_cfg", "loop_simplify", "loop_r
                  "simplify_cfg", "aggressive_dce")
 """LLVM's passes for the generated GEMM kernels. Their IR is already what the machine should
 run (an explicit micro-kernel, packing loops): what it needs of LLVM is clean-up and the
-packing loops unrolled. W3's kernel compiled in 0.24 s this way against 0.36 s at LLVM's O2
-(O3: slower still, and no faster code), and W2 (n=512, 1024), W3 and W4 ran the same in
-alternating processes (W3 8.61-8.98 ms either way); with the clean-up alone (no unrolling)
-it compiled in 0.14 s but W3 ran 3-5% slower: its packing loops moved an element per turn."""
+packing loops unrolled. W3's kernel compiled in two thirds of O2's time this way (0.40-0.43 s
+against 0.56-0.64 s, one core, on a slow day; O3: slower still, and no faster code), and W2
+(n=512, 1024), W3, W4 and squeezenet at batch 8 ran the same in alternating processes (W3
+8.61-8.98 ms either way; squeezenet medians 80.5 and 81.2 ms of five); with the clean-up
+alone (no unrolling) it compiled faster still but W3 ran 3-5% slower: its packing loops
+moved an element per turn."""
 _KERNELS: dict[str, Any] = {}  # kernel symbol -> the engine that holds it (published)
 _KERNELS_LOCK = threading.Lock()
 
