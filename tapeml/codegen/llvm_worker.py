@@ -4,12 +4,14 @@ compiles beside this one (`in_worker`).
 llvmlite runs every call into LLVM under one lock for the whole process, so a thread compiling a
 GEMM kernel while the program's own module is optimized only takes turns with it: W3's first
 call spent 0.53 s waiting for its kernel with a second core idle. A process has an LLVM of its
-own; the kernels go there (cpu.Prefetch) when this process may run on more than one core.
+own. Where this process may run on more than one core, the kernels go there (cpu.Prefetch), and
+so does about half of a large program's functions (cpu.Share, with `compile_only`).
 
-    the worker   this file run as a script (`python llvm_worker.py`): it imports llvmlite and
-                 the standard library, nothing of tapeml's, so it is ready in about 0.1 s.
-                 Started by the first request and kept for the life of the process (a process
-                 forked from this one starts its own); it exits when its stdin closes
+    the worker   this file run as a script (`python -P llvm_worker.py`): it imports llvmlite
+                 and the standard library, nothing of tapeml's, so it is ready in about 0.1 s.
+                 Started when a cold compile begins (`start`) or by the first request, and kept
+                 for the life of the process (a process forked from this one starts its own);
+                 it exits when its stdin closes
     a request    "<QQQ": the lengths of the passes (`optimized`'s, as text), of the functions
                  to compile (`only`: "=" and their names, comma-separated; empty: all) and
                  of the module's LLVM IR; the three
@@ -32,7 +34,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Collection
-from typing import IO, Any
+from typing import IO
 
 import llvmlite.binding as llvm_binding
 
@@ -229,9 +231,5 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
         answers.flush()
 
 
-def _main() -> Any:
-    _serve(sys.stdin.buffer, sys.stdout.buffer)
-
-
 if __name__ == "__main__":
-    _main()
+    _serve(sys.stdin.buffer, sys.stdout.buffer)
