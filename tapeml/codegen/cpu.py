@@ -218,7 +218,7 @@ class Prefetch:
     thread of its own while the passes after tape-to-loops run in the caller's, and compiled
     by llvm_worker's process: llvmlite runs one LLVM call at a time in a process, so a kernel
     compiled here would hold up the program's own LLVM work. Only where there is a second core
-    to run on; with one, nothing starts (link_kernels compiles them in line)."""
+    to run on; with one, nothing starts (load_kernels compiles them in line)."""
 
     def __init__(self, module: Any) -> None:
         self.origins: dict[str, str] = {}
@@ -237,7 +237,7 @@ class Prefetch:
         for v in variants:
             try:
                 self.origins[v.symbol] = load_kernel(v, in_worker=True)
-            except Exception:  # noqa: BLE001 (link_kernels loads it again, and says why not)
+            except Exception:  # noqa: BLE001 (load_kernels loads it again, and says why not)
                 return
 
     def join(self) -> dict[str, str]:
@@ -335,35 +335,37 @@ def caller_module(spec: GemmSpec, machine: llvm_binding.TargetMachine, load: boo
 
 
 def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
-                 standalone: bool = False, optimized: bool = True,
-                 prefetched: dict[str, str] | None = None, since: float | None = None
+                 standalone: bool = False, optimized: bool = True
                  ) -> tuple[list[str], list[Variant]]:
     """Link into `parsed` (the llvm-dialect `module` as LLVM IR) the caller of every GEMM
-    `module` declares, from the spec on its declaration, each kernel they call loaded
-    (load_kernel; `prefetched`: where a Prefetch found those it loaded, waited for `since`),
-    or, `standalone`, linked in too (as the CLI prints it; `optimized` or not); the callers'
-    names and the kernels."""
-    started = time.perf_counter() if since is None else since
+    `module` declares, from the spec on its declaration, or, `standalone`, the kernels they
+    call too (as the CLI prints it; `optimized` or not); the callers' names and the kernels
+    (which `load_kernels` makes callable, before the code is linked)."""
     host = Target.host()
     kernels = declared_kernels(module)
     variants = sorted({variant(spec, host) for spec in kernels.values()},
                       key=lambda v: v.symbol)
-    found = prefetched or {}
-    origins = Counter(found.get(v.symbol) or load_kernel(v) for v in variants) \
-        if not standalone else Counter()
     for v in variants if standalone else ():
         parsed.link_in(kernel_ir(v, machine, optimized))
     for spec in kernels.values():
         parsed.link_in(caller_module(spec, machine, load=False))
+    return list(kernels), variants
+
+
+def load_kernels(variants: list[Variant], shapes: int, prefetch: Prefetch | None) -> None:
+    """Each kernel of `variants` loaded (load_kernel), for `shapes` calls of them: those a
+    Prefetch loaded waited for (it may still be at it), the rest loaded here."""
+    started = time.perf_counter()
+    found = prefetch.join() if prefetch is not None else {}
+    origins = Counter(found.get(v.symbol) or load_kernel(v) for v in variants)
     if variants and profiling():
         record("GEMM kernels", len(variants), started,
-               f"(kernels) called by {len(kernels)} shapes"
+               f"(kernels) called by {shapes} shapes"
                + (", loaded in a thread of their own during the passes above (the time: "
                   "what was left to wait for)"
                   if any(origin != "loaded" for origin in found.values()) else "")
                + "; " + ", ".join(f"{count} {origin}"
                                   for origin, count in sorted(origins.items())))
-    return list(kernels), variants
 
 
 def machine_key() -> tuple[str, ...]:
@@ -629,10 +631,7 @@ class CPUBackend:
                 record("LLVM O2", _instructions(parsed), started, "(LLVM instructions)" + (
                     f"; {len(share.names)} out-of-line functions in a worker process meanwhile"
                     if share is not None else ""))
-            waited = time.perf_counter()
-            prefetched = prefetch[0].join() if prefetch else {}
-            kernels, variants = link_kernels(module, parsed, machine, prefetched=prefetched,
-                                             since=waited)
+            kernels, variants = link_kernels(module, parsed, machine)
             keep("llvm ir", lambda: ir_text)
             keep("optimized llvm ir", lambda: str(parsed))
             keep("assembly", lambda: machine.emit_assembly(parsed))
@@ -643,11 +642,16 @@ class CPUBackend:
             objects = [bytes(machine.emit_object(parsed))]
             if share is not None:
                 objects.append(share.join())
+            made = time.perf_counter() - started
+            # the kernels are needed only now, where the objects are linked: a Prefetch had
+            # the program's machine code made as well to finish in
+            load_kernels(variants, len(kernels), prefetch[0] if prefetch else None)
+            started = time.perf_counter()
             engine = _object_engine(*objects)
             address = engine.get_function_address(SYMBOL_PREFIX + name)
             scratch = bind_scratch(engine, kernels)
             bound = data.bind(engine, detached)
-            record("machine code (MCJIT)", None, started)
+            record("machine code (MCJIT)", None, started - made)
         native = Native(name, inputs, outputs, engine, _entry(address, inputs, outputs),
                         arena_bytes, scratch, kernels, variants, kept.texts, data=detached,
                         bound=bound)
