@@ -368,9 +368,10 @@ def test_a_concat_of_its_operands_ops_written_in_place(monkeypatch, threads, bat
 def test_a_batch_of_convolutions_written_into_their_concat(monkeypatch, threads, batch):
     """At batch > 1 a concat along channels whose operands all come from convolutions (a fire
     module's relu(conv + b), a plain one, a pointwise one, a large one a group of images at a
-    time) has each convolution's kernel.gemm write its images into their parts of the
-    concat's buffer (its batch stride the concat's image), nothing copied; a concat with a
-    pool among its operands is copied. The interpreter's values (within rounding)."""
+    time) has each convolution write its images into their parts of the concat's buffer:
+    its kernel.gemm (its batch stride the concat's image), or, a convolution over windows,
+    the copy of the product's columns that it makes anyway; a concat with a pool among its
+    operands is copied. The interpreter's values (within rounding)."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     f64 = np.float64
     x, big = r(batch, 8, 12, 12, dtype=f64), r(batch, 16, 40, 40, dtype=f64)
@@ -388,9 +389,12 @@ def test_a_batch_of_convolutions_written_into_their_concat(monkeypatch, threads,
 
     args = (x, big, w1, w3, wb, b1, b3, bb)
     loops = tapeml.jit(f).lower(*args)["loops"]
-    # the fire module's three convolutions, the large ones (a group of images at a time)
+    # the fire module's three convolutions; the large ones over windows, a group of images
+    # at a time (their products' rows 42 wide, the padding's columns dropped as they are
+    # copied into the concat)
     assert loops.count(f"c_batch_stride = {16 * 12 * 12} : i64") == 3
-    assert loops.count(f"c_batch_stride = {64 * 40 * 40} : i64") == 2
+    assert loops.count(f"c_batch_stride = {32 * 40 * 42} : i64") == 2
+    assert loops.count("b_window") == 2
     close(*both(f, *args))
 
 

@@ -207,7 +207,8 @@ def load_kernel(v: Variant, in_worker: bool = False) -> str:
             "gemm kernel", f"{text}\n{llvm_worker.spelled(KERNEL_PASSES)}",
             lambda machine: kernel_ir(v, machine), v.symbol,
             (lambda: llvm_worker.in_worker(text, KERNEL_PASSES)) if in_worker else None)
-        for symbol in (v.symbol, f"{v.symbol}.prepack_a", f"{v.symbol}.prepack_b"):
+        for symbol in (v.symbol, f"{v.symbol}.prepack_a",
+                       *(() if v.windows else (f"{v.symbol}.prepack_b",))):
             llvm_binding.add_symbol(symbol, engine.get_function_address(symbol))
         _KERNELS[v.symbol] = engine
         return origin

@@ -53,8 +53,13 @@ class KernelFunctions(InterpreterFunctions):
         item = dtype.itemsize
         lhs = np.lib.stride_tricks.as_strided(a, (s.batch, s.m, s.k),
                                               [x * item for x in s.a], writeable=False)
-        rhs = np.lib.stride_tricks.as_strided(b, (s.batch, s.k, s.n),
-                                              [x * item for x in s.b], writeable=False)
+        if s.b_window:  # each row of B a window's tap (kernel.gemm's b_window)
+            rows = np.array([s.b_row(p) for p in range(s.k)], np.int64)
+            rhs = b[s.b[0] * np.arange(s.batch)[:, None, None] + rows[None, :, None]
+                    + s.b[2] * np.arange(s.n)[None, None, :]]
+        else:
+            rhs = np.lib.stride_tricks.as_strided(b, (s.batch, s.k, s.n),
+                                                  [x * item for x in s.b], writeable=False)
         product = np.matmul(lhs, rhs)
         blocks = np.lib.stride_tricks.as_strided(
             c, (s.batch, s.m, s.n), (s.c0 * item, s.n * item, item)) if s.c0 else None

@@ -65,7 +65,7 @@ def gemm_kernel(name: str, spec: GemmSpec, a_type: MemRefType, b_type: MemRefTyp
             a_ok = e.insert(arith.AndIOp(e.in_range(row, spec.m), e.in_range(p, spec.k)))
             b_ok = e.insert(arith.AndIOp(e.in_range(q, spec.k), e.in_range(col, spec.n)))
             a_at = e.linear([batch, e.clamp(row, spec.m), e.clamp(p, spec.k)], list(spec.a))
-            b_at = e.linear([batch, e.clamp(q, spec.k), e.clamp(col, spec.n)], list(spec.b))
+            b_at = _b_at(e, spec, batch, e.clamp(q, spec.k), e.clamp(col, spec.n))
             e.store(e.insert(arith.SelectOp(a_ok, e.load(a, a_at), zero)), a_tile, mine)
             e.store(e.insert(arith.SelectOp(b_ok, e.load(b, b_at), zero)), b_tile, mine)
             e.insert(gpu.BarrierOp())
@@ -98,3 +98,17 @@ def gemm_kernel(name: str, spec: GemmSpec, a_type: MemRefType, b_type: MemRefTyp
     e.if_(inside, write)
     e.insert(gpu.ReturnOp([]))
     return f
+
+
+def _b_at(e: Emitter, spec: GemmSpec, batch: SSAValue | int, q: SSAValue,
+          col: SSAValue) -> SSAValue:
+    """Where B[batch][q, col] is: by its strides, or, with a window (kernel.gemm's b_window),
+    q = (c * kh + i) * kw + j read at c * b1 + i * rs + j * cs."""
+    if not spec.b_window:
+        return e.linear([batch, q, col], list(spec.b))
+    kh, kw, rs, cs = spec.b_window
+    taps = e.insert(arith.RemSIOp(q, e.index(kh * kw)))
+    c = e.insert(arith.DivSIOp(q, e.index(kh * kw)))
+    i = e.insert(arith.DivSIOp(taps, e.index(kw)))
+    j = e.insert(arith.RemSIOp(taps, e.index(kw)))
+    return e.linear([batch, c, i, j, col], [spec.b[0], spec.b[1], rs, cs, spec.b[2]])

@@ -82,12 +82,15 @@ def kernel(v: Variant) -> str:
            "declare void @tapeml_parallel_for(ptr, ptr, i64, i64)",
            ""]
     out += neutral_bias(name, t, v)
-    out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype)
-    out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True)
+    if v.windows:  # (B read in place through the caller's table of rows: never packed)
+        out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, windows=True)
+    else:
+        out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype)
+        out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True)
     out += epilogue(name, t, v)
-    out += pack_b(name, t, v)
+    out += [] if v.windows else pack_b(name, t, v)
     out += pack_a(name, t, v)
-    out += _prepack(name)
+    out += _prepack(name, v.windows)
     out += driver(v)
     return scalar_loops("\n".join(out) + "\n")
 
@@ -97,14 +100,17 @@ PREPACK_ARGS = "ptr %src, ptr %dst, i64 %rows, i64 %columns, i64 %s1, i64 %s2"
 s1 and s2) and where its whole packing goes (plan.packed_bytes)."""
 
 
-def _prepack(name: str) -> list[str]:
+def _prepack(name: str, windows: bool) -> list[str]:
     """The whole of a constant operand packed, for a caller to keep (plan.packed_a): A (m x k)
-    as [m/MR][k][MR], B (k x n) as [n/NR][k][NR], by the packing routines run over all of it."""
-    return [f"define void @{name}.prepack_a({PREPACK_ARGS}) {{",
-            f"  call void @{name}.pack_a(ptr %src, ptr %dst, i64 0, i64 %rows, i64 0, "
-            "i64 %columns, i64 %rows, i64 %s1, i64 %s2)",
-            "  ret void", "}", "",
-            f"define void @{name}.prepack_b({PREPACK_ARGS}) {{",
+    as [m/MR][k][MR], B (k x n) as [n/NR][k][NR] (not a windows kernel's: it reads B in
+    place), by the packing routines run over all of it."""
+    out = [f"define void @{name}.prepack_a({PREPACK_ARGS}) {{",
+           f"  call void @{name}.pack_a(ptr %src, ptr %dst, i64 0, i64 %rows, i64 0, "
+           "i64 %columns, i64 %rows, i64 %s1, i64 %s2)",
+           "  ret void", "}", ""]
+    if windows:
+        return out
+    return [*out, f"define void @{name}.prepack_b({PREPACK_ARGS}) {{",
             f"  call void @{name}.pack_b(ptr %src, ptr %dst, i64 0, i64 %rows, i64 0, "
             "i64 %columns, i64 %s1, i64 %s2)",
             "  ret void", "}", ""]
@@ -139,16 +145,22 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
     if declare:
         out.append(f"declare void @{v.symbol}(ptr, ptr, ptr, ptr, ptr, ptr, ptr)")
         out += [f"declare void @{v.symbol}.prepack_{x}(ptr, ptr, i64, i64, i64, i64)"
-                for x in "ab"]
+                for x in ("a" if v.windows else "ab")]
     extra = [x for x, used in (("bias", spec.bias), ("residual", spec.residual)) if used]
     params = "".join(f", ptr noalias %{x}" for x in extra)
+    if spec.b_window:  # where each row of B starts (kernel.gemm's b_window)
+        rows = ", ".join(f"i64 {spec.b_row(p)}" for p in range(spec.k))
+        out.append(f"@{name}.rows = internal constant [{spec.k} x i64] "
+                   f"{f'[{rows}]' if rows else 'zeroinitializer'}, align 64")
     out.append(f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C{params}) {{")
-    out.append("  %extra = alloca [2 x ptr], align 8  ; the epilogue's operands, or null")
-    for i, x in enumerate(("bias", "residual")):
-        out.append(f"  store ptr {'%' + x if x in extra else 'null'}, "
-                   f"ptr {'%extra' if i == 0 else '%extra.1'}, align 8")
-        if i == 0:
-            out.append("  %extra.1 = getelementptr ptr, ptr %extra, i64 1")
+    out.append("  %extra = alloca [3 x ptr], align 8  ; the epilogue's operands and B's rows, "
+               "or null")
+    for i, x in enumerate(("bias", "residual", "rows")):
+        value = (f"@{name}.rows" if spec.b_window else "null") if x == "rows" else \
+            "%" + x if x in extra else "null"
+        out.append(f"  store ptr {value}, ptr {'%extra' if i == 0 else f'%extra.{i}'}, align 8")
+        if i < 2:
+            out.append(f"  %extra.{i + 1} = getelementptr ptr, ptr %extra, i64 {i + 1}")
     call = (f"call void @{v.symbol}(ptr %A, ptr %B, ptr %C, ptr %extra, ptr @{name}.plan, "
             f"ptr @{name}.scratch, ptr @{name}.busy)")
     if a_bytes + b_bytes == 0:

@@ -150,25 +150,11 @@ def driver(v: Variant) -> list[str]:
     w.label("%run")
     w.do("%scratch = phi ptr [ %bound, %kept ], [ %own, %heap ]")
     w.do("%mine = phi i1 [ true, %kept ], [ false, %heap ]")
-    w.do(f"br i1 {_true(w, shared)}, label %shared, label %parts")
-    w.label("%shared")  # per block of k: B packed by every thread, then rows of C shared out
-    context = w("alloca [8 x i64]", "ctx")
-    slots = [w(f"getelementptr i64, ptr {context}, i64 {i}") for i in range(8)]
-    for i, value in ((0, "%A"), (1, "%B"), (2, "%C"), (3, "%scratch"), (6, "%plan"),
-                     (7, "%extra")):
-        w.do(f"store ptr {value}, ptr {slots[i]}")
-    panels = w(f"sdiv i64 {w(f'add i64 {n}, {v.nr - 1}')}, {v.nr}")
-    tiles = w(f"sdiv i64 {w(f'add i64 {m}, {v.mr - 1}')}, {v.mr}")
-
-    def block(pc: str) -> None:
-        w.do(f"store i64 {pc}, ptr {slots[4]}")
-        w.do(f"store i64 {w.min(str(KC), w(f'sub i64 {k}, {pc}'))}, ptr {slots[5]}")
-        for job, jobs in (("pack", panels), ("rows", tiles)):
-            w.do(f"call void @tapeml_parallel_for(ptr @{name}.{job}, ptr {context}, "
-                 f"i64 {jobs}, i64 {threads})")
-
-    w.loop("0", k, KC, block, "pc")
-    w.do("br label %finish")
+    if v.windows:  # (never shared: B is not packed)
+        w.do("br label %parts")
+    else:
+        w.do(f"br i1 {_true(w, shared)}, label %shared, label %parts")
+        _shared(w, v, k, m, n, threads)
     w.label("%parts")
     w.do(f"br i1 {w(f'icmp eq i64 {parts}, 1')}, label %single, label %many")
     w.label("%single")
@@ -216,7 +202,33 @@ def driver(v: Variant) -> list[str]:
     w.do("ret void")
     w.label("%heap.free")
     w.do("call void @free(ptr %scratch)")
-    return [*w.end(), *_range(v), *_pack_job(v), *_rows_job(v), *_finish(v), *_part(v)]
+    jobs = [] if v.windows else [*_pack_job(v), *_rows_job(v)]
+    return [*w.end(), *_range(v), *jobs, *_finish(v), *_part(v)]
+
+
+
+def _shared(w: Writer, v: Variant, k: str, m: str, n: str, threads: str) -> None:
+    """The entry's `%shared` block: per block of k, B packed by every thread (`.pack`), then
+    rows of C shared out (`.rows`)."""
+    name = v.symbol
+    w.label("%shared")
+    context = w("alloca [8 x i64]", "ctx")
+    slots = [w(f"getelementptr i64, ptr {context}, i64 {i}") for i in range(8)]
+    for i, value in ((0, "%A"), (1, "%B"), (2, "%C"), (3, "%scratch"), (6, "%plan"),
+                     (7, "%extra")):
+        w.do(f"store ptr {value}, ptr {slots[i]}")
+    panels = w(f"sdiv i64 {w(f'add i64 {n}, {v.nr - 1}')}, {v.nr}")
+    tiles = w(f"sdiv i64 {w(f'add i64 {m}, {v.mr - 1}')}, {v.mr}")
+
+    def block(pc: str) -> None:
+        w.do(f"store i64 {pc}, ptr {slots[4]}")
+        w.do(f"store i64 {w.min(str(KC), w(f'sub i64 {k}, {pc}'))}, ptr {slots[5]}")
+        for job, jobs in (("pack", panels), ("rows", tiles)):
+            w.do(f"call void @tapeml_parallel_for(ptr @{name}.{job}, ptr {context}, "
+                 f"i64 {jobs}, i64 {threads})")
+
+    w.loop("0", k, KC, block, "pc")
+    w.do("br label %finish")
 
 
 def _job(name: str, job: str) -> tuple[Writer, list[str], str, str, str, str]:
@@ -250,15 +262,18 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
                   rows: tuple[str, str], columns: tuple[str, str], depth: str,
                   load: str, epilogue: Epilogue, direct: tuple[str, str] | None = None,
                   direct_b: tuple[str, str, str] | None = None,
-                  steps: tuple[str, str] | None = None) -> None:
+                  steps: tuple[str, str] | None = None,
+                  windows: tuple[str, str] | None = None) -> None:
     """Rows [ic, ic + height) of C (n columns), columns [j0, j1), against one packed block of A
     (`ap`, from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR
     tile. `direct` = (flag, lda): where the flag holds, `ap` is A itself at row ic (and the
     block's first k), read in place by `.tile.direct` with rows lda apart. `direct_b` =
     (flag, B at the block's first k, ldb): where the flag holds, B is read in place. `steps`:
     elements from one panel of A's block to the next, and of B's (the block's depth, or all
-    of k where the caller packed the operand whole: plan.packed_a). `epilogue`: each tile
-    applies it as it stores, where its first flag holds (the last block of k)."""
+    of k where the caller packed the operand whole: plan.packed_a). `windows` = (B, the
+    table of its rows from the block's first k): a windows kernel's (Variant.windows), whose
+    tiles read B's windows in place (`.tile.rows`), A packed. `epilogue`: each tile applies
+    it as it stores, where its first flag holds (the last block of k)."""
     name, t, mr, nr = v.symbol, v.element[0], v.mr, v.nr
     ap, bp, c = buffers
     a_step, b_step = steps or (depth, depth)
@@ -289,6 +304,13 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
                 w.do(f"call void @{name}.tile(i64 {depth}, ptr {a_panel}, ptr {b_panel}, "
                      f"ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load}, {finish})")
 
+            if windows is not None:  # B's rows are windows
+                b, table = windows
+                w.do(f"call void @{name}.tile.rows(i64 {depth}, "
+                     f"ptr {w.gep(t, ap, w(f'mul i64 {ir}, {a_step}'))}, ptr {w.gep(t, b, jr)}, "
+                     f"ptr {table}, ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load}, "
+                     f"{finish})")
+                return
             if direct is None:
                 packed()
                 return
@@ -384,6 +406,8 @@ def _part(v: Variant) -> list[str]:
     direct = _true(w, direct_a)
     in_place_b = _true(w, direct_b)
     whole_a, whole_b = _true(w, packed_a), _true(w, packed_b)  # packed by the caller
+    # a windows kernel's: where each row of B starts (kernel.gemm's b_window), the caller's
+    table = w(f"load ptr, ptr {w('getelementptr ptr, ptr %extra, i64 2')}") if v.windows else ""
     pack_b_here = w(f"and i1 {w(f'xor i1 {in_place_b}, true')}, {w(f'xor i1 {whole_b}, true')}")
     not_whole_a = w(f"xor i1 {whole_a}, true")
     # one A for every batch (a convolution's weights), in one block of rows and of k: packed
@@ -424,9 +448,10 @@ def _part(v: Variant) -> list[str]:
 
             def chunk(jc: str) -> None:  # columns [jc, j1): their block of B packed, then used
                 j1 = w.min(w(f"add i64 {jc}, {nc}"), "%n1")
-                w.when(pack_b_here, lambda: w.do(
-                    f"call void @{name}.pack_b(ptr {bb}, ptr {bp}, i64 {pc}, i64 {depth}, "
-                    f"i64 {jc}, i64 {j1}, i64 {b1}, i64 {b2})"))
+                if not v.windows:
+                    w.when(pack_b_here, lambda: w.do(
+                        f"call void @{name}.pack_b(ptr {bb}, ptr {bp}, i64 {pc}, i64 {depth}, "
+                        f"i64 {jc}, i64 {j1}, i64 {b1}, i64 {b2})"))
                 # B packed whole: panel jr / NR of [n/NR][k][NR], from this block's first k
                 b_whole = w.gep(t, bb, w.add(w(f"mul i64 {jc}, {k}"), w(f"mul i64 {pc}, {v.nr}")))
                 b_here = w(f"select i1 {whole_b}, ptr {b_whole}, ptr {bp}")
@@ -447,7 +472,8 @@ def _part(v: Variant) -> list[str]:
                     a_here = w(f"select i1 {direct}, ptr {in_place}, ptr {a_packed}")
                     _macro_kernel(w, v, n, (a_here, b_here, c), (ic, height), (jc, j1), depth,
                                   load, (last, *epilogue[1:6], res, epilogue[7]), (direct, a1),
-                                  (in_place_b, b_block, b1), (a_step, b_step))
+                                  (in_place_b, b_block, b1), (a_step, b_step),
+                                  (bb, w.gep("i64", table, pc)) if v.windows else None)
 
                 w.loop("%m0", "%m1", mc, rows, "ic")
 

@@ -13,21 +13,25 @@ from tapeml.codegen.gemm.writer import WIDE, Writer
 
 
 def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
-                 dtype: str, direct: bool = False) -> list[str]:
+                 dtype: str, direct: bool = False, windows: bool = False) -> list[str]:
     """C[mr x nr tile] (+)= Ap[kc][MR]^T Bp[kc][NR], accumulated in registers; where %epilogue
     holds (the tile's last block of k), kernel.gemm's epilogue on the registers before they
     are stored (TILE_EPILOGUE). `direct` (`.tile.direct`): A read in place instead, row i of
     the tile at %a + i * %lda (rows past %mr read the last one: they are not stored), k along
     each row; and B's rows %ldb apart (NR packed, or a small B read in place:
-    plan.direct_b). `.tile` keeps NR a constant (a run-time stride there cost W2 n=512
-    3-4%)."""
+    plan.direct_b). `windows` (`.tile.rows`): A packed, B read in place with row k at
+    %b + %rows[k] (kernel.gemm's b_window: a convolution's taps over its padded image), its
+    lanes past %nr masked off (never read). `.tile` keeps NR a constant (a run-time stride
+    there cost W2 n=512 3-4%)."""
     w = Writer()
     vectors = nr // lanes
     acc = [[f"%c{i}.{v}" for v in range(vectors)] for i in range(mr)]
     new = [[f"%c{i}.{v}.n" for v in range(vectors)] for i in range(mr)]
     a_align = "" if direct else " align 64"
-    b_param = "ptr noalias %b, i64 %ldb" if direct else "ptr noalias align 64 %b"
-    w.lines.append(f"define internal void @{name}.tile{'.direct' if direct else ''}(i64 %kc, "
+    b_param = ("ptr noalias %b, i64 %ldb" if direct else
+               "ptr noalias %b, ptr noalias %rows" if windows else "ptr noalias align 64 %b")
+    suffix = ".direct" if direct else ".rows" if windows else ""
+    w.lines.append(f"define internal void @{name}.tile{suffix}(i64 %kc, "
                    f"ptr noalias{a_align} %a, {b_param}, ptr noalias %c, "
                    f"i64 %ldc, i64 %mr, i64 %nr, i1 %load{', i64 %lda' if direct else ''}, "
                    f"{TILE_EPILOGUE}) noinline {WIDE} {{")
@@ -35,6 +39,8 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     if direct:
         last = w("sub i64 %mr, 1")
         rows = [w.gep(t, "%a", w(f"mul i64 {w.min(str(i), last)}, %lda")) for i in range(mr)]
+    lanes_in = [_lanes_below(w, lanes, v * lanes, "%nr") for v in range(vectors)] \
+        if windows else []
     w.do("br label %head")
     w.label("%head")
     w.do("%k = phi i64 [ 0, %entry ], [ %k.next, %body ]")
@@ -44,12 +50,21 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     w.do("%more = icmp slt i64 %k, %kc")
     w.do("br i1 %more, label %body, label %store")
     w.label("%body")
-    bp = w.gep(t, "%b", w(f"mul i64 %k, {'%ldb' if direct else nr}"))
+    if windows:
+        row = w(f"load i64, ptr {w.gep('i64', '%rows', '%k')}, align 8")
+        bp = w.gep(t, "%b", row)
+    else:
+        bp = w.gep(t, "%b", w(f"mul i64 %k, {'%ldb' if direct else nr}"))
     bs = []
-    b_align = (4 if t == "float" else 8) if direct else 64
+    b_align = (4 if t == "float" else 8) if direct or windows else 64
     for v in range(vectors):
         p = bp if v == 0 else w.gep(t, bp, str(v * lanes))
-        bs.append(w(f"load {vec}, ptr {p}, align {b_align}", "b"))
+        if windows:
+            bs.append(w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, "
+                        f"i32 {b_align}, <{lanes} x i1> {lanes_in[v]}, {vec} zeroinitializer)",
+                        "b"))
+        else:
+            bs.append(w(f"load {vec}, ptr {p}, align {b_align}", "b"))
     ap = None if direct else w.gep(t, "%a", w(f"mul i64 %k, {mr}"))
 
     def a_at(i: int) -> str:  # A[i, k]: in place along row i, or packed: MR per k

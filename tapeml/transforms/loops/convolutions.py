@@ -33,7 +33,7 @@ def lower_convolution(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     """groups = 1: GEMMs over an im2col matrix; otherwise direct loops."""
     if op.params["groups"] == 1:
         lower_conv2d_gemm(e, op, ins, out, cx.report, cx.weight_runs, cx.image_group,
-                          cx.epilogue, cx.out_images)
+                          cx.epilogue, cx.out_images, cx.window_convs)
     elif isinstance(op, tape.Conv2dOp):
         lower_conv2d(e, op, ins, out)
     else:
@@ -271,10 +271,42 @@ GROUP_FLOPS = 4_000_000
 out a product of fewer flops as a batch, not within one), and their im2col too."""
 
 
+WINDOW_ROWS = 128
+"""`window_convs` reads the padded input's windows in place for a convolution of at most this
+many output channels (the kernel's tile rows that read each panel of B): packing B, or
+writing an im2col matrix, costs most against the few rows that read it. One core (AVX-512
+Xeon), the product alone: 64 x 144 over 55 x 55, 382 us over the windows against 456 us over
+the im2col matrix (which costs its writing besides); 64 x 576 over 56 x 56, 1.58 against 2.05
+ms; 128 x 288 over 27 x 27 and 128 x 1152 over 28 x 28 the same either way; 256 channels
+and more slower over the windows (rows 3 cache lines wide, unaligned, where a packed
+panel's are 2)."""
+
+WINDOW_WIDENING = 1.1
+"""... and whose padded rows are at most this much wider than its output's: the product
+computes the padding's columns too (and drops them), 13 x 13 images padded to 15 columns
+(256 x 576 over them: 445 against 380 us)."""
+
+
+WINDOW_BYTES = 256 << 10
+"""... and whose im2col matrix would take at least this many bytes per image (in f32): a
+smaller one is written and packed in L2, where that costs little (W4's first convolution,
+1 -> 16 channels over 28 x 28, 28 KB: its step ran the same either way), and the windows
+would cost a first call the compile of a kernel of their own (0.13 s on one core)."""
+
+
+def _windows_fit(geo: _ConvGeometry, epilogue: Epilogue | None) -> bool:
+    """A forward convolution the windowed product takes (`_windowed`)."""
+    top, left, bottom, right = geo.params["padding"]
+    return (tuple(geo.params["stride"]) == (1, 1) and geo.o <= WINDOW_ROWS
+            and (geo.w + left + right) <= WINDOW_WIDENING * geo.ow
+            and 4 * geo.c * geo.kh * geo.kw * geo.oh * geo.ow >= WINDOW_BYTES
+            and (epilogue is None or epilogue.residual is None))
+
+
 def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
                       report: PlanReport, weight_runs: bool = True,
                       image_group: int = 0, epilogue: Epilogue | None = None,
-                      out_images: int = 0) -> None:
+                      out_images: int = 0, window_convs: bool = False) -> None:
     """conv2d (groups = 1) and its two cotangents as GEMMs over the im2col matrix
     cols[b, c, i, j, y, x] = x[b, c, y*sh + i*dh - top, x*sw + j*dw - left] (0 in the padding),
     a scratch buffer of N*C*kh*kw*OH*OW elements freed after the op:
@@ -291,7 +323,9 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     The forward products carry `epilogue` (a bias per output channel: a row of C; relu),
     where an op folds into the convolution (epilogues.py), and write each image's result
     `out_images` elements after the last where that is given (its part of a concat's
-    buffer; 0: one after another).
+    buffer; 0: one after another). With `window_convs`, a forward convolution of stride 1,
+    few output channels (WINDOW_ROWS) and narrow padding (WINDOW_WIDENING) is a product over
+    its zero-padded input's windows instead (`_windowed`): no im2col matrix.
     """
     kind = type(op)
     if kind is tape.Conv2dOp:
@@ -312,6 +346,9 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     if (geo.kh, geo.kw, sh, sw) == (1, 1, 1, 1) and not any(op.params["padding"]) and (
             kind is not tape.Conv2dBackwardWeightOp or not runs):
         _pointwise(e, op, ins, out, geo, dtype, epilogue, out_images)  # im2col: x itself
+        return
+    if window_convs and kind is tape.Conv2dOp and _windows_fit(geo, epilogue):
+        _windowed(e, geo, ins, out, epilogue, out_images, image_group, report, t, dtype)
         return
     images = geo.n  # in cols at once
     if (image_group and kind is tape.Conv2dOp and geo.n > 1
@@ -446,6 +483,56 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
             b=(ckk * ohw, 1, ohw), c0=0, accumulate=False)))
     e.insert(dealloc(cols))
 
+
+
+def _windowed(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue], out: SSAValue,
+              epilogue: Epilogue | None, out_images: int, image_group: int, report: PlanReport,
+              t: Any, dtype: str) -> None:
+    """A forward convolution of stride 1 as a product over windows (kernel.gemm's b_window):
+    the input copied into a zero-padded buffer xp[b][c][Hp][Wp] (zeroed once: only its
+    inside is written); then out'[b][o][y * Wp + x] = sum over (c, i, j) of w[o, c, i, j] *
+    xp[b][c][(y + i*dh) * Wp + x + j*dw] for every y < OH and x < Wp, whose B (row (c, i, j),
+    column y * Wp + x) is xp itself read at a shift per row: the columns x >= OW read across
+    a row's end (and the last ones up to (kw - 1) * dw elements past the images: the buffer's
+    tail) and are dropped as out' is copied into out. A group of `image_group` images (a
+    divisor of N; all of them without one) at a time, so the buffers stay in cache."""
+    top, left, bottom, right = geo.params["padding"]
+    dh, dw = geo.params["dilation"]
+    hp, wp = geo.h + top + bottom, geo.w + left + right
+    plane, wide_plane, ckk = hp * wp, geo.oh * wp, geo.c * geo.kh * geo.kw
+    images = max(d for d in range(1, min(image_group or geo.n, geo.n) + 1) if geo.n % d == 0)
+    padded_size = images * geo.c * plane + (geo.kw - 1) * dw
+    padded = e.insert(alloc(MemRefType(t, [padded_size])))
+    wide = e.insert(alloc(MemRefType(t, [images * geo.o * wide_plane])))
+    report.scratch_bytes = max(report.scratch_bytes,
+                               (padded_size + images * geo.o * wide_plane) * (t.bitwidth // 8))
+    zero(e, padded, padded_size, t)
+    chw, stride = geo.c * geo.h * geo.w, out_images or geo.o * geo.oh * geo.ow
+
+    def group(e: Emitter, ivs: list[SSAValue]) -> None:
+        x, y = ins[0], out
+        if images < geo.n:  # this group's images of x and of out
+            x = e.insert(kernel.ViewOp(ins[0], e.linear(ivs, [images * chw]),
+                                       MemRefType(t, [images * chw])))
+            y = e.insert(kernel.ViewOp(out, e.linear(ivs, [images * stride]), MemRefType(
+                t, [(images - 1) * stride + geo.o * geo.oh * geo.ow])))
+        e.loops([images, geo.c, geo.h, geo.w], lambda e, v: e.store(
+            e.load(x, e.linear(v, [chw, geo.h * geo.w, geo.w, 1])), padded,
+            e.linear(v, [geo.c * plane, plane, wp, 1], top * wp + left)), parallel=True)
+        gemm(e, ins[1], padded, wide, GemmSpec(  # out'[n] = w @ windows of xp[n]
+            dtype=dtype, batch=images, m=geo.o, n=wide_plane, k=ckk, a=(0, ckk, 1),
+            b=(geo.c * plane, plane, 1), c0=geo.o * wide_plane, accumulate=False,
+            b_window=(geo.kh, geo.kw, dh * wp, dw)), epilogue)
+        e.loops([images, geo.o, geo.oh, geo.ow], lambda e, v: e.store(
+            e.load(wide, e.linear(v, [geo.o * wide_plane, wide_plane, wp, 1])), y,
+            e.linear(v, [stride, geo.oh * geo.ow, geo.ow, 1])), parallel=True)
+
+    if images < geo.n:
+        e.loops([geo.n // images], group)
+    else:
+        group(e, [])
+    e.insert(dealloc(wide))
+    e.insert(dealloc(padded))
 
 
 def _pointwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,

@@ -36,6 +36,10 @@ class Context:
     image_group: int = 0
     """A large convolution's im2col this many images at a time, their product after it, in a
     loop over the images (see lower_conv2d_gemm; 0: all at once; the CPU's: its threads)."""
+    window_convs: bool = False
+    """A stride-1 convolution of few output channels as a product over its zero-padded input's
+    windows read in place (kernel.gemm's b_window; see lower_conv2d_gemm), not over an im2col
+    matrix (the CPU's)."""
     epilogue: Epilogue | None = None
     """Set for a product (conv2d, matmul) lowered in place of the op that folds into it
     (epilogues.py): its kernel.gemm's epilogue, the bias a buffer."""

@@ -1,0 +1,203 @@
+"""kernel.gemm's `b_window`: B's rows are a convolution's windows over zero-padded images, row
+p = (c * kh + i) * kw + j at c * b1 + i * rs + j * cs. The CPU kernel reads them in place
+(`.tile.rows`, a kernel of its own: Variant.windows) and must give the bits of the plain
+kernel over the same B written out (the same products, summed in the same order); the
+verifier bounds its reads; the interpreter and the emulated GPU compute it too; and
+tape-to-loops{window_convs} lowers convolutions to it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from bits import assert_same_bits  # tests/bits.py
+from test_gemm import compiled
+from xdsl.context import Context
+from xdsl.dialects import arith, builtin, func, memref, scf
+from xdsl.parser import Parser
+from xdsl.utils.exceptions import VerifyException
+
+import tapeml
+from tapeml import nn
+from tapeml.codegen.gemm import GemmSpec, Target
+from tapeml.codegen.gemm.plan import INDEX, plan, variant
+from tapeml.dialects import kernel
+from tapeml.dialects.kernel import Kernel
+from tapeml.transforms.fuse import fuse
+from tapeml.transforms.loops import convolutions
+from tapeml.transforms.loops.epilogues import Epilogue
+from tapeml.transforms.to_loops import lower_module
+
+
+def _windows(batch: int, channels: int, hp: int, wp: int, kh: int, kw: int, dh: int, dw: int,
+             dtype: type, rng: np.random.Generator) -> tuple[GemmSpec, np.ndarray, np.ndarray]:
+    """A windowed B over `batch` images of `channels` x hp x wp (any values: NaN, inf and -0
+    among them) and its tail, with the spec of m = 0 (the caller sets m and A), and the same
+    B written out, batch x k x n."""
+    oh = hp - (kh - 1) * dh
+    n, k = oh * wp, channels * kh * kw
+    size = batch * channels * hp * wp + (kw - 1) * dw
+    flat = rng.standard_normal(size).astype(dtype)
+    flat[rng.integers(0, size, 3)] = [np.nan, np.inf, -0.0]
+    spec = GemmSpec("f32" if dtype == np.float32 else "f64", batch, 0, n, k, (0, k, 1),
+                    (channels * hp * wp, hp * wp, 1), 0, False, b_window=(kh, kw, dh * wp, dw))
+    rows = np.array([spec.b_row(p) for p in range(k)])
+    written = flat[spec.b[0] * np.arange(batch)[:, None, None] + rows[None, :, None]
+                   + np.arange(n)[None, None, :]]
+    return spec, flat, np.ascontiguousarray(written)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("batch,channels,hp,wp,o,kh,kw,dh,dw,accumulate,epilogue,constant", [
+    (1, 3, 8, 9, 5, 3, 3, 1, 1, False, False, False),     # edges of the tile's rows and columns
+    (2, 4, 12, 14, 30, 3, 3, 1, 1, False, True, True),    # tile rows, bias + relu, A kept packed
+    (3, 2, 9, 11, 16, 3, 2, 2, 1, True, False, False),    # dilated rows, 3 x 2, C +=
+    (1, 40, 10, 10, 7, 3, 3, 1, 1, False, True, False),   # k = 360: two blocks of k
+    (2, 1, 5, 40, 33, 1, 5, 1, 2, False, False, True),    # 1 x 5, dilated columns, no n edge
+])
+def test_windows_read_in_place_give_the_bits_of_b_written_out(
+        monkeypatch, dtype, threads, batch, channels, hp, wp, o, kh, kw, dh, dw, accumulate,
+        epilogue, constant):
+    """The kernel over windows (a windows kernel: no packing of B, no direct A or B, no
+    shared B) against the plain kernel over the same B written out, batch by batch: the same bits,
+    NaN, inf and -0 in A and B, at 1 and 2 threads, f32 and f64."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    rng = np.random.default_rng(batch * 1000 + channels * 10 + o)
+    windows, flat, written = _windows(batch, channels, hp, wp, kh, kw, dh, dw, dtype, rng)
+    k, n = windows.k, windows.n
+    windows = dataclasses.replace(
+        windows, m=o, c0=o * n, accumulate=accumulate, bias="rows" if epilogue else "",
+        relu=epilogue, a_constant="weights" if constant else "")
+    plain = dataclasses.replace(windows, b=(k * n, n, 1), b_window=())
+    host = dataclasses.replace(Target.host(), threads=int(threads))
+    table = plan(windows, host)
+    assert variant(windows, host).windows and not variant(plain, host).windows
+    assert table[INDEX["direct_a"]] == table[INDEX["direct_b"]] == table[INDEX["shared"]] == 0
+    a = rng.standard_normal(o * k).astype(dtype)
+    a[rng.integers(0, a.size, 2)] = [np.inf, -0.0]
+    bias = rng.standard_normal(o).astype(dtype)
+    start = rng.standard_normal(batch * o * n).astype(dtype)
+    outs = []
+    for spec, b in ((windows, flat), (plain, written)):
+        out = start.copy()
+        extra = [bias.ctypes.data] if epilogue else []
+        compiled(spec)(a.ctypes.data, b.ctypes.data, out.ctypes.data, *extra)
+        outs.append(out)
+    assert_same_bits(outs[0], outs[1])
+
+
+def test_the_verifier_bounds_a_windows_reads():
+    """The last row of the last window, read to its n-th element, must lie in B; the window
+    is four numbers, kh * kw dividing k, its elements contiguous."""
+    def module(size: int, window: str, k: int = 18, b2: int = 1):
+        text = f"""
+        func.func @f(%a: memref<{2 * k}xf32>, %b: memref<{size}xf32>, %c: memref<20xf32>) {{
+          kernel.gemm %a, %b, %c {{batch = 1 : i64, m = 2 : i64, n = 10 : i64, k = {k} : i64,
+            a_strides = array<i64: 0, {k}, 1>, b_strides = array<i64: 0, 36, {b2}>,
+            c_batch_stride = 20 : i64, accumulate = false, b_window = array<i64: {window}>}}
+            : memref<{2 * k}xf32>, memref<{size}xf32>, memref<20xf32>
+          func.return
+        }}"""
+        ctx = Context()
+        for dialect in (builtin.Builtin, func.Func, Kernel):
+            ctx.load_dialect(dialect)
+        return Parser(ctx, text).parse_module()
+
+    # 2 channels of 6 x 6, 3 x 3 taps: the last row starts at 36 + 2 * 6 + 2 = 50, read to 59
+    module(60, "3, 3, 6, 1").verify()
+    with pytest.raises(VerifyException, match="b is read up to element 59, past its 59"):
+        module(59, "3, 3, 6, 1").verify()
+    with pytest.raises(VerifyException, match="b_window must be"):
+        module(60, "3, 3, 6").verify()
+    with pytest.raises(VerifyException, match="kh \\* kw dividing k = 16"):
+        module(60, "3, 3, 6, 1", k=16).verify()
+    with pytest.raises(VerifyException, match="contiguous"):
+        module(200, "3, 3, 6, 1", b2=2).verify()
+
+
+def test_windows_on_the_emulated_gpu_and_the_interpreter():
+    """The GPU's tiled kernel reads a window's rows as the interpreter does."""
+    from test_gpu import run_gemm
+
+    spec = GemmSpec("f32", 2, 5, 7 * 4, 2 * 3 * 3, (0, 18, 1), (2 * 9 * 7, 9 * 7, 1), 5 * 28,
+                    False, b_window=(3, 3, 7, 1))
+    got, expected = run_gemm(spec, tile=4)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def _interpreted(module, name: str, *buffers: np.ndarray) -> None:
+    ctx = Context()
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, memref.MemRef, scf.Scf, Kernel):
+        ctx.load_dialect(dialect)
+    parsed = Parser(ctx, str(module)).parse_module()  # printed and parsed back
+    parsed.verify()
+    tapeml.interpret(parsed, name, *buffers)
+
+
+@pytest.mark.parametrize("image_group", [0, 2])
+def test_a_convolution_over_windows_interprets_to_the_traces_values(monkeypatch, image_group):
+    """tape-to-loops{window_convs}: a stride-1 convolution becomes the copy into a padded
+    buffer, one kernel.gemm over its windows (a group of images at a time with
+    `image_group`) and the copy of the output's columns; interpreted, the trace's values (a
+    small convolution the interpreter runs in seconds, with the width threshold off)."""
+    monkeypatch.setattr(convolutions, "WINDOW_WIDENING", 2.0)
+    monkeypatch.setattr(convolutions, "WINDOW_BYTES", 0)
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((3, 2, 3, 3))
+    x = rng.standard_normal((4, 2, 6, 7))
+    step = tapeml.trace(lambda x: nn.conv2d(x, w, padding=1), x)
+    expected = step(x)
+    fuse(step.module)
+    lowered = tapeml.Program.parse(str(step))
+    lower_module(lowered.module, image_group=image_group, window_convs=True)
+    gemms = [op for op in lowered.module.walk() if isinstance(op, kernel.GemmOp)]
+    assert [g.spec.b_window for g in gemms] == [(3, 3, 9, 1)]
+    assert gemms[0].spec.batch == (image_group or 4)
+    out = np.zeros(expected.size)
+    _interpreted(lowered.module, lowered.name, x.reshape(-1), out)
+    np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_which_convolutions_take_the_windows():
+    """Stride 1, at most WINDOW_ROWS output channels, padding at most WINDOW_WIDENING wider,
+    an im2col matrix of WINDOW_BYTES or more, no residual in the epilogue: the windows;
+    anything else, the im2col matrix."""
+    geo = convolutions._ConvGeometry
+    params = {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
+    fits = convolutions._windows_fit
+    assert fits(geo(1, 16, 55, 55, 64, 16, 3, 3, 55, 55, 1, params), None)
+    wide = convolutions.WINDOW_ROWS + 1
+    assert not fits(geo(1, 16, 55, 55, wide, 16, 3, 3, 55, 55, 1, params), None)
+    assert not fits(geo(1, 64, 13, 13, 64, 64, 3, 3, 13, 13, 1, params), None)  # 15 / 13
+    strided = dict(params, stride=(2, 2))
+    assert not fits(geo(1, 16, 55, 55, 64, 16, 3, 3, 28, 28, 1, strided), None)
+    assert not fits(geo(64, 1, 28, 28, 16, 1, 3, 3, 28, 28, 1, params), None)  # 28 KB
+    residual = Epilogue(bias=None, kind="", relu=False, residual=object())
+    assert not fits(geo(1, 16, 55, 55, 64, 16, 3, 3, 55, 55, 1, params), residual)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("batch,pad,dilation,relu", [(1, 1, 1, True), (3, 2, 2, False),
+                                                     (2, (0, 2), 1, True)])
+def test_compiled_convolutions_over_windows(monkeypatch, threads, batch, pad, dilation, relu):
+    """A compiled convolution (bias and relu folded in, or not; padding on one side only)
+    through the windows: the interpreter's values, NaN and inf where they reach."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    rng = np.random.default_rng(batch)
+    x = rng.standard_normal((batch, 5, 30, 60)).astype(np.float32)
+    x[0, 1, 3, 4], x[-1, 2, 10, 59] = np.nan, np.inf
+    w = rng.standard_normal((20, 5, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(20).astype(np.float32)
+
+    def f(x, w, b):
+        y = nn.conv2d(x, w, b, padding=pad, dilation=dilation)
+        return tapeml.relu(y) if relu else y
+
+    step = tapeml.jit(f)
+    got = step(x, w, b)
+    assert "b_window" in step.lower(x, w, b)["loops"]
+    expected = tapeml.trace(f, x, w, b)(x, w, b)
+    np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
+    assert np.array_equal(np.isnan(got), np.isnan(expected))
