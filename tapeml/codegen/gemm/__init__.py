@@ -27,6 +27,10 @@ The loop nest (Goto/BLIS; measured in ../shared/reference/cpu-codegen-measuremen
                                                     MR * NR / lanes vector registers, one FMA
                                                     per register per k
 
+A product whose B's rows are a convolution's windows (GemmSpec.b_window) calls a kernel of its
+own (`Variant.windows`): its tiles (`.tile.rows`) read B in place, row k at B plus the
+caller's table `@<symbol>.rows`[k], the lanes past n masked off, and it packs only A.
+
 The packed panels are zero-padded at the n edge and clamp rows at the m edge, so the
 micro-kernel always runs a full tile; an edge tile is written through a small stack tile.
 Every element of C sums its k products in the same order whatever the tiling (each tile owns
