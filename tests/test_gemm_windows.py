@@ -1,4 +1,4 @@
-"""kernel.gemm's `b_window`: B's rows are a convolution's windows over zero-padded images, row
+"""kernel.gemm's `b_taps`: B's rows are a convolution's windows over zero-padded images, row
 p = (c * kh + i) * kw + j at c * b1 + i * rs + j * cs. The CPU kernel reads them in place
 (`.tile.rows`, a kernel of its own: Variant.windows) and must give the bits of the plain
 kernel over the same B written out (the same products, summed in the same order); the
@@ -31,17 +31,19 @@ from tapeml.transforms.to_loops import lower_module
 
 
 def _windows(batch: int, channels: int, hp: int, wp: int, kh: int, kw: int, dh: int, dw: int,
-             dtype: type, rng: np.random.Generator) -> tuple[GemmSpec, np.ndarray, np.ndarray]:
+             dtype: type, rng: np.random.Generator, order: int = 1
+             ) -> tuple[GemmSpec, np.ndarray, np.ndarray]:
     """A windowed B over `batch` images of `channels` x hp x wp (any values: NaN, inf and -0
-    among them) and its tail, with the spec of m = 0 (the caller sets m and A), and the same
-    B written out, batch x k x n."""
+    among them) and its tail, with the spec of m = 0 (the caller sets m and A), its taps in
+    order (`order` 1) or reversed (-1), and the same B written out, batch x k x n."""
     oh = hp - (kh - 1) * dh
     n, k = oh * wp, channels * kh * kw
     size = batch * channels * hp * wp + (kw - 1) * dw
     flat = rng.standard_normal(size).astype(dtype)
     flat[rng.integers(0, size, 3)] = [np.nan, np.inf, -0.0]
+    taps = [i * dh * wp + j * dw for i in range(kh) for j in range(kw)]
     spec = GemmSpec("f32" if dtype == np.float32 else "f64", batch, 0, n, k, (0, k, 1),
-                    (channels * hp * wp, hp * wp, 1), 0, False, b_window=(kh, kw, dh * wp, dw))
+                    (channels * hp * wp, hp * wp, 1), 0, False, b_taps=tuple(taps[::order]))
     rows = np.array([spec.b_row(p) for p in range(k)])
     written = flat[spec.b[0] * np.arange(batch)[:, None, None] + rows[None, :, None]
                    + np.arange(n)[None, None, :]]
@@ -50,27 +52,28 @@ def _windows(batch: int, channels: int, hp: int, wp: int, kh: int, kw: int, dh: 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("threads", ["1", "2"])
-@pytest.mark.parametrize("batch,channels,hp,wp,o,kh,kw,dh,dw,accumulate,epilogue,constant", [
-    (1, 3, 8, 9, 5, 3, 3, 1, 1, False, False, False),     # edges of the tile's rows and columns
-    (2, 4, 12, 14, 30, 3, 3, 1, 1, False, True, True),    # tile rows, bias + relu, A kept packed
-    (3, 2, 9, 11, 16, 3, 2, 2, 1, True, False, False),    # dilated rows, 3 x 2, C +=
-    (1, 40, 10, 10, 7, 3, 3, 1, 1, False, True, False),   # k = 360: two blocks of k
-    (2, 1, 5, 40, 33, 1, 5, 1, 2, False, False, True),    # 1 x 5, dilated columns, no n edge
+@pytest.mark.parametrize("batch,channels,hp,wp,o,kh,kw,dh,dw,accumulate,epilogue,constant,order", [
+    (1, 3, 8, 9, 5, 3, 3, 1, 1, False, False, False, 1),    # edges of the tile's rows, columns
+    (2, 4, 12, 14, 30, 3, 3, 1, 1, False, True, True, 1),   # tile rows, bias + relu, A kept
+    (3, 2, 9, 11, 16, 3, 2, 2, 1, True, False, False, -1),  # dilated rows, 3 x 2, C +=, taps
+    (1, 40, 10, 10, 7, 3, 3, 1, 1, False, True, False, 1),  # k = 360: two blocks of k
+    (2, 1, 5, 40, 33, 1, 5, 1, 2, False, False, True, -1),  # 1 x 5, dilated columns
 ])
 def test_windows_read_in_place_give_the_bits_of_b_written_out(
         monkeypatch, dtype, threads, batch, channels, hp, wp, o, kh, kw, dh, dw, accumulate,
-        epilogue, constant):
+        epilogue, constant, order):
     """The kernel over windows (a windows kernel: no packing of B, no direct A or B, no
     shared B) against the plain kernel over the same B written out, batch by batch: the same bits,
     NaN, inf and -0 in A and B, at 1 and 2 threads, f32 and f64."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     rng = np.random.default_rng(batch * 1000 + channels * 10 + o)
-    windows, flat, written = _windows(batch, channels, hp, wp, kh, kw, dh, dw, dtype, rng)
+    windows, flat, written = _windows(batch, channels, hp, wp, kh, kw, dh, dw, dtype, rng,
+                                      order)
     k, n = windows.k, windows.n
     windows = dataclasses.replace(
         windows, m=o, c0=o * n, accumulate=accumulate, bias="rows" if epilogue else "",
         relu=epilogue, a_constant="weights" if constant else "")
-    plain = dataclasses.replace(windows, b=(k * n, n, 1), b_window=())
+    plain = dataclasses.replace(windows, b=(k * n, n, 1), b_taps=())
     host = dataclasses.replace(Target.host(), threads=int(threads))
     table = plan(windows, host)
     assert variant(windows, host).windows and not variant(plain, host).windows
@@ -89,14 +92,14 @@ def test_windows_read_in_place_give_the_bits_of_b_written_out(
 
 
 def test_the_verifier_bounds_a_windows_reads():
-    """The last row of the last window, read to its n-th element, must lie in B; the window
-    is four numbers, kh * kw dividing k, its elements contiguous."""
-    def module(size: int, window: str, k: int = 18, b2: int = 1):
+    """The furthest tap of the last channel, read to its n-th element, must lie in B; the taps
+    divide k, none negative, their elements contiguous."""
+    def module(size: int, taps: str, k: int = 18, b2: int = 1):
         text = f"""
         func.func @f(%a: memref<{2 * k}xf32>, %b: memref<{size}xf32>, %c: memref<20xf32>) {{
           kernel.gemm %a, %b, %c {{batch = 1 : i64, m = 2 : i64, n = 10 : i64, k = {k} : i64,
             a_strides = array<i64: 0, {k}, 1>, b_strides = array<i64: 0, 36, {b2}>,
-            c_batch_stride = 20 : i64, accumulate = false, b_window = array<i64: {window}>}}
+            c_batch_stride = 20 : i64, accumulate = false, b_taps = array<i64: {taps}>}}
             : memref<{2 * k}xf32>, memref<{size}xf32>, memref<20xf32>
           func.return
         }}"""
@@ -105,16 +108,18 @@ def test_the_verifier_bounds_a_windows_reads():
             ctx.load_dialect(dialect)
         return Parser(ctx, text).parse_module()
 
-    # 2 channels of 6 x 6, 3 x 3 taps: the last row starts at 36 + 2 * 6 + 2 = 50, read to 59
-    module(60, "3, 3, 6, 1").verify()
+    # 2 channels of 6 x 6, 3 x 3 taps (the furthest first): the last channel's furthest tap
+    # starts at 36 + 14 = 50 and is read to 59
+    taps = "14, 0, 1, 2, 6, 7, 8, 12, 13"
+    module(60, taps).verify()
     with pytest.raises(VerifyException, match="b is read up to element 59, past its 59"):
-        module(59, "3, 3, 6, 1").verify()
-    with pytest.raises(VerifyException, match="b_window must be"):
-        module(60, "3, 3, 6").verify()
-    with pytest.raises(VerifyException, match="kh \\* kw dividing k = 16"):
-        module(60, "3, 3, 6, 1", k=16).verify()
+        module(59, taps).verify()
+    with pytest.raises(VerifyException, match="9 taps \\(b_taps\\) must divide k = 16"):
+        module(60, taps, k=16).verify()
+    with pytest.raises(VerifyException, match="non-negative"):
+        module(60, "14, 0, 1, 2, 6, 7, 8, 12, -1").verify()
     with pytest.raises(VerifyException, match="contiguous"):
-        module(200, "3, 3, 6, 1", b2=2).verify()
+        module(200, taps, b2=2).verify()
 
 
 def test_windows_on_the_emulated_gpu_and_the_interpreter():
@@ -122,7 +127,7 @@ def test_windows_on_the_emulated_gpu_and_the_interpreter():
     from test_gpu import run_gemm
 
     spec = GemmSpec("f32", 2, 5, 7 * 4, 2 * 3 * 3, (0, 18, 1), (2 * 9 * 7, 9 * 7, 1), 5 * 28,
-                    False, b_window=(3, 3, 7, 1))
+                    False, b_taps=tuple(i * 7 + j for i in range(3) for j in range(3))[::-1])
     got, expected = run_gemm(spec, tile=4)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
@@ -153,7 +158,7 @@ def test_a_convolution_over_windows_interprets_to_the_traces_values(monkeypatch,
     lowered = tapeml.Program.parse(str(step))
     lower_module(lowered.module, image_group=image_group, window_convs=True)
     gemms = [op for op in lowered.module.walk() if isinstance(op, kernel.GemmOp)]
-    assert [g.spec.b_window for g in gemms] == [(3, 3, 9, 1)]
+    assert [g.spec.b_taps for g in gemms] == [tuple(i * 9 + j for i in range(3) for j in range(3))]
     assert gemms[0].spec.batch == (image_group or 4)
     out = np.zeros(expected.size)
     _interpreted(lowered.module, lowered.name, x.reshape(-1), out)
@@ -161,9 +166,9 @@ def test_a_convolution_over_windows_interprets_to_the_traces_values(monkeypatch,
 
 
 def test_which_convolutions_take_the_windows():
-    """Stride 1, at most WINDOW_ROWS output channels, padding at most WINDOW_WIDENING wider,
-    an im2col matrix of WINDOW_BYTES or more, no residual in the epilogue: the windows;
-    anything else, the im2col matrix."""
+    """At most WINDOW_ROWS output channels, a phase's rows at most WINDOW_WIDENING wider than
+    the output's, an im2col matrix of WINDOW_BYTES or more, no residual in the epilogue: the
+    windows, at any stride; anything else, the im2col matrix."""
     geo = convolutions._ConvGeometry
     params = {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
     fits = convolutions._windows_fit
@@ -171,33 +176,38 @@ def test_which_convolutions_take_the_windows():
     wide = convolutions.WINDOW_ROWS + 1
     assert not fits(geo(1, 16, 55, 55, wide, 16, 3, 3, 55, 55, 1, params), None)
     assert not fits(geo(1, 64, 13, 13, 64, 64, 3, 3, 13, 13, 1, params), None)  # 15 / 13
-    strided = dict(params, stride=(2, 2))
-    assert not fits(geo(1, 16, 55, 55, 64, 16, 3, 3, 28, 28, 1, strided), None)
+    strided = dict(params, stride=(2, 2))  # phases of 29 x 29 for 28 x 28
+    assert fits(geo(1, 16, 55, 55, 64, 16, 3, 3, 28, 28, 1, strided), None)
+    assert not fits(geo(1, 256, 13, 13, 64, 256, 3, 3, 7, 7, 1, strided), None)  # 8 / 7
     assert not fits(geo(64, 1, 28, 28, 16, 1, 3, 3, 28, 28, 1, params), None)  # 28 KB
     residual = Epilogue(bias=None, kind="", relu=False, residual=object())
     assert not fits(geo(1, 16, 55, 55, 64, 16, 3, 3, 55, 55, 1, params), residual)
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])
-@pytest.mark.parametrize("batch,pad,dilation,relu", [(1, 1, 1, True), (3, 2, 2, False),
-                                                     (2, (0, 2), 1, True)])
-def test_compiled_convolutions_over_windows(monkeypatch, threads, batch, pad, dilation, relu):
-    """A compiled convolution (bias and relu folded in, or not; padding on one side only)
-    through the windows: the interpreter's values, NaN and inf where they reach."""
+@pytest.mark.parametrize("batch,pad,dilation,stride,relu", [
+    (1, 1, 1, 1, True), (3, 2, 2, 1, False), (2, (0, 2), 1, 1, True),
+    (2, 1, 1, 2, True), (1, (3, 1), (1, 2), (2, 3), False)])
+def test_compiled_convolutions_over_windows(monkeypatch, threads, batch, pad, dilation,
+                                            stride, relu):
+    """A compiled convolution (bias and relu folded in, or not; padding on one side only;
+    strided, its input split into phases) through the windows: the interpreter's values, NaN
+    and inf where they reach."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     rng = np.random.default_rng(batch)
-    x = rng.standard_normal((batch, 5, 30, 60)).astype(np.float32)
-    x[0, 1, 3, 4], x[-1, 2, 10, 59] = np.nan, np.inf
+    x = rng.standard_normal((batch, 5, 60, 150) if stride != 1 else (batch, 5, 30, 60))
+    x = x.astype(np.float32)
+    x[0, 1, 3, 4], x[-1, 2, 10, 59], x[0, 4, 29, 0] = np.nan, np.inf, -np.inf
     w = rng.standard_normal((20, 5, 3, 3)).astype(np.float32)
     b = rng.standard_normal(20).astype(np.float32)
 
     def f(x, w, b):
-        y = nn.conv2d(x, w, b, padding=pad, dilation=dilation)
+        y = nn.conv2d(x, w, b, stride=stride, padding=pad, dilation=dilation)
         return tapeml.relu(y) if relu else y
 
     step = tapeml.jit(f)
     got = step(x, w, b)
-    assert "b_window" in step.lower(x, w, b)["loops"]
+    assert "b_taps" in step.lower(x, w, b)["loops"]
     expected = tapeml.trace(f, x, w, b)(x, w, b)
     np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
     assert np.array_equal(np.isnan(got), np.isnan(expected))

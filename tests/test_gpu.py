@@ -32,7 +32,7 @@ def run_gemm(spec: GemmSpec, tile: int) -> tuple[np.ndarray, np.ndarray]:
     """C from the GPU kernel (emulated) and from the interpreter's numpy kernel.gemm."""
     dtype = np.float32 if spec.dtype == "f32" else np.float64
     last_a = sum(s * (n - 1) for s, n in zip(spec.a, (spec.batch, spec.m, spec.k), strict=True))
-    last_b = spec.b[0] * (spec.batch - 1) + spec.b_row(spec.k - 1) + spec.b[2] * (spec.n - 1)
+    last_b = spec.b[0] * (spec.batch - 1) + spec.b_last_row() + spec.b[2] * (spec.n - 1)
     c_size = spec.m * spec.n * (spec.batch if spec.c0 else 1)
     a = RNG.standard_normal(last_a + 1).astype(dtype)
     b = RNG.standard_normal(last_b + 1).astype(dtype)

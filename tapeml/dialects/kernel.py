@@ -10,11 +10,11 @@ computes, for every b < batch, C[b] = A[b] @ B[b] (or C[b] += with `accumulate`)
 A[b][i, p] = a[b*a0 + i*a1 + p*a2], B[b][p, j] = b[b*b0 + p*b1 + j*b2], and C[b] is the
 contiguous m x n block of c at b * c_batch_stride (0: every batch adds into the same block;
 more than m * n: the blocks lie apart, each image's part of a concat's buffer).
-Strides let a transposed operand be read in place. With `b_window = array<i64: kh, kw, rs, cs>`,
-B's rows are a convolution's windows over an image: row p = (c * kh + i) * kw + j of B[b]
-starts at b0*b + c*b1 + i*rs + j*cs (its elements b2 apart), so B[b][p, j'] is the tap
-(i, j) of channel c at position j' of a zero-padded image read in place (no im2col matrix;
-tape-to-loops{window_convs}, the CPU's). An epilogue may follow the sum, on every
+Strides let a transposed operand be read in place. With `b_taps = array<i64: t0, t1, ...>`
+(T of them), B's rows are a convolution's taps over an image: row p = c * T + t of B[b] starts
+at b0*b + c*b1 + t_t (its elements b2 = 1 apart), so B[b][p, j] is tap t of channel c at
+position j of a zero-padded image read in place (no im2col matrix; tape-to-loops{window_convs},
+the CPU's). An epilogue may follow the sum, on every
 element of C once it holds its whole sum:
 
     kernel.gemm %w, %x, %y, %bias, %r {..., bias = "rows", residual, relu = true}
@@ -120,16 +120,21 @@ class GemmSpec:
     residual: bool = False
     """The epilogue adds a residual: a buffer of C's shape (blocks m * n apart), after the
     bias, the call's last buffer."""
-    b_window: tuple[int, ...] = ()
-    """(kh, kw, rs, cs): B's rows are windows (the dialect doc), or () for B[p, j] at
-    p * b1 + j * b2."""
+    b_taps: tuple[int, ...] = ()
+    """Where each of a window's taps starts in a channel: B's rows are windows (the dialect
+    doc), or () for B[p, j] at p * b1 + j * b2."""
 
     def b_row(self, p: int) -> int:
-        """Where row p of B[0] starts: p * b1, or its window's tap (`b_window`)."""
-        if not self.b_window:
+        """Where row p of B[0] starts: p * b1, or its channel's tap (`b_taps`)."""
+        if not self.b_taps:
             return p * self.b[1]
-        kh, kw, rs, cs = self.b_window
-        return p // (kh * kw) * self.b[1] + p // kw % kh * rs + p % kw * cs
+        return p // len(self.b_taps) * self.b[1] + self.b_taps[p % len(self.b_taps)]
+
+    def b_last_row(self) -> int:
+        """Where B[0]'s furthest row starts (k > 0)."""
+        if not self.b_taps:
+            return self.b_row(self.k - 1)
+        return (self.k // len(self.b_taps) - 1) * self.b[1] + max(self.b_taps)
 
     @property
     def bias_length(self) -> int:
@@ -143,8 +148,10 @@ class GemmSpec:
                        (("a", self.a_constant), ("b", self.b_constant)) if name)
         epilogue = (f"_bias{self.bias}" * bool(self.bias) + "_res" * self.residual
                     + "_relu" * self.relu)
-        if self.b_window:
-            b += "_w" + "x".join(map(str, self.b_window))
+        if self.b_taps:  # (many taps: a digest of them)
+            taps = "x".join(map(str, self.b_taps))
+            b += "_t" + (taps if len(self.b_taps) <= 9 else
+                         "h" + hashlib.sha256(taps.encode()).hexdigest()[:16])
         return (f"tapeml_gemm_{self.dtype}_b{self.batch}_m{self.m}_n{self.n}_k{self.k}"
                 f"_a{a}_b{b}_c{self.c0}_{'acc' if self.accumulate else 'set'}{epilogue}{kept}")
 
@@ -158,8 +165,8 @@ class GemmSpec:
             epilogue["residual"] = BoolAttr.from_bool(True)
         if self.relu:
             epilogue["relu"] = BoolAttr.from_bool(True)
-        if self.b_window:
-            epilogue["b_window"] = DenseArrayBase.from_list(i64, self.b_window)
+        if self.b_taps:
+            epilogue["b_taps"] = DenseArrayBase.from_list(i64, self.b_taps)
         return {"batch": _i64(self.batch), "m": _i64(self.m), "n": _i64(self.n),
                 "k": _i64(self.k), "a_strides": DenseArrayBase.from_list(i64, self.a),
                 "b_strides": DenseArrayBase.from_list(i64, self.b),
@@ -179,7 +186,7 @@ class GemmSpec:
             return value.data if isinstance(value, StringAttr) else ""
 
         relu, residual = attributes.get("relu"), attributes.get("residual")
-        window = attributes.get("b_window")
+        taps = attributes.get("b_taps")
         return GemmSpec(dtype=dtype, batch=integer("batch"), m=integer("m"), n=integer("n"),
                         k=integer("k"), a=strides("a_strides"), b=strides("b_strides"),
                         c0=integer("c_batch_stride"),
@@ -188,8 +195,8 @@ class GemmSpec:
                         bias=constant("bias"),
                         relu=isinstance(relu, IntegerAttr) and bool(relu.value.data),
                         residual=isinstance(residual, IntegerAttr) and bool(residual.value.data),
-                        b_window=tuple(window.get_values())  # type: ignore[union-attr]
-                        if isinstance(window, DenseArrayBase) else ())
+                        b_taps=tuple(taps.get_values())  # type: ignore[union-attr]
+                        if isinstance(taps, DenseArrayBase) else ())
 
     def declaration_attribute(self) -> DictionaryAttr:
         """What convert-loops-to-llvm puts on the kernel's declaration (`kernel.gemm`), so that
@@ -276,13 +283,12 @@ class GemmOp(IRDLOperation):
             if len(getattr(self, name).get_values()) != 3:
                 raise VerifyException(f"kernel.gemm: {name} must have 3 entries (batch, row, "
                                       "column)")
-        if min(s.batch, s.m, s.n, s.k, *s.a, *s.b, s.c0, *s.b_window) < 0:
+        if min(s.batch, s.m, s.n, s.k, *s.a, *s.b, s.c0, *s.b_taps) < 0:
             raise VerifyException("kernel.gemm: sizes and strides must be non-negative")
-        if s.b_window and (len(s.b_window) != 4 or min(s.b_window[:2]) < 1
-                           or s.k % (s.b_window[0] * s.b_window[1])):
-            raise VerifyException(f"kernel.gemm: b_window must be (kh, kw, row step, column "
-                                  f"step) with kh * kw dividing k = {s.k}, got {s.b_window}")
-        if s.b_window and s.b[2] != 1:
+        if s.b_taps and s.k % len(s.b_taps):
+            raise VerifyException(f"kernel.gemm: {len(s.b_taps)} taps (b_taps) must divide "
+                                  f"k = {s.k}")
+        if s.b_taps and s.b[2] != 1:
             raise VerifyException(f"kernel.gemm: a window's elements are contiguous "
                                   f"(b_strides[2] = 1), got {s.b[2]}")
         if s.batch and s.m and s.n and 0 < s.c0 < s.m * s.n:
@@ -291,7 +297,7 @@ class GemmOp(IRDLOperation):
         if s.batch and s.m and s.n and s.k:
             reads = {"a": (s.a, (s.m, s.k), types[0]), "b": (s.b, (s.k, s.n), types[1])}
             for operand, (steps, (rows, columns), t) in reads.items():
-                row = s.b_row(rows - 1) if operand == "b" else steps[1] * (rows - 1)
+                row = s.b_last_row() if operand == "b" else steps[1] * (rows - 1)
                 last = steps[0] * (s.batch - 1) + row + steps[2] * (columns - 1)
                 if last >= t.get_shape()[0]:
                     raise VerifyException(f"kernel.gemm: {operand} is read up to element {last}, "

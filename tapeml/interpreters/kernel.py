@@ -53,7 +53,7 @@ class KernelFunctions(InterpreterFunctions):
         item = dtype.itemsize
         lhs = np.lib.stride_tricks.as_strided(a, (s.batch, s.m, s.k),
                                               [x * item for x in s.a], writeable=False)
-        if s.b_window:  # each row of B a window's tap (kernel.gemm's b_window)
+        if s.b_taps:  # each row of B a window's tap (kernel.gemm's b_taps)
             rows = np.array([s.b_row(p) for p in range(s.k)], np.int64)
             rhs = b[s.b[0] * np.arange(s.batch)[:, None, None] + rows[None, :, None]
                     + s.b[2] * np.arange(s.n)[None, None, :]]

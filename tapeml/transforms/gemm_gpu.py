@@ -102,13 +102,15 @@ def gemm_kernel(name: str, spec: GemmSpec, a_type: MemRefType, b_type: MemRefTyp
 
 def _b_at(e: Emitter, spec: GemmSpec, batch: SSAValue | int, q: SSAValue,
           col: SSAValue) -> SSAValue:
-    """Where B[batch][q, col] is: by its strides, or, with a window (kernel.gemm's b_window),
-    q = (c * kh + i) * kw + j read at c * b1 + i * rs + j * cs."""
-    if not spec.b_window:
+    """Where B[batch][q, col] is: by its strides, or, with taps (kernel.gemm's b_taps),
+    q = c * T + t read at c * b1 + taps[t] (the tap chosen by a select per tap)."""
+    if not spec.b_taps:
         return e.linear([batch, q, col], list(spec.b))
-    kh, kw, rs, cs = spec.b_window
-    taps = e.insert(arith.RemSIOp(q, e.index(kh * kw)))
-    c = e.insert(arith.DivSIOp(q, e.index(kh * kw)))
-    i = e.insert(arith.DivSIOp(taps, e.index(kw)))
-    j = e.insert(arith.RemSIOp(taps, e.index(kw)))
-    return e.linear([batch, c, i, j, col], [spec.b[0], spec.b[1], rs, cs, spec.b[2]])
+    count = len(spec.b_taps)
+    c = e.insert(arith.DivSIOp(q, e.index(count)))
+    t = e.insert(arith.RemSIOp(q, e.index(count)))
+    tap = e.index(spec.b_taps[0])
+    for i, offset in enumerate(spec.b_taps[1:], 1):
+        here = e.insert(arith.CmpiOp(t, e.index(i), "eq"))
+        tap = e.insert(arith.SelectOp(here, e.index(offset), tap))
+    return e.addi(e.linear([batch, c, col], [spec.b[0], spec.b[1], spec.b[2]]), tap)

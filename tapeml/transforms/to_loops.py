@@ -394,7 +394,7 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     that adds a bias to a convolution's or a matmul's result, or takes its relu, is that
     product's kernel.gemm epilogue (loops/epilogues.py; the CPU's). `window_convs`: a
     stride-1 convolution of few output channels reads its zero-padded input's windows in place
-    (kernel.gemm's b_window) instead of an im2col matrix (lower_conv2d_gemm; the CPU's)."""
+    (kernel.gemm's b_taps) instead of an im2col matrix (lower_conv2d_gemm; the CPU's)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
         lower_function(f, module, report, libm, row_reductions, share, profile, weight_runs,
@@ -430,7 +430,7 @@ class ToLoopsPass(ModulePass):
     kernel.gemm epilogue (the CPU's)."""
     window_convs: bool = False
     """A stride-1 convolution of few output channels reads its zero-padded input's windows in
-    place (kernel.gemm's b_window), not an im2col matrix (the CPU's)."""
+    place (kernel.gemm's b_taps), not an im2col matrix (the CPU's)."""
 
     def apply(self, ctx: PassContext, op: ModuleOp) -> None:
         self.run(op)

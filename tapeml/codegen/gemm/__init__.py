@@ -27,7 +27,7 @@ The loop nest (Goto/BLIS; measured in ../shared/reference/cpu-codegen-measuremen
                                                     MR * NR / lanes vector registers, one FMA
                                                     per register per k
 
-A product whose B's rows are a convolution's windows (GemmSpec.b_window) calls a kernel of its
+A product whose B's rows are a convolution's windows (GemmSpec.b_taps) calls a kernel of its
 own (`Variant.windows`): its tiles (`.tile.rows`) read B in place, row k at B plus the
 caller's table `@<symbol>.rows`[k], the lanes past n masked off, and it packs only A.
 
@@ -152,7 +152,7 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
                 for x in ("a" if v.windows else "ab")]
     extra = [x for x, used in (("bias", spec.bias), ("residual", spec.residual)) if used]
     params = "".join(f", ptr noalias %{x}" for x in extra)
-    if spec.b_window:  # where each row of B starts (kernel.gemm's b_window)
+    if spec.b_taps:  # where each row of B starts (kernel.gemm's b_taps)
         rows = ", ".join(f"i64 {spec.b_row(p)}" for p in range(spec.k))
         out.append(f"@{name}.rows = internal constant [{spec.k} x i64] "
                    f"{f'[{rows}]' if rows else 'zeroinitializer'}, align 64")
@@ -160,7 +160,7 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
     out.append("  %extra = alloca [3 x ptr], align 8  ; the epilogue's operands and B's rows, "
                "or null")
     for i, x in enumerate(("bias", "residual", "rows")):
-        value = (f"@{name}.rows" if spec.b_window else "null") if x == "rows" else \
+        value = (f"@{name}.rows" if spec.b_taps else "null") if x == "rows" else \
             "%" + x if x in extra else "null"
         out.append(f"  store ptr {value}, ptr {'%extra' if i == 0 else f'%extra.{i}'}, align 8")
         if i < 2:

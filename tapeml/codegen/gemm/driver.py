@@ -406,7 +406,7 @@ def _part(v: Variant) -> list[str]:
     direct = _true(w, direct_a)
     in_place_b = _true(w, direct_b)
     whole_a, whole_b = _true(w, packed_a), _true(w, packed_b)  # packed by the caller
-    # a windows kernel's: where each row of B starts (kernel.gemm's b_window), the caller's
+    # a windows kernel's: where each row of B starts (kernel.gemm's b_taps), the caller's
     table = w(f"load ptr, ptr {w('getelementptr ptr, ptr %extra, i64 2')}") if v.windows else ""
     pack_b_here = w(f"and i1 {w(f'xor i1 {in_place_b}, true')}, {w(f'xor i1 {whole_b}, true')}")
     not_whole_a = w(f"xor i1 {whole_a}, true")

@@ -34,7 +34,7 @@ rows and columns of C, as `partition.Part`):
                        C at the end (the groups' sums are added first)
     residual           1: the epilogue adds a residual (C's shape, its blocks m * n apart)
 
-A product whose B's rows are windows (GemmSpec.b_window) calls a kernel of its own
+A product whose B's rows are windows (GemmSpec.b_taps) calls a kernel of its own
 (`Variant.windows`): its tiles read B in place, row k at B + the caller's table of rows[k]
 (`.tile.rows`), and it packs only A: no direct A or B, no packed B, B never shared.
 """
@@ -69,7 +69,7 @@ class Variant:
     a_unit: bool
     b_unit: bool
     windows: bool = False
-    """B's rows are windows (GemmSpec.b_window): the kernel reads B in place through the
+    """B's rows are windows (GemmSpec.b_taps): the kernel reads B in place through the
     caller's table of rows (`.tile.rows`) and holds no other tile nor B's packing; a kernel
     of its own, so a program without such a product compiles none of it."""
 
@@ -104,7 +104,7 @@ def _unit(row: int, column: int) -> bool:
 def variant(spec: GemmSpec, target: Target) -> Variant:
     lanes, mr, nr = tiles(spec, target)
     return Variant(spec.dtype, lanes, mr, nr, _unit(*spec.a[1:]), _unit(*spec.b[1:]),
-                   bool(spec.b_window))
+                   bool(spec.b_taps))
 
 
 def scratch_bytes(spec: GemmSpec, v: Variant) -> tuple[int, int]:
@@ -112,7 +112,7 @@ def scratch_bytes(spec: GemmSpec, v: Variant) -> tuple[int, int]:
     multiple of 64."""
     kc = min(KC, max(spec.k, 1))
     size = v.element[1]
-    b_bytes = 0 if spec.b_window else -(-spec.n // v.nr) * v.nr * kc * size
+    b_bytes = 0 if spec.b_taps else -(-spec.n // v.nr) * v.nr * kc * size
     a_bytes = v.mc * kc * size
     return -(-b_bytes // 64) * 64, -(-a_bytes // 64) * 64
 
@@ -134,7 +134,7 @@ def direct_a(spec: GemmSpec, v: Variant, shared: bool) -> bool:
     a narrow product (n <= DIRECT_A_COLUMNS) whose A runs along k with stride 1, unless the
     threads share one packed B (their rows jobs pack A on their stacks) or A's rows alias
     (ALIASED_ROWS)."""
-    return (not shared and not spec.b_window and spec.n <= DIRECT_A_COLUMNS and v.a_unit
+    return (not shared and not spec.b_taps and spec.n <= DIRECT_A_COLUMNS and v.a_unit
             and along_rows(spec.a[1], spec.a[2])
             and (spec.a[1] * v.element[1]) % ALIASED_ROWS != 0)
 
@@ -166,7 +166,7 @@ def packed_a(spec: GemmSpec, v: Variant, shared: bool) -> bool:
 
 def packed_b(spec: GemmSpec, v: Variant, shared: bool) -> bool:
     """`packed_a`, for B: a layer's weights on the right (x @ W)."""
-    return (bool(spec.b_constant) and spec.b[0] == 0 and not shared and not spec.b_window
+    return (bool(spec.b_constant) and spec.b[0] == 0 and not shared and not spec.b_taps
             and not direct_b(spec, v, shared) and 0 not in (spec.m, spec.n, spec.k, spec.batch))
 
 
@@ -203,7 +203,7 @@ def plan(spec: GemmSpec, target: Target, packed: bool = False) -> list[int]:
     `packed`: for the calls that pass the operands `packed_a` and `packed_b` choose packed."""
     v = variant(spec, target)
     threads = target.threads
-    shared = shares_b(spec, v.mr, threads) and not spec.b_window  # (B is not packed)
+    shared = shares_b(spec, v.mr, threads) and not spec.b_taps  # (B is not packed)
     parts = [] if shared else partition(spec, v.mr, v.nr, threads)
     groups = batch_groups(spec)
     b_bytes, a_bytes = scratch_bytes(spec, v)

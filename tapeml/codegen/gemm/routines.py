@@ -20,7 +20,7 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     the tile at %a + i * %lda (rows past %mr read the last one: they are not stored), k along
     each row; and B's rows %ldb apart (NR packed, or a small B read in place:
     plan.direct_b). `windows` (`.tile.rows`): A packed, B read in place with row k at
-    %b + %rows[k] (kernel.gemm's b_window: a convolution's taps over its padded image), its
+    %b + %rows[k] (kernel.gemm's b_taps: a convolution's taps over its padded image), its
     lanes past %nr masked off (never read). `.tile` keeps NR a constant (a run-time stride
     there cost W2 n=512 3-4%)."""
     w = Writer()

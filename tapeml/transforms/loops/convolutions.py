@@ -282,9 +282,9 @@ and more slower over the windows (rows 3 cache lines wide, unaligned, where a pa
 panel's are 2)."""
 
 WINDOW_WIDENING = 1.1
-"""... and whose padded rows are at most this much wider than its output's: the product
-computes the padding's columns too (and drops them), 13 x 13 images padded to 15 columns
-(256 x 576 over them: 445 against 380 us)."""
+"""... and whose windows' rows (a padded row, or a phase's: see `_Phases`) are at most this
+much wider than its output's: the product computes the padding's columns too (and drops
+them), 13 x 13 images padded to 15 columns (256 x 576 over them: 445 against 380 us)."""
 
 
 WINDOW_BYTES = 256 << 10
@@ -294,11 +294,39 @@ smaller one is written and packed in L2, where that costs little (W4's first con
 would cost a first call the compile of a kernel of their own (0.13 s on one core)."""
 
 
+@dataclass(frozen=True)
+class _Phases:
+    """A convolution's padded input split by its stride into sh x sw phases, phase (py, px)
+    holding the rows sh * y + py and columns sw * x + px of the padded input (zero past it),
+    each hq x wq: a tap then reads one phase at a shift, so the windows of a stride-s
+    convolution are rows of a buffer read in place as a stride-1 one's are. Stride 1: one
+    phase, the padded input itself."""
+
+    geo: _ConvGeometry
+
+    @property
+    def sizes(self) -> tuple[int, int]:
+        top, left, bottom, right = self.geo.params["padding"]
+        (sh, sw) = self.geo.params["stride"]
+        return (-(-(self.geo.h + top + bottom) // sh), -(-(self.geo.w + left + right) // sw))
+
+    @property
+    def channel(self) -> int:
+        """Elements of one channel's phases."""
+        (sh, sw), (hq, wq) = self.geo.params["stride"], self.sizes
+        return sh * sw * hq * wq
+
+    def taps(self) -> list[int]:
+        """Where each tap (i, j), in order, starts in a channel's phases."""
+        (sh, sw), (dh, dw) = self.geo.params["stride"], self.geo.params["dilation"]
+        hq, wq = self.sizes
+        return [((i * dh % sh) * sw + j * dw % sw) * hq * wq + i * dh // sh * wq + j * dw // sw
+                for i in range(self.geo.kh) for j in range(self.geo.kw)]
+
+
 def _windows_fit(geo: _ConvGeometry, epilogue: Epilogue | None) -> bool:
     """A forward convolution the windowed product takes (`_windowed`)."""
-    top, left, bottom, right = geo.params["padding"]
-    return (tuple(geo.params["stride"]) == (1, 1) and geo.o <= WINDOW_ROWS
-            and (geo.w + left + right) <= WINDOW_WIDENING * geo.ow
+    return (geo.o <= WINDOW_ROWS and _Phases(geo).sizes[1] <= WINDOW_WIDENING * geo.ow
             and 4 * geo.c * geo.kh * geo.kw * geo.oh * geo.ow >= WINDOW_BYTES
             and (epilogue is None or epilogue.residual is None))
 
@@ -323,9 +351,10 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     The forward products carry `epilogue` (a bias per output channel: a row of C; relu),
     where an op folds into the convolution (epilogues.py), and write each image's result
     `out_images` elements after the last where that is given (its part of a concat's
-    buffer; 0: one after another). With `window_convs`, a forward convolution of stride 1,
-    few output channels (WINDOW_ROWS) and narrow padding (WINDOW_WIDENING) is a product over
-    its zero-padded input's windows instead (`_windowed`): no im2col matrix.
+    buffer; 0: one after another). With `window_convs`, a forward convolution of few output
+    channels (WINDOW_ROWS), narrow padding (WINDOW_WIDENING) and a large im2col matrix
+    (WINDOW_BYTES) is a product over its zero-padded input's windows instead (`_windowed`):
+    no im2col matrix.
     """
     kind = type(op)
     if kind is tape.Conv2dOp:
@@ -488,26 +517,39 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
 def _windowed(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue], out: SSAValue,
               epilogue: Epilogue | None, out_images: int, image_group: int, report: PlanReport,
               t: Any, dtype: str) -> None:
-    """A forward convolution of stride 1 as a product over windows (kernel.gemm's b_window):
-    the input copied into a zero-padded buffer xp[b][c][Hp][Wp] (zeroed once: only its
-    inside is written); then out'[b][o][y * Wp + x] = sum over (c, i, j) of w[o, c, i, j] *
-    xp[b][c][(y + i*dh) * Wp + x + j*dw] for every y < OH and x < Wp, whose B (row (c, i, j),
-    column y * Wp + x) is xp itself read at a shift per row: the columns x >= OW read across
-    a row's end (and the last ones up to (kw - 1) * dw elements past the images: the buffer's
-    tail) and are dropped as out' is copied into out. A group of `image_group` images (a
-    divisor of N; all of them without one) at a time, so the buffers stay in cache."""
-    top, left, bottom, right = geo.params["padding"]
-    dh, dw = geo.params["dilation"]
-    hp, wp = geo.h + top + bottom, geo.w + left + right
-    plane, wide_plane, ckk = hp * wp, geo.oh * wp, geo.c * geo.kh * geo.kw
+    """A forward convolution as a product over windows (kernel.gemm's b_taps): the input
+    copied into its zero-padded phases xq[b][c][py][px][hq][wq] (`_Phases`; zeroed once,
+    only the input's own positions written), then out'[b][o][y * wq + x] = sum over (c, i,
+    j) of w[o, c, i, j] * (the phase of tap (i, j) of xq[b][c], read at its shift + y * wq +
+    x) for every y < OH and x < wq, whose B (row (c, i, j), column y * wq + x) is xq itself
+    read at a shift per row: the columns x >= OW read across a row's end (the last ones past
+    the images: the buffer's tail) and are dropped as out' is copied into out. A group of
+    `image_group` images (a divisor of N; all of them without one) at a time, so the buffers
+    stay in cache."""
+    phases = _Phases(geo)
+    top, left = geo.params["padding"][:2]
+    (sh, sw), (hq, wq) = geo.params["stride"], phases.sizes
+    taps, channel = phases.taps(), phases.channel
+    wide_plane, ckk = geo.oh * wq, geo.c * geo.kh * geo.kw
     images = max(d for d in range(1, min(image_group or geo.n, geo.n) + 1) if geo.n % d == 0)
-    padded_size = images * geo.c * plane + (geo.kw - 1) * dw
+    padded_size = images * geo.c * channel + max(0, max(taps) + wide_plane - channel)
     padded = e.insert(alloc(MemRefType(t, [padded_size])))
     wide = e.insert(alloc(MemRefType(t, [images * geo.o * wide_plane])))
     report.scratch_bytes = max(report.scratch_bytes,
                                (padded_size + images * geo.o * wide_plane) * (t.bitwidth // 8))
     zero(e, padded, padded_size, t)
     chw, stride = geo.c * geo.h * geo.w, out_images or geo.o * geo.oh * geo.ow
+
+    def phase_in(e: Emitter, x: SSAValue, py: int, px: int) -> None:
+        """The input's positions that phase (py, px) holds, copied into it."""
+        y0, y1 = _valid(hq, geo.h, sh, py - top)
+        x0, x1 = _valid(wq, geo.w, sw, px - left)
+        if y0 < y1 and x0 < x1:
+            e.loops([images, geo.c, y1 - y0, x1 - x0], lambda e, v: e.store(
+                e.load(x, e.linear(v, [chw, geo.h * geo.w, sh * geo.w, sw],
+                                   (y0 * sh + py - top) * geo.w + x0 * sw + px - left)),
+                padded, e.linear(v, [geo.c * channel, channel, wq, 1],
+                                 (py * sw + px) * hq * wq + y0 * wq + x0)), parallel=True)
 
     def group(e: Emitter, ivs: list[SSAValue]) -> None:
         x, y = ins[0], out
@@ -516,15 +558,15 @@ def _windowed(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue], out: SSAValue
                                        MemRefType(t, [images * chw])))
             y = e.insert(kernel.ViewOp(out, e.linear(ivs, [images * stride]), MemRefType(
                 t, [(images - 1) * stride + geo.o * geo.oh * geo.ow])))
-        e.loops([images, geo.c, geo.h, geo.w], lambda e, v: e.store(
-            e.load(x, e.linear(v, [chw, geo.h * geo.w, geo.w, 1])), padded,
-            e.linear(v, [geo.c * plane, plane, wp, 1], top * wp + left)), parallel=True)
-        gemm(e, ins[1], padded, wide, GemmSpec(  # out'[n] = w @ windows of xp[n]
+        for py in range(sh):
+            for px in range(sw):
+                phase_in(e, x, py, px)
+        gemm(e, ins[1], padded, wide, GemmSpec(  # out'[n] = w @ windows of xq[n]
             dtype=dtype, batch=images, m=geo.o, n=wide_plane, k=ckk, a=(0, ckk, 1),
-            b=(geo.c * plane, plane, 1), c0=geo.o * wide_plane, accumulate=False,
-            b_window=(geo.kh, geo.kw, dh * wp, dw)), epilogue)
+            b=(geo.c * channel, channel, 1), c0=geo.o * wide_plane, accumulate=False,
+            b_taps=tuple(taps)), epilogue)
         e.loops([images, geo.o, geo.oh, geo.ow], lambda e, v: e.store(
-            e.load(wide, e.linear(v, [geo.o * wide_plane, wide_plane, wp, 1])), y,
+            e.load(wide, e.linear(v, [geo.o * wide_plane, wide_plane, wq, 1])), y,
             e.linear(v, [stride, geo.oh * geo.ow, geo.ow, 1])), parallel=True)
 
     if images < geo.n:

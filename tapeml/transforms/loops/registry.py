@@ -38,7 +38,7 @@ class Context:
     loop over the images (see lower_conv2d_gemm; 0: all at once; the CPU's: its threads)."""
     window_convs: bool = False
     """A stride-1 convolution of few output channels as a product over its zero-padded input's
-    windows read in place (kernel.gemm's b_window; see lower_conv2d_gemm), not over an im2col
+    windows read in place (kernel.gemm's b_taps; see lower_conv2d_gemm), not over an im2col
     matrix (the CPU's)."""
     epilogue: Epilogue | None = None
     """Set for a product (conv2d, matmul) lowered in place of the op that folds into it
