@@ -48,7 +48,8 @@ def cpu_pipeline(fuse: bool = True, libm: bool = False, threads: int = 1, tidy: 
         *([Step(FusePass(), "fused tape")] if fuse else []),
         Step(ToLoopsPass(libm=libm, row_reductions=True, share=True, profile=profile,
                          weight_runs=weight_runs, image_group=max(threads, 1),
-                         concat_in_place=True, gemm_epilogues=True, window_convs=True),
+                         concat_in_place=True, gemm_epilogues=True, window_convs=True,
+                         pixel_rows=True),
              "loops"),
         *([Step(OutlineParallelLoopsPass(), "outlined loops")] if threads > 1 else []),
         Step(PlanArenaPass(), "arena"),
@@ -79,7 +80,7 @@ def apply_pipeline(steps: list[Step], ctx: Context, module: ModuleOp) -> None:
 class TapeToLLVMPass(ModulePass):
     """The whole way from tape to the llvm dialect: the CPU backend's pipeline (cpu_pipeline:
     tape-fuse, tape-to-loops{row_reductions, share, image_group, concat_in_place,
-    gemm_epilogues, window_convs},
+    gemm_epilogues, window_convs, pixel_rows},
     outline-parallel-loops when threads > 1, plan-arena, merge-loop-nests, convert-scf-to-cf,
     convert-loops-to-llvm).
     `-t llvm` then prints LLVM IR."""

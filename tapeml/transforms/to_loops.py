@@ -122,7 +122,8 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                    libm: bool = False, row_reductions: bool = False,
                    share: bool = False, profile: bool = False, weight_runs: bool = True,
                    image_group: int = 0, concat_in_place: bool = False,
-                   gemm_epilogues: bool = False, window_convs: bool = False) -> None:
+                   gemm_epilogues: bool = False, window_convs: bool = False,
+                   pixel_rows: bool = False) -> None:
     if len(f.body.blocks) != 1 or not isinstance(f.body.block.last_op, func.ReturnOp):
         raise LoweringError(f"tape-to-loops: @{f.sym_name.data} must be one block of tape ops "
                             "ending in func.return")
@@ -152,7 +153,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     counter = iter(range(1 << 30))
     cx = Context(module, report, views, row_reductions,
                  lambda: f"{f.sym_name.data}_constant_{next(counter)}", weight_runs, image_group,
-                 window_convs)
+                 window_convs, pixel_rows)
     folded = epilogues.gemm_epilogues(block, views, set(direct)) if gemm_epilogues else {}
     products = set()  # lowered where the op that folds into them is (and a reshape between)
     for op, (product, _) in folded.items():
@@ -373,7 +374,8 @@ def _op_name(op: Operation) -> str:
 def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = False,
                  share: bool = False, profile: bool = False, weight_runs: bool = True,
                  image_group: int = 0, concat_in_place: bool = False,
-                 gemm_epilogues: bool = False, window_convs: bool = False) -> PlanReport:
+                 gemm_epilogues: bool = False, window_convs: bool = False,
+                 pixel_rows: bool = False) -> PlanReport:
     """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
     call libm for exp, log, tanh, sigmoid and f32 erf (default: vectorizable arithmetic, see
     transcendentals.py). `row_reductions`: reductions that keep the input's last axes fold a
@@ -394,11 +396,14 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     that adds a bias to a convolution's or a matmul's result, or takes its relu, is that
     product's kernel.gemm epilogue (loops/epilogues.py; the CPU's). `window_convs`: a
     stride-1 convolution of few output channels reads its zero-padded input's windows in place
-    (kernel.gemm's b_taps) instead of an im2col matrix (lower_conv2d_gemm; the CPU's)."""
+    (kernel.gemm's b_taps) instead of an im2col matrix (lower_conv2d_gemm; the CPU's).
+    `pixel_rows`: a forward convolution over few pixels and many output channels is the
+    product with the pixels as C's rows, then transposed into the output (lower_conv2d_gemm;
+    the CPU's)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
         lower_function(f, module, report, libm, row_reductions, share, profile, weight_runs,
-                       image_group, concat_in_place, gemm_epilogues, window_convs)
+                       image_group, concat_in_place, gemm_epilogues, window_convs, pixel_rows)
     return report
 
 
@@ -431,6 +436,9 @@ class ToLoopsPass(ModulePass):
     window_convs: bool = False
     """A stride-1 convolution of few output channels reads its zero-padded input's windows in
     place (kernel.gemm's b_taps), not an im2col matrix (the CPU's)."""
+    pixel_rows: bool = False
+    """A forward convolution over few pixels and many output channels is the product with
+    the pixels as C's rows, then transposed into the output (the CPU's)."""
 
     def apply(self, ctx: PassContext, op: ModuleOp) -> None:
         self.run(op)
@@ -438,4 +446,4 @@ class ToLoopsPass(ModulePass):
     def run(self, module: ModuleOp) -> PlanReport:
         return lower_module(module, self.libm, self.row_reductions, self.share, self.profile,
                             self.weight_runs, self.image_group, self.concat_in_place,
-                            self.gemm_epilogues, self.window_convs)
+                            self.gemm_epilogues, self.window_convs, self.pixel_rows)

@@ -33,7 +33,7 @@ def lower_convolution(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     """groups = 1: GEMMs over an im2col matrix; otherwise direct loops."""
     if op.params["groups"] == 1:
         lower_conv2d_gemm(e, op, ins, out, cx.report, cx.weight_runs, cx.image_group,
-                          cx.epilogue, cx.out_images, cx.window_convs)
+                          cx.epilogue, cx.out_images, cx.window_convs, cx.pixel_rows)
     elif isinstance(op, tape.Conv2dOp):
         lower_conv2d(e, op, ins, out)
     else:
@@ -334,7 +334,8 @@ def _windows_fit(geo: _ConvGeometry, epilogue: Epilogue | None) -> bool:
 def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
                       report: PlanReport, weight_runs: bool = True,
                       image_group: int = 0, epilogue: Epilogue | None = None,
-                      out_images: int = 0, window_convs: bool = False) -> None:
+                      out_images: int = 0, window_convs: bool = False,
+                      pixel_rows: bool = False) -> None:
     """conv2d (groups = 1) and its two cotangents as GEMMs over the im2col matrix
     cols[b, c, i, j, y, x] = x[b, c, y*sh + i*dh - top, x*sw + j*dw - left] (0 in the padding),
     a scratch buffer of N*C*kh*kw*OH*OW elements freed after the op:
@@ -354,7 +355,9 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     buffer; 0: one after another). With `window_convs`, a forward convolution of few output
     channels (WINDOW_ROWS), narrow padding (WINDOW_WIDENING) and a large im2col matrix
     (WINDOW_BYTES) is a product over its zero-padded input's windows instead (`_windowed`):
-    no im2col matrix.
+    no im2col matrix. With `pixel_rows`, one over few pixels and many output channels
+    (`_pixel_rows_fit`) is the product with the pixels as C's rows, transposed into out
+    (`_pixels_as_rows`).
     """
     kind = type(op)
     if kind is tape.Conv2dOp:
@@ -374,6 +377,9 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     runs = weight_runs and ckk >= RUN_COLUMNS
     if (geo.kh, geo.kw, sh, sw) == (1, 1, 1, 1) and not any(op.params["padding"]) and (
             kind is not tape.Conv2dBackwardWeightOp or not runs):
+        if pixel_rows and kind is tape.Conv2dOp and _pixel_rows_fit(geo):  # x as it is
+            _pixels_as_rows(e, geo, ins[0], ins[1], out, epilogue, out_images, report, t, dtype)
+            return
         _pointwise(e, op, ins, out, geo, dtype, epilogue, out_images)  # im2col: x itself
         return
     if window_convs and kind is tape.Conv2dOp and _windows_fit(geo, epilogue):
@@ -494,7 +500,10 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
         return
     if kind is not tape.Conv2dBackwardInputOp:  # im2col
         taps(e, lambda e, source, target: e.store(e.load(ins[0], source), cols, target))
-    if kind is tape.Conv2dOp:
+    if kind is tape.Conv2dOp and pixel_rows and _pixel_rows_fit(geo):
+        _pixels_as_rows(e, geo, cols, ins[1], out, epilogue, out_images, report, t, dtype,
+                        size * (t.bitwidth // 8))
+    elif kind is tape.Conv2dOp:
         gemm(e, ins[1], cols, out, GemmSpec(  # out[n] = w @ cols[n]
             dtype=dtype, batch=geo.n, m=geo.o, n=ohw, k=ckk, a=(0, ckk, 1),
             b=(ckk * ohw, ohw, 1), c0=stride, accumulate=False), epilogue)
@@ -512,6 +521,65 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
             b=(ckk * ohw, 1, ohw), c0=0, accumulate=False)))
     e.insert(dealloc(cols))
 
+
+
+PIXEL_ROWS = 64
+"""`pixel_rows` takes a forward convolution of at most this many output pixels per image (a
+7 x 7 or 8 x 8 image), and at least as many output channels, as the product with the pixels
+as C's rows: C's rows are the kernel's short side (a tile's MR, chosen to pad them least),
+its columns the long one (NR, 32 in f32 on AVX-512), which padded ResNet-50's 7 x 7 layers'
+49 pixels to 64. AVX-512 Xeon, one core, ResNet-50 in place: its 512 -> 512 3 x 3 over 7 x 7
+2.40 against 2.78 ms, 512 -> 2048 1 x 1 1.09 against 1.43 ms; the product alone, 1000 x
+512 over 169 pixels the same either way, 64 x 576 over 3136 slower (2.26 against 2.11 ms)."""
+
+PIXEL_ROWS_DEEP = (256, 1024)
+"""... or at most 256 pixels with at least 1024 products per output (k): 14 x 14 pixels pad
+224 columns, and a deep product outweighs the transposing copy (ResNet-50's 256 -> 256 3 x 3,
+k = 2304: 1.87 against 2.06 ms; its 256 -> 1024 1 x 1, k = 256, was slower: 1.01 against
+0.80 ms; squeezenet's 13 x 13 convolutions, 169 pixels padded to 182 rows or 192 columns,
+k = 64-576, slower or the same)."""
+
+
+def _pixel_rows_fit(geo: _ConvGeometry) -> bool:
+    pixels, k = geo.oh * geo.ow, geo.c * geo.kh * geo.kw
+    most, deep = PIXEL_ROWS_DEEP
+    return geo.o >= pixels and (pixels <= PIXEL_ROWS or (pixels <= most and k >= deep))
+
+
+def _pixels_as_rows(e: Emitter, geo: _ConvGeometry, source: SSAValue, weights: SSAValue,
+                    out: SSAValue, epilogue: Epilogue | None, out_images: int,
+                    report: PlanReport, t: Any, dtype: str, live: int = 0) -> None:
+    """out[b][o][p] = sum over q of w[o, q] * source[b][q][p] (source: the im2col matrix, or
+    x itself for a pointwise convolution) as out'[b][p][o] = source[b]^T @ w^T (A and B
+    read transposed: their strides), then out' transposed into out. The bias (one per column
+    of out') and, without a residual, the relu are the product's epilogue; a residual (of
+    out's layout) is added as out' is copied, then the relu: the epilogue's order. `live`:
+    the bytes of scratch the caller holds meanwhile (the im2col matrix)."""
+    pixels, k = geo.oh * geo.ow, geo.c * geo.kh * geo.kw
+    rows = e.insert(alloc(MemRefType(t, [geo.n * pixels * geo.o])))
+    report.scratch_bytes = max(report.scratch_bytes,
+                               live + geo.n * pixels * geo.o * (t.bitwidth // 8))
+    residual = epilogue.residual if epilogue is not None else None
+    inner = None if epilogue is None else Epilogue(
+        epilogue.bias, "columns" if epilogue.bias is not None else "",
+        epilogue.relu and residual is None)
+    gemm(e, source, weights, rows, GemmSpec(  # out'[n] = source[n]^T @ w^T
+        dtype=dtype, batch=geo.n, m=pixels, n=geo.o, k=k, a=(k * pixels, 1, pixels),
+        b=(0, 1, k), c0=pixels * geo.o, accumulate=False), inner)
+    stride = out_images or geo.o * pixels
+
+    def copy(e: Emitter, v: list[SSAValue]) -> None:  # v = (image, pixel, channel)
+        value = e.load(rows, e.linear(v, [pixels * geo.o, geo.o, 1]))
+        if residual is not None:
+            value = e.insert(arith.AddfOp(value, e.load(residual, e.linear(
+                v, [geo.o * pixels, 1, pixels]))))
+            if epilogue.relu:  # maximum(x, +0), as tape.relu
+                value = e.insert(arith.MaximumfOp(value, e.scalar(0.0, t)))
+        e.store(value, out, e.linear(v, [stride, 1, pixels]))
+
+    # out' read in order; the lines of out written stay in cache from one pixel to the next
+    e.loops([geo.n, pixels, geo.o], copy, parallel=True)
+    e.insert(dealloc(rows))
 
 
 def _windowed(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue], out: SSAValue,
