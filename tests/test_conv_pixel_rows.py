@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bits import assert_same_bits  # tests/bits.py
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, memref, scf
 from xdsl.parser import Parser
@@ -40,8 +41,8 @@ def test_which_convolutions_take_pixel_rows():
 def test_compiled_convolutions_with_pixels_as_rows(monkeypatch, threads, batch, kernel_size,
                                                    epilogue):
     """A 7 x 7 convolution (bias, relu and a residual folded in or not; pointwise or 3 x 3)
-    through the transposed product: the interpreter's values, NaN, inf and -0 where they
-    reach (relu's -0 -> +0 included)."""
+    through the transposed product (one thread): the interpreter's values, NaN, inf and -0
+    where they reach (relu's -0 -> +0 included)."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     rng = np.random.default_rng(batch * 10 + kernel_size)
     x = rng.standard_normal((batch, 24, 7, 7)).astype(np.float32)
@@ -56,8 +57,8 @@ def test_compiled_convolutions_with_pixels_as_rows(monkeypatch, threads, batch, 
         y = y + r if "residual" in epilogue else y
         return tapeml.relu(y) if "relu" in epilogue else y
 
-    step = tapeml.jit(f)
-    assert "m = 49 : i64" in step.lower(x, w, b, r)["loops"]
+    step = tapeml.jit(f)  # (on two threads, jit takes the columns form: compared all the same)
+    assert ("m = 49 : i64" in step.lower(x, w, b, r)["loops"]) == (threads == "1")
     got = step(x, w, b, r)
     expected = tapeml.trace(f, x, w, b, r)(x, w, b, r)
     np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
@@ -88,3 +89,25 @@ def test_pixels_as_rows_interpret_to_the_traces_values():
     out = np.zeros(expected.size)
     tapeml.interpret(module, lowered.name, x.reshape(-1), out)
     np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_both_forms_give_the_same_bits(monkeypatch):
+    """jit takes the pixels as rows on one thread, not on two (pipelines.cpu_pipeline): the
+    same sums in the same order either way, so the same bits (NaN, inf, a residual, relu)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 64, 7, 7)).astype(np.float32)
+    x[0, 0, 0, 0], x[1, 5, 3, 3] = np.nan, -np.inf
+    w = (rng.standard_normal((128, 64, 3, 3)) * 0.1).astype(np.float32)
+    b = rng.standard_normal(128).astype(np.float32)
+    r = rng.standard_normal((2, 128, 7, 7)).astype(np.float32)
+
+    def f(x, w, b, r):
+        return tapeml.relu(nn.conv2d(x, w, b, padding=1) + r)
+
+    outs = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+        step = tapeml.jit(f)
+        assert ("m = 49 : i64" in step.lower(x, w, b, r)["loops"]) == (threads == "1")
+        outs.append(step(x, w, b, r))
+    assert_same_bits(outs[0], outs[1])
