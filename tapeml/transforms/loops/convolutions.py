@@ -1,5 +1,8 @@
 """conv2d and its two cotangents: GEMMs over an im2col matrix when groups = 1, direct loops over
-the taps that read inside the input otherwise (what the padded taps add is added apart)."""
+the taps that read inside the input otherwise (what the padded taps add is added apart). The
+CPU's forward convolutions may instead be a GEMM over the padded input's windows read in place
+(`{window_convs}`: `_windowed`, kernel.gemm's b_taps) or the GEMM with the pixels as C's rows
+(`{pixel_rows}`: `_pixels_as_rows`); `lower_conv2d_gemm` says which takes what."""
 
 from __future__ import annotations
 
