@@ -146,9 +146,10 @@ def test_a_convolution_over_windows_interprets_to_the_traces_values(monkeypatch,
     """tape-to-loops{window_convs}: a stride-1 convolution becomes the copy into a padded
     buffer, one kernel.gemm over its windows (a group of images at a time with
     `image_group`) and the copy of the output's columns; interpreted, the trace's values (a
-    small convolution the interpreter runs in seconds, with the width threshold off)."""
+    small convolution the interpreter runs in seconds, with the size thresholds off)."""
     monkeypatch.setattr(convolutions, "WINDOW_WIDENING", 2.0)
     monkeypatch.setattr(convolutions, "WINDOW_BYTES", 0)
+    monkeypatch.setattr(convolutions, "WINDOW_DEPTH", 0)
     rng = np.random.default_rng(5)
     w = rng.standard_normal((3, 2, 3, 3))
     x = rng.standard_normal((4, 2, 6, 7))
@@ -167,8 +168,8 @@ def test_a_convolution_over_windows_interprets_to_the_traces_values(monkeypatch,
 
 def test_which_convolutions_take_the_windows():
     """At most WINDOW_ROWS output channels, a phase's rows at most WINDOW_WIDENING wider than
-    the output's, an im2col matrix of WINDOW_BYTES or more, no residual in the epilogue: the
-    windows, at any stride; anything else, the im2col matrix."""
+    the output's, k of WINDOW_DEPTH or more, an im2col matrix of WINDOW_BYTES or more, no
+    residual in the epilogue: the windows, at any stride; anything else, the im2col matrix."""
     geo = convolutions._ConvGeometry
     params = {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
     fits = convolutions._windows_fit
@@ -180,6 +181,7 @@ def test_which_convolutions_take_the_windows():
     assert fits(geo(1, 16, 55, 55, 64, 16, 3, 3, 28, 28, 1, strided), None)
     assert not fits(geo(1, 256, 13, 13, 64, 256, 3, 3, 7, 7, 1, strided), None)  # 8 / 7
     assert not fits(geo(64, 1, 28, 28, 16, 1, 3, 3, 28, 28, 1, params), None)  # 28 KB
+    assert not fits(geo(1, 3, 224, 224, 64, 3, 3, 3, 111, 111, 1, strided), None)  # k = 27
     residual = Epilogue(bias=None, kind="", relu=False, residual=object())
     assert not fits(geo(1, 16, 55, 55, 64, 16, 3, 3, 55, 55, 1, params), residual)
 
@@ -195,10 +197,10 @@ def test_compiled_convolutions_over_windows(monkeypatch, threads, batch, pad, di
     and inf where they reach."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     rng = np.random.default_rng(batch)
-    x = rng.standard_normal((batch, 5, 60, 150) if stride != 1 else (batch, 5, 30, 60))
+    x = rng.standard_normal((batch, 8, 60, 150) if stride != 1 else (batch, 8, 30, 60))
     x = x.astype(np.float32)
     x[0, 1, 3, 4], x[-1, 2, 10, 59], x[0, 4, 29, 0] = np.nan, np.inf, -np.inf
-    w = rng.standard_normal((20, 5, 3, 3)).astype(np.float32)
+    w = rng.standard_normal((20, 8, 3, 3)).astype(np.float32)
     b = rng.standard_normal(20).astype(np.float32)
 
     def f(x, w, b):
