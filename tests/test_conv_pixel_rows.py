@@ -41,8 +41,8 @@ def test_which_convolutions_take_pixel_rows():
 def test_compiled_convolutions_with_pixels_as_rows(monkeypatch, threads, batch, kernel_size,
                                                    epilogue):
     """A 7 x 7 convolution (bias, relu and a residual folded in or not; pointwise or 3 x 3)
-    through the transposed product (one thread): the interpreter's values, NaN, inf and -0
-    where they reach (relu's -0 -> +0 included)."""
+    through the transposed product: the interpreter's values, NaN, inf and -0 where they
+    reach (relu's -0 -> +0 included)."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     rng = np.random.default_rng(batch * 10 + kernel_size)
     x = rng.standard_normal((batch, 24, 7, 7)).astype(np.float32)
@@ -57,8 +57,8 @@ def test_compiled_convolutions_with_pixels_as_rows(monkeypatch, threads, batch, 
         y = y + r if "residual" in epilogue else y
         return tapeml.relu(y) if "relu" in epilogue else y
 
-    step = tapeml.jit(f)  # (on two threads, jit takes the columns form: compared all the same)
-    assert ("m = 49 : i64" in step.lower(x, w, b, r)["loops"]) == (threads == "1")
+    step = tapeml.jit(f)
+    assert "m = 49 : i64" in step.lower(x, w, b, r)["loops"]
     got = step(x, w, b, r)
     expected = tapeml.trace(f, x, w, b, r)(x, w, b, r)
     np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
@@ -92,8 +92,9 @@ def test_pixels_as_rows_interpret_to_the_traces_values():
 
 
 def test_both_forms_give_the_same_bits(monkeypatch):
-    """jit takes the pixels as rows on one thread, not on two (pipelines.cpu_pipeline): the
-    same sums in the same order either way, so the same bits (NaN, inf, a residual, relu)."""
+    """The pixels as rows or as columns (the thresholds set so that none takes rows): the same
+    sums in the same order either way, so the same bits (NaN, inf, a residual, relu), at 1 and
+    2 threads."""
     rng = np.random.default_rng(9)
     x = rng.standard_normal((2, 64, 7, 7)).astype(np.float32)
     x[0, 0, 0, 0], x[1, 5, 3, 3] = np.nan, -np.inf
@@ -104,10 +105,15 @@ def test_both_forms_give_the_same_bits(monkeypatch):
     def f(x, w, b, r):
         return tapeml.relu(nn.conv2d(x, w, b, padding=1) + r)
 
-    outs = []
     for threads in ("1", "2"):
         monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
-        step = tapeml.jit(f)
-        assert ("m = 49 : i64" in step.lower(x, w, b, r)["loops"]) == (threads == "1")
-        outs.append(step(x, w, b, r))
-    assert_same_bits(outs[0], outs[1])
+        outs = []
+        for rows in (True, False):
+            if not rows:
+                monkeypatch.setattr(convolutions, "PIXEL_ROWS", 0)
+                monkeypatch.setattr(convolutions, "PIXEL_ROWS_DEEP", (0, 0))
+            step = tapeml.jit(f)
+            assert ("m = 49 : i64" in step.lower(x, w, b, r)["loops"]) == rows
+            outs.append(step(x, w, b, r))
+        monkeypatch.undo()
+        assert_same_bits(outs[0], outs[1])

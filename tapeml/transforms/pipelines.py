@@ -43,16 +43,13 @@ def cpu_pipeline(fuse: bool = True, libm: bool = False, threads: int = 1, tidy: 
     """tape -> the llvm dialect, for the CPU: `threads` > 1 outlines the parallel loops worth
     it for the thread pool; `tidy` runs canonicalize and cse after convert-scf-to-cf, for a
     reader (LLVM does that work again, so the backend does not); `profile` marks each tape
-    op's loops for a profiled run (tape-to-loops'). Convolutions take the pixels as rows
-    (tape-to-loops{pixel_rows}) on one thread only: on two, ResNet-50 at batch 1 ran 47.4-48.0
-    ms that way against 43.7-45.1 without (5.5% faster on one); the two forms give the same
-    bits."""
+    op's loops for a profiled run (tape-to-loops')."""
     return [
         *([Step(FusePass(), "fused tape")] if fuse else []),
         Step(ToLoopsPass(libm=libm, row_reductions=True, share=True, profile=profile,
                          weight_runs=weight_runs, image_group=max(threads, 1),
                          concat_in_place=True, gemm_epilogues=True, window_convs=True,
-                         pixel_rows=threads <= 1),
+                         pixel_rows=True),
              "loops"),
         *([Step(OutlineParallelLoopsPass(), "outlined loops")] if threads > 1 else []),
         Step(PlanArenaPass(), "arena"),

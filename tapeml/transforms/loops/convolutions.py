@@ -579,17 +579,18 @@ def _pixels_as_rows(e: Emitter, geo: _ConvGeometry, source: SSAValue, weights: S
         b=(0, 1, k), c0=pixels * geo.o, accumulate=False), inner)
     stride = out_images or geo.o * pixels
 
-    def copy(e: Emitter, v: list[SSAValue]) -> None:  # v = (image, pixel, channel)
-        value = e.load(rows, e.linear(v, [pixels * geo.o, geo.o, 1]))
+    def copy(e: Emitter, v: list[SSAValue]) -> None:  # v = (image, channel, pixel)
+        value = e.load(rows, e.linear(v, [pixels * geo.o, 1, geo.o]))
         if residual is not None:
             value = e.insert(arith.AddfOp(value, e.load(residual, e.linear(
-                v, [geo.o * pixels, 1, pixels]))))
+                v, [geo.o * pixels, pixels, 1]))))
             if epilogue.relu:  # maximum(x, +0), as tape.relu
                 value = e.insert(arith.MaximumfOp(value, e.scalar(0.0, t)))
-        e.store(value, out, e.linear(v, [stride, 1, pixels]))
+        e.store(value, out, e.linear(v, [stride, pixels, 1]))
 
-    # out' read in order; the lines of out written stay in cache from one pixel to the next
-    e.loops([geo.n, pixels, geo.o], copy, parallel=True)
+    # out written in order, by channels (threads share them out: no line written by two);
+    # the few lines of out' a channel reads (one per pixel) stay in L1 for the next ones
+    e.loops([geo.n, geo.o, pixels], copy, parallel=True)
     e.insert(dealloc(rows))
 
 
