@@ -12,9 +12,10 @@ import dataclasses
 import numpy as np
 import pytest
 from bits import assert_same_bits  # tests/bits.py
+from lowered_convolutions import lowered_convolution  # tests/lowered_convolutions.py
 from test_gemm import compiled
 from xdsl.context import Context
-from xdsl.dialects import arith, builtin, func, memref, scf
+from xdsl.dialects import builtin, func
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import VerifyException
 
@@ -22,12 +23,9 @@ import tapeml
 from tapeml import nn
 from tapeml.codegen.gemm import GemmSpec, Target
 from tapeml.codegen.gemm.plan import INDEX, plan, variant
-from tapeml.dialects import kernel
 from tapeml.dialects.kernel import Kernel
-from tapeml.transforms.fuse import fuse
 from tapeml.transforms.loops import convolutions
 from tapeml.transforms.loops.epilogues import Epilogue
-from tapeml.transforms.to_loops import lower_module
 
 
 def _windows(batch: int, channels: int, hp: int, wp: int, kh: int, kw: int, dh: int, dw: int,
@@ -132,15 +130,6 @@ def test_windows_on_the_emulated_gpu_and_the_interpreter():
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def _interpreted(module, name: str, *buffers: np.ndarray) -> None:
-    ctx = Context()
-    for dialect in (builtin.Builtin, func.Func, arith.Arith, memref.MemRef, scf.Scf, Kernel):
-        ctx.load_dialect(dialect)
-    parsed = Parser(ctx, str(module)).parse_module()  # printed and parsed back
-    parsed.verify()
-    tapeml.interpret(parsed, name, *buffers)
-
-
 @pytest.mark.parametrize("image_group", [0, 2])
 def test_a_convolution_over_windows_interprets_to_the_traces_values(monkeypatch, image_group):
     """tape-to-loops{window_convs}: a stride-1 convolution becomes the copy into a padded
@@ -153,17 +142,11 @@ def test_a_convolution_over_windows_interprets_to_the_traces_values(monkeypatch,
     rng = np.random.default_rng(5)
     w = rng.standard_normal((3, 2, 3, 3))
     x = rng.standard_normal((4, 2, 6, 7))
-    step = tapeml.trace(lambda x: nn.conv2d(x, w, padding=1), x)
-    expected = step(x)
-    fuse(step.module)
-    lowered = tapeml.Program.parse(str(step))
-    lower_module(lowered.module, image_group=image_group, window_convs=True)
-    gemms = [op for op in lowered.module.walk() if isinstance(op, kernel.GemmOp)]
-    assert [g.spec.b_taps for g in gemms] == [tuple(i * 9 + j for i in range(3) for j in range(3))]
-    assert gemms[0].spec.batch == (image_group or 4)
-    out = np.zeros(expected.size)
-    _interpreted(lowered.module, lowered.name, x.reshape(-1), out)
-    np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-12, atol=1e-12)
+    specs, got, expected = lowered_convolution(w, x, 1, image_group=image_group,
+                                               window_convs=True)
+    assert [s.b_taps for s in specs] == [tuple(i * 9 + j for i in range(3) for j in range(3))]
+    assert specs[0].batch == (image_group or 4)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_which_convolutions_take_the_windows():

@@ -206,7 +206,6 @@ def driver(v: Variant) -> list[str]:
     return [*w.end(), *_range(v), *jobs, *_finish(v), *_part(v)]
 
 
-
 def _shared(w: Writer, v: Variant, k: str, m: str, n: str, threads: str) -> None:
     """The entry's `%shared` block: per block of k, B packed by every thread (`.pack`), then
     rows of C shared out (`.rows`)."""
