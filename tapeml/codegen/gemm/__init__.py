@@ -63,7 +63,7 @@ from __future__ import annotations
 from tapeml.codegen.gemm.driver import driver
 from tapeml.codegen.gemm.partition import PARALLEL_FLOPS, batch_groups, partition, shares_b
 from tapeml.codegen.gemm.plan import INDEX, Variant, packed_bytes, plan, variant
-from tapeml.codegen.gemm.routines import epilogue, micro_kernel, neutral_bias, pack_a, pack_b
+from tapeml.codegen.gemm.routines import edge, epilogue, micro_kernel, neutral_bias, pack_a, pack_b
 from tapeml.codegen.gemm.target import Target, host_threads, tiles
 from tapeml.codegen.gemm.writer import scalar_loops
 from tapeml.dialects.kernel import GemmSpec
@@ -92,6 +92,7 @@ def kernel(v: Variant) -> str:
         out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype)
         out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True)
     out += epilogue(name, t, v)
+    out += edge(name, t, v)
     out += [] if v.windows else pack_b(name, t, v)
     out += pack_a(name, t, v)
     out += _prepack(name, v.windows)

@@ -36,6 +36,7 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
                    f"i64 %ldc, i64 %mr, i64 %nr, i1 %load{', i64 %lda' if direct else ''}, "
                    f"{TILE_EPILOGUE}) noinline {WIDE} {{")
     w.label("%entry")
+    w.do(f"%spill = alloca [{mr * nr} x {t}], align 64")  # (an edge tile's sums)
     if direct:
         last = w("sub i64 %mr, 1")
         rows = [w.gep(t, "%a", w(f"mul i64 {w.min(str(i), last)}, %lda")) for i in range(mr)]
@@ -85,27 +86,67 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     w.label("%store")
     full_m = w(f"icmp eq i64 %mr, {mr}")
     full_n = w(f"icmp eq i64 %nr, {nr}")
-    full = w(f"and i1 {full_m}, {full_n}")
     align = 4 if t == "float" else 8
-    masks = [_lanes_below(w, lanes, v * lanes, "%nr") for v in range(vectors)]  # (LLVM sinks)
 
-    def stores(epilogue: bool) -> None:
-        def whole() -> None:  # straight into C (rows of C need not be aligned)
-            # C is read only to add into it: a C written over is not fetched first (an output
-            # larger than the cache was read from memory for nothing)
-            w.choose("%load", lambda: _store_tile(w, vec, acc, lanes, align, True, epilogue),
-                     lambda: _store_tile(w, vec, acc, lanes, align, False, epilogue))
+    def whole(epilogue: bool) -> None:  # straight into C (rows of C need not be aligned)
+        # C is read only to add into it: a C written over is not fetched first (an output
+        # larger than the cache was read from memory for nothing)
+        w.choose("%load", lambda: _store_tile(w, vec, acc, lanes, align, True, epilogue),
+                 lambda: _store_tile(w, vec, acc, lanes, align, False, epilogue))
 
-        def edge() -> None:  # rows below %mr left alone, lanes past %nr masked off
-            w.choose("%load",
-                     lambda: _store_tile(w, vec, acc, lanes, align, True, epilogue, masks, dtype),
-                     lambda: _store_tile(w, vec, acc, lanes, align, False, epilogue, masks,
-                                         dtype))
+    def edge() -> None:  # through the stack: one `.edge` serves every tile
+        for i in range(mr):
+            for v in range(vectors):
+                p = w.gep(t, "%spill", str(i * nr + v * lanes))
+                w.do(f"store {vec} {acc[i][v]}, ptr {p}, align 64")
+        w.do(f"call void @{name}.edge(ptr %spill, ptr %c, i64 %ldc, i64 %mr, i64 %nr, "
+             f"i1 %load, ptr %rb, i64 %rs, ptr %cb, i1 %relu, ptr %res, i64 %ldr, "
+             "i1 %epilogue)")
 
-        w.choose(full, whole, edge)
-
-    w.choose("%epilogue", lambda: stores(True), lambda: stores(False))
+    w.choose(w(f"and i1 {full_m}, {full_n}"),
+             lambda: w.choose("%epilogue", lambda: whole(True), lambda: whole(False)), edge)
     return w.end()
+
+
+def edge(name: str, t: str, v: Variant) -> list[str]:
+    """`.edge(tile, ...)`: an edge tile of C (rows below %mr, lanes below %nr), its sums
+    spilled by the micro-kernel to `tile` (MR x NR, aligned), stored as the micro-kernel
+    stores a whole tile: added to what C holds where %load, then through `.epilogue` where
+    %epilogue (the same steps in the same order, so the same bits). Out of line, once per
+    kernel: written into each micro-kernel, the masked stores were half of its code."""
+    w = Writer()
+    lanes, dtype, align = v.lanes, v.dtype, v.element[1]
+    vec, mask_type = f"<{lanes} x {t}>", f"<{lanes} x i1>"
+    w.lines.append(f"define internal void @{name}.edge(ptr noalias align 64 %tile, "
+                   f"ptr noalias %c, i64 %ldc, i64 %mr, i64 %nr, i1 %load, "
+                   f"{TILE_EPILOGUE}) noinline {WIDE} {{")
+    w.label("%entry")
+    masks = [_lanes_below(w, lanes, j * lanes, "%nr") for j in range(v.nr // lanes)]
+    adds = [w(f"and {mask_type} {mask}, {_splat_i1(w, lanes, '%load')}") for mask in masks]
+
+    def row(i: str) -> None:
+        start = w.gep(t, "%c", w(f"mul i64 {i}, %ldc"))
+        sums = w.gep(t, "%tile", w(f"mul i64 {i}, {v.nr}"))
+        for j, mask in enumerate(masks):
+            p = start if j == 0 else w.gep(t, start, str(j * lanes))
+            x = w(f"load {vec}, ptr {w.gep(t, sums, str(j * lanes))}, align 64")
+            old = w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, i32 {align}, "
+                    f"{mask_type} {adds[j]}, {vec} zeroinitializer)")
+            x = w(f"select i1 %load, {vec} {w(f'fadd {vec} {old}, {x}')}, {vec} {x}")
+            w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0({vec} {x}, ptr {p}, "
+                 f"i32 {align}, {mask_type} {mask})")
+
+    w.loop("0", "%mr", 1, row, "i")
+    w.when("%epilogue", lambda: w.do(
+        f"call void @{name}.epilogue(ptr %c, i64 %ldc, i64 %mr, i64 %nr, ptr %rb, i64 %rs, "
+        "ptr %cb, i1 %relu, ptr %res, i64 %ldr)"))
+    return w.end()
+
+
+def _splat_i1(w: Writer, lanes: int, flag: str) -> str:
+    mask_type = f"<{lanes} x i1>"
+    return w(f"shufflevector {mask_type} {w(f'insertelement {mask_type} poison, i1 {flag}, i64 0')}"
+             f", {mask_type} poison, <{lanes} x i32> zeroinitializer")
 
 
 EPILOGUE_ARGS = ("ptr %c, i64 %ldc, i64 %rows, i64 %columns, ptr %rb, i64 %rs, ptr %cb, "
@@ -142,8 +183,7 @@ def epilogue(name: str, t: str, v: Variant) -> list[str]:
                  f"{mask_type} {mask}, {vec} zeroinitializer)")
 
     columns = [masked_load(w.gep(t, "%cb", str(j * lanes)), masks[j]) for j in range(vectors)]
-    relu = w(f"shufflevector {mask_type} {w(f'insertelement {mask_type} poison, i1 %relu, i64 0')}"
-             f", {mask_type} poison, <{lanes} x i32> zeroinitializer")
+    relu = _splat_i1(w, lanes, "%relu")
 
     def row(i: str) -> None:
         bias = w(f"load {t}, ptr {w.gep(t, '%rb', w(f'mul i64 {i}, %rs'))}, align {align}")
@@ -172,69 +212,41 @@ the tile's first element) and whether to apply it."""
 
 
 def _store_tile(w: Writer, vec: str, acc: list[list[str]], lanes: int, align: int,
-                add: bool, epilogue: bool, masks: list[str] | None = None,
-                dtype: str = "") -> None:
-    """The tile's registers into C (rows %ldc apart), added to what C holds where `add`, then
-    through kernel.gemm's epilogue where `epilogue` (TILE_EPILOGUE's operands: + the row's
-    and the column's bias, + the residual, relu, as `.epilogue` takes them); `masks`: an edge
-    tile, rows below %mr only and each vector's lanes masked."""
+                add: bool, epilogue: bool) -> None:
+    """The whole tile's registers into C (rows %ldc apart), added to what C holds where `add`,
+    then through kernel.gemm's epilogue where `epilogue` (TILE_EPILOGUE's operands: + the
+    row's and the column's bias, + the residual, relu, as `.epilogue` takes them)."""
     t = vec.split(" x ")[1].rstrip(">")
     mask_type = f"<{lanes} x i1>"
 
-    def load(p: str, v: int) -> str:
-        if masks is None:
-            return w(f"load {vec}, ptr {p}, align {align}")
-        return w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, i32 {align}, "
-                 f"{mask_type} {masks[v]}, {vec} zeroinitializer)")
+    def load(p: str) -> str:
+        return w(f"load {vec}, ptr {p}, align {align}")
 
-    columns: list[str] = []
-    relu = ""
-    if epilogue:
-        columns += [load(w.gep(t, "%cb", str(v * lanes)), v) for v in range(len(acc[0]))]
-        relu = w(f"shufflevector {mask_type} "
-                 f"{w(f'insertelement {mask_type} poison, i1 %relu, i64 0')}, {mask_type} "
-                 f"poison, <{lanes} x i32> zeroinitializer")
+    columns = [load(w.gep(t, "%cb", str(v * lanes))) for v in range(len(acc[0]))] \
+        if epilogue else []
+    relu = _splat_i1(w, lanes, "%relu") if epilogue else ""
 
     def finished(value: str, v: int, bias: str, residual: str) -> str:  # the epilogue's steps
         if not epilogue:
             return value
         value = w(f"fadd {vec} {w(f'fadd {vec} {value}, {bias}')}, {columns[v]}")
-        value = w(f"fadd {vec} {value}, {load(w.gep(t, residual, str(v * lanes)), v)}")
+        value = w(f"fadd {vec} {value}, {load(w.gep(t, residual, str(v * lanes)))}")
         cut = w(f"and {mask_type} {w(f'fcmp ole {vec} {value}, zeroinitializer')}, {relu}")
         return w(f"select {mask_type} {cut}, {vec} zeroinitializer, {vec} {value}")
 
     for i, registers in enumerate(acc):
-        def store(i: int = i, registers: list[str] = registers) -> None:
-            row = w.gep(t, "%c", w(f"mul i64 %ldc, {i}"))
-            bias, residual = "", w.gep(t, "%res", w(f"mul i64 %ldr, {i}"))
-            if epilogue:
-                scalar = w(f"load {t}, ptr {w.gep(t, '%rb', w(f'mul i64 %rs, {i}'))}, "
-                           f"align {align}")
-                one = w(f"insertelement {vec} poison, {t} {scalar}, i64 0")
-                bias = w(f"shufflevector {vec} {one}, {vec} poison, "
-                         f"<{lanes} x i32> zeroinitializer")
-            for v, register in enumerate(registers):
-                p = row if v == 0 else w.gep(t, row, str(v * lanes))
-                value = register
-                if masks is None:
-                    if add:
-                        value = w(f"fadd {vec} {w(f'load {vec}, ptr {p}, align {align}')}, "
-                                  f"{register}")
-                    value = finished(value, v, bias, residual)
-                    w.do(f"store {vec} {value}, ptr {p}, align {align}")
-                    continue
-                if add:
-                    old = w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, "
-                            f"i32 {align}, {mask_type} {masks[v]}, {vec} zeroinitializer)")
-                    value = w(f"fadd {vec} {old}, {register}")
-                value = finished(value, v, bias, residual)
-                w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0({vec} {value}, ptr {p}, "
-                     f"i32 {align}, {mask_type} {masks[v]})")
-
-        if masks is None:
-            store()
-        else:
-            w.when(w(f"icmp slt i64 {i}, %mr"), store)
+        row = w.gep(t, "%c", w(f"mul i64 %ldc, {i}"))
+        bias, residual = "", w.gep(t, "%res", w(f"mul i64 %ldr, {i}"))
+        if epilogue:
+            scalar = w(f"load {t}, ptr {w.gep(t, '%rb', w(f'mul i64 %rs, {i}'))}, "
+                       f"align {align}")
+            one = w(f"insertelement {vec} poison, {t} {scalar}, i64 0")
+            bias = w(f"shufflevector {vec} {one}, {vec} poison, "
+                     f"<{lanes} x i32> zeroinitializer")
+        for v, register in enumerate(registers):
+            p = row if v == 0 else w.gep(t, row, str(v * lanes))
+            value = w(f"fadd {vec} {load(p)}, {register}") if add else register
+            w.do(f"store {vec} {finished(value, v, bias, residual)}, ptr {p}, align {align}")
 
 
 def _lanes_below(w: Writer, lanes: int, first: int, bound: str) -> str:
