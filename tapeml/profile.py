@@ -12,7 +12,7 @@ profile is open (in this thread or task); nothing is recorded, and nothing costs
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -52,11 +52,15 @@ def profiling() -> bool:
     return _STAGES.get() is not None
 
 
-def record(name: str, ops: int | None, started: float, detail: str = "") -> None:
-    """Record a stage that began at `time.perf_counter()` value `started` (if profiling)."""
+def record(name: str, ops: int | Callable[[], int] | None, started: float,
+           detail: str = "") -> None:
+    """Record a stage that began at `time.perf_counter()` value `started` (if profiling);
+    `ops` may be a function that counts them, called only then (a count walks the program:
+    W4's first call spent 45 ms counting ops for no one)."""
     stages = _STAGES.get()
     if stages is not None:
-        stages.append(Stage(name, ops, time.perf_counter() - started, detail))
+        seconds = time.perf_counter() - started
+        stages.append(Stage(name, ops() if callable(ops) else ops, seconds, detail))
 
 
 def count_ops(root: Operation, top_level: bool = False) -> int:

@@ -48,8 +48,8 @@ def run_pipeline(module: ModuleOp, steps: list[Step], stages: Stages,
         if step.stage is not None:
             head = f"// {name}: {detail}\n" if detail else ""
             stages.keep(step.stage, lambda head=head: head + str(module))
-        record(name, count_ops(module, top_level=isinstance(step.pass_, FusePass)), started,
-               detail)
+        fused = isinstance(step.pass_, FusePass)
+        record(name, lambda fused=fused: count_ops(module, top_level=fused), started, detail)
         reports[name] = report
         if after is not None:
             after(name, module)

@@ -167,7 +167,7 @@ def trace_with(fn: Callable, example_args: tuple, example_kwargs: dict,
     module = ModuleOp([f])
     if verify:
         module.verify()
-    record(f"trace {name}", count_ops(module, top_level=True), started)
+    record(f"trace {name}", lambda: count_ops(module, top_level=True), started)
     return Program(module)
 
 
