@@ -38,6 +38,7 @@ from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.gemm import Target, Variant, caller, host_threads, kernel, variant
 from tapeml.codegen.gemm.target import compiled_for_threads, cores
 from tapeml.codegen.llvm_worker import target_machine
+from tapeml.codegen.outputs import Outputs
 from tapeml.codegen.stages import Stages, run_pipeline
 from tapeml.dialects import kernel as kernel_dialect
 from tapeml.dialects.kernel import GemmSpec, declared_kernels
@@ -458,7 +459,7 @@ class Native:
                  data: dict[str, bytes] | None = None, bound: list[np.ndarray] | None = None
                  ) -> None:
         self.name, self.inputs, self.outputs = name, inputs, outputs
-        self._output_specs = [(a.shape, a.dtype) for a in outputs]
+        self._outputs = Outputs([(a.shape, a.dtype) for a in outputs])
         self.engine, self.function = engine, function
         self.scratch = scratch  # the kernels' packing buffers (bind_scratch)
         self.data = data or {}  # its large constants' bytes, by global (tapeml/codegen/data.py)
@@ -482,7 +483,7 @@ class Native:
             raise TypeError(f"@{name} takes {len(inputs)} arrays, got {len(leaves)}")
         # (lengths checked above; the list keeps any copy `checked` made alive for the call)
         buffers = [checked(leaf, arg, name) for leaf, arg in zip(leaves, inputs, strict=True)]
-        outputs = tuple([_EMPTY(shape, dtype) for shape, dtype in self._output_specs])
+        outputs = self._outputs.new()
         self.run_into(buffers, outputs)
         return outputs
 
@@ -521,7 +522,7 @@ class Native:
                              seconds)
 
 
-_BUFFER, _ADDRESS, _EMPTY = ctypes.c_char.from_buffer, ctypes.addressof, np.empty
+_BUFFER, _ADDRESS = ctypes.c_char.from_buffer, ctypes.addressof
 
 
 def _address(array: np.ndarray) -> int:

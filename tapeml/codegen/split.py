@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tapeml.codegen.arguments import Argument, checked
+from tapeml.codegen.outputs import Outputs
 from tapeml.transforms.per_example import Split
 
 PER_THREAD = 2
@@ -58,7 +59,7 @@ class SplitProgram:
         self.piece, self.split, self.threads = piece, split, threads
         self.name, self.inputs, self.outputs = name, inputs, outputs
         self.origin = piece.origin
-        self._output_specs = [(a.shape, a.dtype) for a in outputs]
+        self._outputs = Outputs([(a.shape, a.dtype) for a in outputs])
         self._workers = workers(threads - 1)
 
     def describe(self) -> str:
@@ -71,7 +72,7 @@ class SplitProgram:
         if len(leaves) != len(inputs):
             raise TypeError(f"@{name} takes {len(inputs)} arrays, got {len(leaves)}")
         buffers = [checked(leaf, arg, name) for leaf, arg in zip(leaves, inputs, strict=True)]
-        outputs = tuple(np.empty(shape, dtype) for shape, dtype in self._output_specs)
+        outputs = self._outputs.new()
         pieces = self.split.pieces
 
         def piece(i: int) -> None:

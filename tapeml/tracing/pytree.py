@@ -79,36 +79,39 @@ def _children(tree: Any) -> tuple[str, tuple[Any, ...], tuple[Any, ...]] | None:
 def flatten(tree: Any) -> tuple[list[Any], TreeDef]:
     """The leaves of `tree` in order, and its structure."""
     leaves: list[Any] = []
+    return leaves, _walk(tree, leaves)
 
-    def walk(node: Any) -> TreeDef:
-        parts = _children(node)
-        if parts is None:
-            leaves.append(node)
-            return LEAF
-        kind, keys, children = parts
-        return TreeDef(kind, keys, tuple(walk(c) for c in children))
 
-    return leaves, walk(tree)
+def _walk(node: Any, leaves: list[Any]) -> TreeDef:
+    # (a function of the module, not a closure: a closure that calls itself is a reference
+    # cycle, and it kept `leaves`, every array of a program's results, alive until the cyclic
+    # collector ran, so a compiled program's output blocks were never free to be recycled)
+    parts = _children(node)
+    if parts is None:
+        leaves.append(node)
+        return LEAF
+    kind, keys, children = parts
+    return TreeDef(kind, keys, tuple(_walk(c, leaves) for c in children))
 
 
 def unflatten(treedef: TreeDef, leaves: list[Any] | tuple[Any, ...]) -> Any:
     """The pytree of structure `treedef` holding `leaves`, in order."""
     items = iter(leaves)
-
-    def build(node: TreeDef) -> Any:
-        if node.kind == "leaf":
-            return next(items)
-        if node.kind == "none":
-            return None
-        children = [build(c) for c in node.children]
-        if node.kind == "dict":
-            return dict(zip(node.keys, children, strict=True))
-        return tuple(children) if node.kind == "tuple" else children
-
-    tree = build(treedef)
+    tree = _build(treedef, items)
     if next(items, _END) is not _END:
         raise ValueError(f"too many leaves for the structure {treedef}")
     return tree
+
+
+def _build(node: TreeDef, items: Iterator[Any]) -> Any:
+    if node.kind == "leaf":
+        return next(items)
+    if node.kind == "none":
+        return None
+    children = [_build(c, items) for c in node.children]
+    if node.kind == "dict":
+        return dict(zip(node.keys, children, strict=True))
+    return tuple(children) if node.kind == "tuple" else children
 
 
 _END = object()
