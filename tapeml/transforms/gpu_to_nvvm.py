@@ -16,18 +16,16 @@ conversions as the CPU's (convert-scf-to-cf, convert-loops-to-llvm), plus:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from xdsl.dialects import func, gpu, llvm
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import ModuleOp, f32, i32, i64
 from xdsl.ir import Operation
-from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 from xdsl.rewriter import Rewriter
 
 from tapeml.dialects import kernel
 from tapeml.transforms.scf_to_cf import loops_to_cf
-from tapeml.transforms.to_llvm import PTR, convert_to_llvm
+from tapeml.transforms.to_llvm import PTR, Converted, Converter, convert_to_llvm, one_op
 from tapeml.transforms.to_loops import LoweringError
 
 _REGISTERS = {gpu.ThreadIdOp: "tid", gpu.BlockIdOp: "ctaid", gpu.BlockDimOp: "ntid",
@@ -46,24 +44,23 @@ def libdevice_name(op: Operation) -> str:
     return f"__nv_{LIBDEVICE[type(op)]}{'f' if t == f32 else ''}"
 
 
-@dataclass
-class GPUToNVVM(RewritePattern):
-    shared: dict[Operation, str]
-    """Each kernel.shared's placeholder (named before the buffer types become pointers)."""
+def gpu_converters(shared: dict[Operation, str]) -> dict[type[Operation], Converter]:
+    """The conversions above, for convert_to_llvm; `shared`: each kernel.shared's placeholder
+    (named before the buffer types become pointers)."""
+    def register(op: Operation) -> Converted:
+        name = f"llvm.nvvm.read.ptx.sreg.{_REGISTERS[type(op)]}.{op.dimension.data.value}"
+        read = llvm.CallIntrinsicOp(name, [], [i32])
+        extend = llvm.ZExtOp(read.results[0], i64)
+        return [read, extend], extend.results
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        kind = type(op)
-        if kind in _REGISTERS:
-            name = f"llvm.nvvm.read.ptx.sreg.{_REGISTERS[kind]}.{op.dimension.data.value}"
-            read = llvm.CallIntrinsicOp(name, [], [i32])
-            rewriter.replace(op, [read, llvm.ZExtOp(read.results[0], i64)])
-        elif kind is gpu.BarrierOp:
-            rewriter.replace(op, llvm.CallIntrinsicOp("llvm.nvvm.barrier0", [], []))
-        elif kind is kernel.SharedOp:
-            rewriter.replace(op, llvm.CallOp(self.shared[op], return_type=PTR))
-        elif kind in LIBDEVICE:
-            rewriter.replace(op, llvm.CallOp(libdevice_name(op), *op.operands,
-                                             return_type=op.results[0].type))
+    def libdevice(op: Operation) -> Converted:
+        return one_op(llvm.CallOp(libdevice_name(op), *op.operands,
+                                return_type=op.results[0].type))
+
+    return {**dict.fromkeys(_REGISTERS, register),
+            gpu.BarrierOp: lambda op: ([llvm.CallIntrinsicOp("llvm.nvvm.barrier0", [], [])], []),
+            kernel.SharedOp: lambda op: one_op(llvm.CallOp(shared[op], return_type=PTR)),
+            **dict.fromkeys(LIBDEVICE, libdevice)}
 
 
 def kernels_to_llvm(modules: Sequence[gpu.ModuleOp]
@@ -87,7 +84,7 @@ def kernels_to_llvm(modules: Sequence[gpu.ModuleOp]
     shared = [op for op in device.walk() if isinstance(op, kernel.SharedOp)]
     names_of = {op: f"{SHARED_PREFIX}{op.result.type.get_shape()[0]}x"
                     f"{op.result.type.get_element_type()}_{i}" for i, op in enumerate(shared)}
-    convert_to_llvm(device, [GPUToNVVM(names_of)], prefix="")  # the kernels keep their names
+    convert_to_llvm(device, gpu_converters(names_of), prefix="")  # the kernels keep their names
     declared: dict[str, llvm.LLVMFunctionType] = {}
     known = {op.sym_name.data for op in device.ops if isinstance(op, llvm.FuncOp)}
     for op in device.walk():

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from xdsl.context import Context
@@ -48,16 +48,13 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import (
-    PatternRewriter,
-    RewritePattern,
-)
 from xdsl.rewriter import Rewriter
 
 from tapeml.dialects import kernel
 from tapeml.dialects.kernel import GemmSpec
 from tapeml.transforms.arena import element_bytes
 from tapeml.transforms.merge_nests import MAY_ALIAS_ATTR
+from tapeml.transforms.new_ops import new_op
 from tapeml.transforms.to_loops import LoweringError
 
 PTR = llvm.LLVMPointerType()
@@ -112,173 +109,245 @@ def libm_name(op: Operation) -> str:
     return f"{LIBM_CALLS[type(op)]}{'f' if t.bitwidth == 32 else ''}"
 
 
-class ArithMathToLLVM(RewritePattern):
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        kind = type(op)
-        if kind is arith.ConstantOp:
-            value = op.value
-            t = op.result.type
-            if isinstance(value, IntegerAttr):
-                value = IntegerAttr(value.value.data, t)
-            rewriter.replace(op, llvm.ConstantOp(value, t))
-        elif kind in _BINARY:
-            rewriter.replace(op, _BINARY[kind](*op.operands))
-        elif kind in UNARY_INTRINSICS:
-            t = op.result.type
-            name = f"llvm.{UNARY_INTRINSICS[kind]}.{_suffix(t)}"
-            rewriter.replace(op, llvm.CallIntrinsicOp(name, [op.operands[0]], [t]))
-        elif kind in LIBM_CALLS:
-            t = op.result.type
-            rewriter.replace(op, llvm.CallOp(libm_name(op), op.operands[0], return_type=t))
-        elif kind in BINARY_INTRINSICS:
-            t = op.result.type
-            name = f"llvm.{BINARY_INTRINSICS[kind]}.{_suffix(t)}"
-            rewriter.replace(op, llvm.CallIntrinsicOp(name, list(op.operands), [t]))
-        elif kind in _SIGNED_PICK:
-            a, b = op.operands
-            pick = llvm.ICmpOp(a, b, IntegerAttr(_ICMP[_SIGNED_PICK[kind]], 64))
-            rewriter.replace(op, [pick, llvm.SelectOp(pick, a, b)])
-        elif kind is arith.NegfOp:
-            rewriter.replace(op, llvm.FNegOp(op.operand))
-        elif kind is arith.CmpiOp:
-            predicate = IntegerAttr(op.predicate.value.data, 64)
-            rewriter.replace(op, llvm.ICmpOp(op.lhs, op.rhs, predicate))
-        elif kind is arith.CmpfOp:
-            predicate = IntegerAttr(op.predicate.value.data, 64)
-            rewriter.replace(op, llvm.FCmpOp(op.lhs, op.rhs, predicate))
-        elif kind is arith.SelectOp:
-            rewriter.replace(op, llvm.SelectOp(op.cond, op.lhs, op.rhs))
-        elif kind is arith.ExtFOp:
-            rewriter.replace(op, llvm.FPExtOp(op.input, op.result.type))
-        elif kind is arith.TruncFOp:
-            rewriter.replace(op, llvm.FPTruncOp(op.input, op.result.type))
-        elif kind is arith.SIToFPOp:
-            rewriter.replace(op, llvm.SIToFPOp(op.input, op.result.type))
-        elif kind is arith.ExtSIOp:
-            rewriter.replace(op, llvm.SExtOp(op.input, op.result.type))
-        elif kind is arith.ExtUIOp:
-            rewriter.replace(op, llvm.ZExtOp(op.input, op.result.type))
-        elif kind is arith.TruncIOp:
-            rewriter.replace(op, llvm.TruncOp(op.input, op.result.type))
-        elif kind is arith.FPToSIOp:  # the saturating form: no poison out of range
-            t, source = op.result.type, op.input.type
-            name = f"llvm.fptosi.sat.i{t.bitwidth}.{_suffix(source)}"
-            rewriter.replace(op, llvm.CallIntrinsicOp(name, [op.input], [t]))
-        elif kind is arith.BitcastOp:
-            rewriter.replace(op, llvm.BitcastOp(op.input, op.result.type))
-        elif kind is arith.IndexCastOp:
-            rewriter.replace(op, [], [op.input])  # index is i64 already
+Converted = tuple[Sequence[Operation], Sequence[SSAValue]]
+"""What replaces an op: the ops to put where it was, and the values that stand for its results
+(one of those ops' results, or a value already there)."""
+Converter = Callable[[Operation], Converted | None]
+"""None: the op stays as it is."""
+
+
+def one_op(op: Operation) -> Converted:
+    return [op], op.results
+
+
+@functools.cache
+def _integer(value: int, t: Attribute) -> IntegerAttr:
+    return IntegerAttr(value, t)
+
+
+def _constant(value: Attribute, t: Attribute) -> Operation:
+    return llvm.ConstantOp.create(result_types=[t], properties={"value": value})
+
+
+def _i64(value: int) -> Operation:
+    return _constant(_integer(value, i64), i64)
+
+
+def _call(callee: str, operands: Sequence[SSAValue], result: Attribute | None = None
+          ) -> Operation:
+    """llvm.CallOp(callee, *operands, return_type=result)."""
+    return new_op(llvm.CallOp, operands, [] if result is None else [result],
+                  (callee, len(operands), result),
+                  lambda p: llvm.CallOp(callee, *[p.args[0]] * len(operands),
+                                        return_type=result))
+
+
+def _intrinsic(name: str, operands: Sequence[SSAValue], result: Attribute | None) -> Operation:
+    """llvm.CallIntrinsicOp(name, operands, [result] or [])."""
+    results = [] if result is None else [result]
+    return new_op(llvm.CallIntrinsicOp, operands, results, (name, len(operands)),
+                  lambda p: llvm.CallIntrinsicOp(name, [p.args[0]] * len(operands), results))
+
+
+def _binary(kind: type[Operation]) -> Converter:
+    def convert(op: Operation) -> Converted:
+        return one_op(new_op(kind, op.operands, [op.results[0].type], None,
+                             lambda p: kind(p.args[0], p.args[0])))
+    return convert
+
+
+def _cast(kind: type[Operation]) -> Converter:
+    def convert(op: Operation) -> Converted:
+        t = op.results[0].type
+        return one_op(new_op(kind, op.operands, [t], t, lambda p: kind(p.args[0], t)))
+    return convert
+
+
+def _unary_intrinsic(op: Operation) -> Converted:
+    t = op.results[0].type
+    return one_op(_intrinsic(f"llvm.{UNARY_INTRINSICS[type(op)]}.{_suffix(t)}", op.operands, t))
+
+
+def _binary_intrinsic(op: Operation) -> Converted:
+    t = op.results[0].type
+    return one_op(_intrinsic(f"llvm.{BINARY_INTRINSICS[type(op)]}.{_suffix(t)}", op.operands, t))
+
+
+def _libm(op: Operation) -> Converted:
+    return one_op(_call(libm_name(op), op.operands, op.results[0].type))
+
+
+def _arith_constant(op: Operation) -> Converted:
+    value, t = op.value, op.result.type
+    if isinstance(value, IntegerAttr):
+        value = _integer(value.value.data, t)
+    return one_op(_constant(value, t))
+
+
+def _compare(kind: type[Operation], predicate: int, lhs: SSAValue, rhs: SSAValue
+             ) -> Operation:
+    return new_op(kind, [lhs, rhs], [IntegerType(1)], predicate,
+                  lambda p: kind(p.args[0], p.args[0], IntegerAttr(predicate, 64)))
+
+
+def _cmpi(op: Operation) -> Converted:
+    return one_op(_compare(llvm.ICmpOp, op.predicate.value.data, op.lhs, op.rhs))
+
+
+def _cmpf(op: Operation) -> Converted:
+    return one_op(_compare(llvm.FCmpOp, op.predicate.value.data, op.lhs, op.rhs))
+
+
+def _select(cond: SSAValue, lhs: SSAValue, rhs: SSAValue) -> Operation:
+    return new_op(llvm.SelectOp, [cond, lhs, rhs], [lhs.type], None,
+                  lambda p: llvm.SelectOp(p.args[3], p.args[0], p.args[0]))
+
+
+def _signed_pick(op: Operation) -> Converted:
+    a, b = op.operands
+    pick = _compare(llvm.ICmpOp, _ICMP[_SIGNED_PICK[type(op)]], a, b)
+    select = _select(pick.results[0], a, b)
+    return [pick, select], select.results
+
+
+def _fptosi(op: Operation) -> Converted:  # the saturating form: no poison out of range
+    t, source = op.result.type, op.input.type
+    return one_op(_intrinsic(f"llvm.fptosi.sat.i{t.bitwidth}.{_suffix(source)}", [op.input], t))
 
 
 _ICMP = {"eq": 0, "ne": 1, "slt": 2, "sle": 3, "sgt": 4, "sge": 5}
 
+ARITH_AND_MATH: dict[type[Operation], Converter] = {
+    arith.ConstantOp: _arith_constant,
+    **{kind: _binary(to) for kind, to in _BINARY.items()},
+    **dict.fromkeys(UNARY_INTRINSICS, _unary_intrinsic),
+    **dict.fromkeys(LIBM_CALLS, _libm),
+    **dict.fromkeys(BINARY_INTRINSICS, _binary_intrinsic),
+    **dict.fromkeys(_SIGNED_PICK, _signed_pick),
+    arith.NegfOp: lambda op: one_op(new_op(llvm.FNegOp, op.operands, [op.result.type], None,
+                                           lambda p: llvm.FNegOp(p.args[1]))),
+    arith.CmpiOp: _cmpi,
+    arith.CmpfOp: _cmpf,
+    arith.SelectOp: lambda op: one_op(_select(op.cond, op.lhs, op.rhs)),
+    arith.ExtFOp: _cast(llvm.FPExtOp),
+    arith.TruncFOp: _cast(llvm.FPTruncOp),
+    arith.SIToFPOp: _cast(llvm.SIToFPOp),
+    arith.ExtSIOp: _cast(llvm.SExtOp),
+    arith.ExtUIOp: _cast(llvm.ZExtOp),
+    arith.TruncIOp: _cast(llvm.TruncOp),
+    arith.FPToSIOp: _fptosi,
+    arith.BitcastOp: _cast(llvm.BitcastOp),
+    arith.IndexCastOp: lambda op: ([], [op.input]),  # index is i64 already
+}
 
-class ControlFlowToLLVM(RewritePattern):
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if isinstance(op, cf.BranchOp):
-            rewriter.replace(op, llvm.BrOp(op.successor, *op.arguments))
-        elif isinstance(op, cf.ConditionalBranchOp):
-            rewriter.replace(op, llvm.CondBrOp(op.cond, op.then_block, op.then_arguments,
-                                               op.else_block, op.else_arguments))
+
+def _branch(op: Operation) -> Converted:
+    n = len(op.operands)
+    return one_op(new_op(llvm.BrOp, op.operands, [], n,
+                         lambda p: llvm.BrOp(p, *[p.args[0]] * n), [op.successor]))
 
 
-@functools.cache
-def _template(kind: str, element: Attribute) -> dict[str, Attribute]:
-    """The properties xDSL's constructor gives an llvm.getelementptr inbounds (base + one
-    index) or an llvm.load of `element`, read off one built so, once per process: the ops of
-    every load and store are then made with `create` (the constructor checks its arguments
-    and builds these attributes each time: a fifth of this pass)."""
-    block = Block(arg_types=[PTR, i64])
-    if kind == "gep":
-        op = llvm.GEPOp(block.args[0], [llvm.GEP_USE_SSA_VAL], element,
-                        ssa_indices=[block.args[1]], inbounds=True)
-    else:
-        op = llvm.LoadOp(block.args[0], element)
-    return dict(op.properties)
+def _conditional_branch(op: Operation) -> Converted:
+    then, other = len(op.then_arguments), len(op.else_arguments)
+    return one_op(new_op(llvm.CondBrOp, op.operands, [], (then, other),
+                         lambda p: llvm.CondBrOp(p.args[3], p, [p.args[0]] * then, p,
+                                                 [p.args[0]] * other),
+                         [op.then_block, op.else_block]))
 
 
-def _gep(base: SSAValue, index: SSAValue, element: Attribute) -> llvm.GEPOp:
+CONTROL_FLOW: dict[type[Operation], Converter] = {
+    cf.BranchOp: _branch, cf.ConditionalBranchOp: _conditional_branch}
+
+
+def _gep(base: SSAValue, index: SSAValue, element: Attribute) -> Operation:
     """llvm.GEPOp(base, [GEP_USE_SSA_VAL], element, ssa_indices=[index], inbounds=True)."""
-    return llvm.GEPOp.create(operands=[base, index], result_types=[PTR],
-                             properties=_template("gep", element))
+    return new_op(llvm.GEPOp, [base, index], [PTR], element,
+                  lambda p: llvm.GEPOp(p.args[2], [llvm.GEP_USE_SSA_VAL], element,
+                                       ssa_indices=[p.args[0]], inbounds=True))
 
 
-@dataclass
-class MemrefToLLVM(RewritePattern):
-    """Buffers are flat and contiguous: element i of a buffer is at ptr + i."""
-
-    sizes: dict[Operation, int]
-    """Bytes of each memref.alloc's buffer (read before the types become pointers)."""
-
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if isinstance(op, memref.LoadOp):
-            (index,) = op.indices
-            t = op.res.type
-            gep = _gep(op.memref, index, t)
-            load = llvm.LoadOp.create(operands=[gep.result], result_types=[t],
-                                      properties=_template("load", t))
-            rewriter.replace(op, [gep, load])
-        elif isinstance(op, memref.StoreOp):
-            (index,) = op.indices
-            gep = _gep(op.memref, index, op.value.type)
-            rewriter.replace(op, [gep, llvm.StoreOp(op.value, gep)])
-        elif isinstance(op, memref.AllocOp):
-            size = llvm.ConstantOp(IntegerAttr(self.sizes[op], i64), i64)
-            call = llvm.CallOp("malloc", size, return_type=PTR)
-            rewriter.replace(op, [size, call])
-        elif isinstance(op, memref.DeallocOp):
-            rewriter.replace(op, llvm.CallOp("free", op.memref))
-        elif isinstance(op, memref.ViewOp):  # plan-arena's: the arena's address plus a shift
-            rewriter.replace(op, _gep(op.source, op.byte_shift, IntegerType(8)))
-        elif isinstance(op, memref.GetGlobalOp):
-            rewriter.replace(op, llvm.AddressOfOp(op.name_.root_reference, PTR))
-        elif isinstance(op, memref.GlobalOp):
-            t = op.type
-            value = op.initial_value
-            assert isinstance(value, DenseIntOrFPElementsAttr)
-            array = llvm.LLVMArrayType(math.prod(t.get_shape()), t.element_type)
-            rewriter.replace(op, llvm.GlobalOp(array, op.sym_name, "internal", constant=True,
-                                               value=value, alignment=64))
+def _store(value: SSAValue, pointer: SSAValue) -> Operation:
+    return new_op(llvm.StoreOp, [value, pointer], [], None,
+                  lambda p: llvm.StoreOp(p.args[0], p.args[2]))
 
 
-@dataclass
-class KernelToLLVM(RewritePattern):
+def _load(op: memref.LoadOp) -> Converted:
+    (index,) = op.indices
+    t = op.res.type
+    gep = _gep(op.memref, index, t)
+    load = new_op(llvm.LoadOp, gep.results, [t], t,
+                  lambda p: llvm.LoadOp(p.args[2], t))
+    return [gep, load], load.results
+
+
+def _memref_store(op: memref.StoreOp) -> Converted:
+    (index,) = op.indices
+    gep = _gep(op.memref, index, op.value.type)
+    return [gep, _store(op.value, gep.results[0])], []
+
+
+def _global(op: memref.GlobalOp) -> Converted:
+    t = op.type
+    value = op.initial_value
+    assert isinstance(value, DenseIntOrFPElementsAttr)
+    array = llvm.LLVMArrayType(math.prod(t.get_shape()), t.element_type)
+    return one_op(llvm.GlobalOp(array, op.sym_name, "internal", constant=True, value=value,
+                                alignment=64))
+
+
+def _memref(sizes: dict[Operation, int]) -> dict[type[Operation], Converter]:
+    """Buffers are flat and contiguous: element i of a buffer is at ptr + i. `sizes`: bytes of
+    each memref.alloc's buffer (read before the types become pointers)."""
+    def alloc(op: Operation) -> Converted:
+        size = _i64(sizes[op])
+        call = _call("malloc", size.results, PTR)
+        return [size, call], call.results
+
+    return {
+        memref.LoadOp: _load,
+        memref.StoreOp: _memref_store,
+        memref.AllocOp: alloc,
+        memref.DeallocOp: lambda op: one_op(_call("free", [op.memref])),
+        # plan-arena's: the arena's address plus a shift
+        memref.ViewOp: lambda op: one_op(_gep(op.source, op.byte_shift, IntegerType(8))),
+        memref.GetGlobalOp: lambda op: one_op(llvm.AddressOfOp(op.name_.root_reference, PTR)),
+        memref.GlobalOp: _global,
+    }
+
+
+def _kernel(symbols: dict[Operation, str], views: dict[Operation, Attribute], threads: int,
+            prefix: str) -> dict[type[Operation], Converter]:
     """kernel.gemm -> a call to the generated kernel its parameters name (declared here, defined
     by the CPU backend: tapeml/codegen/gemm/). kernel.parallel_for -> its buffers' addresses in
     a stack array, and a call to the thread pool (tapeml/codegen/pool.py) with the address of
     the callee's entry, which reads them back. kernel.mark -> a call of the profiling clock
-    (MARK, with its entry's index). kernel.view -> the buffer's address plus the offset."""
+    (MARK, with its entry's index). kernel.view -> the buffer's address plus the offset.
+    `symbols`: each kernel op's callee, `views`: each kernel.view's element type (both read
+    before the buffer types become pointers); `prefix`: before the names of the functions the
+    parallel_for's call (the functions' own)."""
+    def parallel_for(op: kernel.ParallelForOp) -> Converted:
+        count = llvm.ConstantOp(IntegerAttr(max(1, len(op.buffers)), i64), i64)
+        context = llvm.AllocaOp(count, PTR, alignment=8)
+        ops: list[Operation] = [count, context]
+        for i, buffer in enumerate(op.buffers):
+            slot = llvm.GEPOp(context, [i], PTR)
+            ops += [slot, llvm.StoreOp(buffer, slot)]
+        entry = llvm.AddressOfOp(_entry_name(prefix + op.callee.root_reference.data), PTR)
+        total = _i64(op.iterations.value.data)
+        count_threads = _i64(threads)
+        call = llvm.CallOp("tapeml_parallel_for", entry, context, total, count_threads)
+        return [*ops, entry, total, count_threads, call], []
 
-    symbols: dict[Operation, str]
-    """Each kernel op's callee (read before the buffer types become pointers)."""
-    views: dict[Operation, Attribute]
-    """Each kernel.view's element type (the same)."""
-    threads: int
-    prefix: str
-    """Before the names of the functions the parallel_for's call (FuncToLLVM's)."""
+    def mark(op: kernel.MarkOp) -> Converted:
+        index = _i64(op.index.value.data)
+        return [index, _call(MARK, index.results)], []
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if isinstance(op, kernel.GemmOp):
-            buffers = [op.a, op.b, op.c, *op.extra]
-            rewriter.replace(op, llvm.CallOp(self.symbols[op], *buffers))
-        elif isinstance(op, kernel.ViewOp):  # the buffer's address plus the offset
-            rewriter.replace(op, _gep(op.source, op.offset, self.views[op]))
-        elif isinstance(op, kernel.ParallelForOp):
-            count = llvm.ConstantOp(IntegerAttr(max(1, len(op.buffers)), i64), i64)
-            context = llvm.AllocaOp(count, PTR, alignment=8)
-            ops: list[Operation] = [count, context]
-            for i, buffer in enumerate(op.buffers):
-                slot = llvm.GEPOp(context, [i], PTR)
-                ops += [slot, llvm.StoreOp(buffer, slot)]
-            entry = llvm.AddressOfOp(_entry_name(self.prefix + op.callee.root_reference.data),
-                                     PTR)
-            total = llvm.ConstantOp(IntegerAttr(op.iterations.value.data, i64), i64)
-            threads = llvm.ConstantOp(IntegerAttr(self.threads, i64), i64)
-            call = llvm.CallOp("tapeml_parallel_for", entry, context, total, threads)
-            rewriter.replace(op, [*ops, entry, total, threads, call])
-        elif isinstance(op, kernel.MarkOp):
-            index = llvm.ConstantOp(IntegerAttr(op.index.value.data, i64), i64)
-            rewriter.replace(op, [index, llvm.CallOp(MARK, index)])
+    return {
+        kernel.GemmOp: lambda op: one_op(_call(symbols[op], [op.a, op.b, op.c, *op.extra])),
+        kernel.ViewOp: lambda op: one_op(_gep(op.source, op.offset, views[op])),
+        kernel.ParallelForOp: parallel_for,
+        kernel.MarkOp: mark,
+    }
 
 
 def _called_spec(op: kernel.GemmOp) -> GemmSpec:
@@ -325,52 +394,59 @@ def _entry(callee: str, buffers: int) -> llvm.FuncOp:
                        linkage=llvm.LinkageAttr("external"), body=Region(block))
 
 
-@dataclass
-class FuncToLLVM(RewritePattern):
-    prefix: str
-    """Put before every defined function's name (SYMBOL_PREFIX on the CPU)."""
+def _func(prefix: str) -> dict[type[Operation], Converter]:
+    """func.func (defined) -> llvm.func returning void, named `prefix` + its name; func.return
+    -> llvm.return; func.call (of a function of buffers, merge-loop-nests') -> llvm.call."""
+    def function(op: func.FuncOp) -> Converted | None:
+        if op.is_declaration:
+            return None
+        inputs = [_llvm_type(t) for t in op.function_type.inputs]
+        converted = llvm.FuncOp(prefix + op.sym_name.data, llvm.LLVMFunctionType(inputs, None),
+                                linkage=llvm.LinkageAttr("external"),
+                                body=op.detach_region(op.body))
+        if MAY_ALIAS_ATTR in op.attributes:  # (merge-loop-nests' runs)
+            converted.attributes[MAY_ALIAS_ATTR] = op.attributes[MAY_ALIAS_ATTR]
+        return one_op(converted)
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if isinstance(op, func.ReturnOp):
-            if op.arguments:
-                raise LoweringError("convert-loops-to-llvm: functions write their results to "
-                                    "output buffers and return nothing (run tape-to-loops)")
-            rewriter.replace(op, llvm.ReturnOp())
-        elif isinstance(op, func.CallOp):  # a function of buffers (merge-loop-nests')
-            rewriter.replace(op, llvm.CallOp(self.prefix + op.callee.root_reference.data,
-                                             *op.arguments))
-        elif isinstance(op, func.FuncOp) and not op.is_declaration:
-            inputs = [_llvm_type(t) for t in op.function_type.inputs]
-            fty = llvm.LLVMFunctionType(inputs, None)
-            converted = llvm.FuncOp(self.prefix + op.sym_name.data, fty,
-                                    linkage=llvm.LinkageAttr("external"),
-                                    body=op.detach_region(op.body))
-            if MAY_ALIAS_ATTR in op.attributes:  # (merge-loop-nests' runs)
-                converted.attributes[MAY_ALIAS_ATTR] = op.attributes[MAY_ALIAS_ATTR]
-            rewriter.replace(op, converted)
+    def return_(op: func.ReturnOp) -> Converted:
+        if op.arguments:
+            raise LoweringError("convert-loops-to-llvm: functions write their results to "
+                                "output buffers and return nothing (run tape-to-loops)")
+        return one_op(llvm.ReturnOp())
+
+    return {func.FuncOp: function, func.ReturnOp: return_,
+            func.CallOp: lambda op: one_op(_call(prefix + op.callee.root_reference.data,
+                                               op.arguments))}
 
 
-def _convert_once(module: ModuleOp, patterns: list[RewritePattern]) -> None:
-    """Each op of `module` as it is now, in order, rewritten by the first of `patterns` that
-    matches it: every pattern here replaces one op by ops of the llvm dialect, which no pattern
-    matches again, so one pass over a snapshot does what xDSL's greedy walker did, without its
-    worklist and its dead-code checks (the CNN step's pass 0.27 -> 0.21 s)."""
+def _convert_once(module: ModuleOp, converters: Mapping[type[Operation], Converter]) -> None:
+    """Each op of `module` as it is now, in order, replaced by what the converter of its type
+    makes: every converter makes ops of the llvm dialect, which none converts again, so one
+    pass over a snapshot does it (no worklist, no rewriter: the CNN step's pass 0.27 s with
+    xDSL's greedy walker)."""
     for op in list(module.walk()):
-        if op.parent is None:  # the module, or an op a rewrite took away with another
+        block = op.parent
+        convert = converters.get(type(op))
+        if block is None or convert is None:  # (the module, or one taken away with another)
             continue
-        rewriter = PatternRewriter(op)
-        for pattern in patterns:
-            pattern.match_and_rewrite(op, rewriter)
-            if rewriter.has_done_action:
-                break
+        converted = convert(op)
+        if converted is None:
+            continue
+        ops, values = converted
+        for new in ops:
+            block.insert_op_before(new, op)
+        for old, value in zip(op.results, values, strict=True):
+            old.replace_all_uses_with(value)
+        block.erase_op(op)
 
 
-def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
+def convert_to_llvm(module: ModuleOp, extra: Mapping[type[Operation], Converter] = {},
                     threads: int = 1, prefix: str = SYMBOL_PREFIX) -> None:
     """Convert a loop-form module (after convert-scf-to-cf) to the llvm dialect, in place.
-    `extra` patterns run first (the GPU's: gpu_to_nvvm.py); `threads`: how many threads each
-    kernel.parallel_for is shared by (the CPU backend passes the host's); `prefix`: before
-    each function's symbol (SYMBOL_PREFIX; the GPU keeps its kernels' names)."""
+    `extra` converters take the place of the CPU's for their ops (the GPU's: gpu_to_nvvm.py);
+    `threads`: how many threads each kernel.parallel_for is shared by (the CPU backend passes
+    the host's); `prefix`: before each function's symbol (SYMBOL_PREFIX; the GPU keeps its
+    kernels' names)."""
     leftover: set[str] = set()
     sizes: dict[memref.AllocOp, int] = {}
     symbols: dict[kernel.GemmOp, str] = {}
@@ -392,8 +468,8 @@ def convert_to_llvm(module: ModuleOp, extra: Sequence[RewritePattern] = (),
                             "lowered first (tape-to-loops, convert-scf-to-cf)")
     specs = {spec.symbol: spec for spec in map(_called_spec, symbols)}
     convert_types(module)
-    _convert_once(module, [*extra, ArithMathToLLVM(), ControlFlowToLLVM(), MemrefToLLVM(sizes),
-                           FuncToLLVM(prefix), KernelToLLVM(symbols, views, threads, prefix)])
+    _convert_once(module, {**ARITH_AND_MATH, **CONTROL_FLOW, **_memref(sizes), **_func(prefix),
+                           **_kernel(symbols, views, threads, prefix), **extra})
     uses: set[str] = set()
     bad: set[str] = set()
     for op in module.walk():  # once: what is called, and anything left unconverted
