@@ -214,3 +214,52 @@ def test_compiled_with_merged_runs_computes_the_same_bits(threads):
     for got, want in zip(results[True], expected, strict=True):
         np.testing.assert_allclose(np.frombuffer(got, np.float32), np.ravel(want),
                                    rtol=1e-4, atol=1e-6)
+
+
+_TWO_NESTS = """
+define void @"tapeml.{name}"(ptr noalias %a, ptr noalias %b) {{
+entry:
+  br label %first
+first:
+  %i = phi i64 [ 0, %entry ], [ %i.next, %first ]
+  %p = getelementptr inbounds float, ptr %a, i64 %i
+  %x = load float, ptr %p
+  %y = fmul float %x, 2.0
+  store float %y, ptr %p
+  %i.next = add i64 %i, 1
+  %more = icmp slt i64 %i.next, 64
+  br i1 %more, label %first, label %between
+between:
+  br label %second
+second:
+  %j = phi i64 [ 0, %between ], [ %j.next, %second ]
+  %q = getelementptr inbounds float, ptr %b, i64 %j
+  %u = load float, ptr %q
+  %v = fmul float %u, 2.0
+  store float %v, ptr %q
+  %j.next = add i64 %j, 1
+  %again = icmp slt i64 %j.next, 64
+  br i1 %again, label %second, label %done
+done:
+  ret void
+}}
+"""
+
+
+@pytest.mark.parametrize("name", ["step", "損失-é", 'q"uote\\d'])
+def test_llvm_nests_that_repeat_become_one_function_called_twice(name):
+    """The CPU backend's merge_loop_nests (LLVM's loop-extract and mergefunc, before O2): two
+    copies of a loop over other buffers become one function, kept out of line and called
+    twice, whatever characters the program's name has (LLVM quotes and escapes them)."""
+    import llvmlite.binding as llvm_binding
+
+    from tapeml.codegen.cpu import _calls, _ir_name, merge_loop_nests, target_machine
+
+    quoted = _ir_name(name).strip('"')
+    parsed = llvm_binding.parse_assembly(_TWO_NESTS.format(name=quoted))
+    (program,) = [f.name for f in parsed.functions]
+    assert program == f"tapeml.{name}"
+    assert merge_loop_nests(parsed, target_machine()) == 1
+    parsed.verify()
+    (nest,) = [f.name for f in parsed.functions if f.name != program]
+    assert _calls(parsed, [nest, program]) == {nest: 2, program: 0}
