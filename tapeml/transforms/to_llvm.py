@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from xdsl.context import Context
@@ -68,9 +68,10 @@ def _llvm_type(t: Attribute) -> Attribute:
     return t
 
 
-def convert_types(module: ModuleOp) -> None:
-    """index -> i64 and memref -> !llvm.ptr for every result and block argument, in place."""
-    for op in module.walk():
+def convert_types(ops: Iterable[Operation]) -> None:
+    """index -> i64 and memref -> !llvm.ptr for every result and block argument of `ops` (a
+    module's, walked), in place."""
+    for op in ops:
         for result in op.results:
             if (new := _llvm_type(result.type)) is not result.type:
                 Rewriter.replace_value_with_new_type(result, new)
@@ -419,12 +420,13 @@ def _func(prefix: str) -> dict[type[Operation], Converter]:
                                                op.arguments))}
 
 
-def _convert_once(module: ModuleOp, converters: Mapping[type[Operation], Converter]) -> None:
-    """Each op of `module` as it is now, in order, replaced by what the converter of its type
-    makes: every converter makes ops of the llvm dialect, which none converts again, so one
-    pass over a snapshot does it (no worklist, no rewriter: the CNN step's pass 0.27 s with
-    xDSL's greedy walker)."""
-    for op in list(module.walk()):
+def _convert_once(ops: list[Operation], converters: Mapping[type[Operation], Converter]
+                  ) -> None:
+    """Each of `ops` (a module's, walked before), in order, replaced by what the converter of
+    its type makes: every converter makes ops of the llvm dialect, which none converts again,
+    so one pass over the module's ops as they were does it (no worklist, no rewriter: the CNN
+    step's pass 0.27 s with xDSL's greedy walker)."""
+    for op in ops:
         block = op.parent
         convert = converters.get(type(op))
         if block is None or convert is None:  # (the module, or one taken away with another)
@@ -441,18 +443,19 @@ def _convert_once(module: ModuleOp, converters: Mapping[type[Operation], Convert
 
 
 def convert_to_llvm(module: ModuleOp, extra: Mapping[type[Operation], Converter] = {},
-                    threads: int = 1, prefix: str = SYMBOL_PREFIX) -> None:
-    """Convert a loop-form module (after convert-scf-to-cf) to the llvm dialect, in place.
-    `extra` converters take the place of the CPU's for their ops (the GPU's: gpu_to_nvvm.py);
-    `threads`: how many threads each kernel.parallel_for is shared by (the CPU backend passes
-    the host's); `prefix`: before each function's symbol (SYMBOL_PREFIX; the GPU keeps its
-    kernels' names)."""
+                    threads: int = 1, prefix: str = SYMBOL_PREFIX) -> Counter[type[Operation]]:
+    """Convert a loop-form module (after convert-scf-to-cf) to the llvm dialect, in place;
+    how many ops of each kind it had. `extra` converters take the place of the CPU's for
+    their ops (the GPU's: gpu_to_nvvm.py); `threads`: how many threads each
+    kernel.parallel_for is shared by (the CPU backend passes the host's); `prefix`: before
+    each function's symbol (SYMBOL_PREFIX; the GPU keeps its kernels' names)."""
     leftover: set[str] = set()
     sizes: dict[memref.AllocOp, int] = {}
     symbols: dict[kernel.GemmOp, str] = {}
     views: dict[kernel.ViewOp, Attribute] = {}
     entries: dict[str, int] = {}
-    for op in module.walk():  # once: what the patterns and the declarations need
+    ops = list(module.walk())
+    for op in ops:  # what the converters and the declarations need
         if op.dialect_name() in ("scf", "tape"):
             leftover.add(op.name)
         elif isinstance(op, memref.AllocOp):
@@ -467,8 +470,8 @@ def convert_to_llvm(module: ModuleOp, extra: Mapping[type[Operation], Converter]
         raise LoweringError(f"convert-loops-to-llvm: {', '.join(sorted(leftover))} must be "
                             "lowered first (tape-to-loops, convert-scf-to-cf)")
     specs = {spec.symbol: spec for spec in map(_called_spec, symbols)}
-    convert_types(module)
-    _convert_once(module, {**ARITH_AND_MATH, **CONTROL_FLOW, **_memref(sizes), **_func(prefix),
+    convert_types(ops)
+    _convert_once(ops, {**ARITH_AND_MATH, **CONTROL_FLOW, **_memref(sizes), **_func(prefix),
                            **_kernel(symbols, views, threads, prefix), **extra})
     uses: set[str] = set()
     bad: set[str] = set()
@@ -497,6 +500,7 @@ def convert_to_llvm(module: ModuleOp, extra: Mapping[type[Operation], Converter]
                 declaration.attributes[kernel.DECLARATION_ATTR] = \
                     specs[name].declaration_attribute()
             module.body.block.add_op(declaration)
+    return Counter(map(type, ops))
 
 
 @dataclass(frozen=True)
@@ -513,9 +517,8 @@ class ConvertLoopsToLLVMPass(ModulePass):
         self.run(op)
 
     def run(self, module: ModuleOp) -> str | None:
-        counts = Counter(type(op) for op in module.walk())
+        counts = convert_to_llvm(module, threads=self.threads)
         loops, kernels = counts[kernel.ParallelForOp], counts[kernel.GemmOp]
-        convert_to_llvm(module, threads=self.threads)
         shared = f"{loops} outlined loops shared by {self.threads} threads" if loops else ""
         called = f"{kernels} calls of generated kernels" if kernels else ""
         return ", ".join(filter(None, (shared, called))) or None
