@@ -38,10 +38,23 @@ def _kernel_text() -> str:
     return kernel(Variant("f32", lanes, mr, nr, True, True))
 
 
+@pytest.mark.parametrize("reduce", [True, False], ids=["lsr", "no-lsr"])
 @pytest.mark.parametrize("passes", [None, 2, cpu.KERNEL_PASSES], ids=["none", "O2", "kernel"])
-def test_the_worker_makes_the_bytes_this_process_makes(passes, own_worker):
+def test_the_worker_makes_the_bytes_this_process_makes(passes, reduce, own_worker):
     for text in (SMALL, _kernel_text()):
-        assert llvm_worker.in_worker(text, passes) == llvm_worker.object_code(text, passes)
+        assert llvm_worker.in_worker(text, passes, strength_reduction=reduce) == \
+            llvm_worker.object_code(text, passes, strength_reduction=reduce)
+
+
+def test_strength_reduction_is_off_only_for_the_code_that_asks():
+    """Codegen without LLVM's loop strength reduction (a program's loops) makes other code
+    for the kernel's loops, and leaves the option as it was: the next compile with it makes
+    the bytes it made before."""
+    text = _kernel_text()
+    before = llvm_worker.object_code(text, cpu.KERNEL_PASSES)
+    without = llvm_worker.object_code(text, cpu.KERNEL_PASSES, strength_reduction=False)
+    assert without != before
+    assert llvm_worker.object_code(text, cpu.KERNEL_PASSES) == before
 
 
 def test_ir_the_worker_cannot_compile_is_left_to_the_caller(own_worker):
@@ -153,7 +166,7 @@ def test_a_program_shared_with_the_worker_computes_the_same_bits(own_worker, mon
 def test_a_share_the_worker_cannot_compile_is_compiled_here(own_worker, monkeypatch):
     monkeypatch.setenv("TAPEML_CACHE", "0")
     _, whole, _ = _compiled(monkeypatch, 1)
-    monkeypatch.setattr(llvm_worker, "in_worker", lambda *args: None)
+    monkeypatch.setattr(llvm_worker, "in_worker", lambda *args, **options: None)
     _, shared, detail = _compiled(monkeypatch, 2, SHARE_LINES=0)
     assert "in a worker process meanwhile" in detail
     _same_bits(whole, shared)

@@ -191,7 +191,7 @@ def cached_engine(what: str, source: str, build: Any, symbol: str,
     origin = "compiled" if code is None else "compiled in a worker process"
     if code is None:
         machine = target_machine()
-        code = bytes(machine.emit_object(build(machine)))
+        code = llvm_worker.emit(machine, build(machine))
     engine = _object_engine(code)
     if cache is not None:
         cache.put(key, code)
@@ -288,13 +288,15 @@ class Share:
         self.thread.start()
 
     def _compile(self) -> None:
-        self.code = llvm_worker.in_worker(self.text, PROGRAM_LEVEL, self.names)
+        self.code = llvm_worker.in_worker(self.text, PROGRAM_LEVEL, self.names,
+                                          strength_reduction=False)
 
     def join(self) -> bytes:
         """The worker's object code (or, where it could not make it, this process's)."""
         self.thread.join()
         if self.code is None:
-            self.code = llvm_worker.object_code(self.text, PROGRAM_LEVEL, self.names)
+            self.code = llvm_worker.object_code(self.text, PROGRAM_LEVEL, self.names,
+                                                strength_reduction=False)
         return self.code
 
     @staticmethod
@@ -429,7 +431,9 @@ def _prefer_wide_vectors(text: str) -> str:
 
 @dataclass(frozen=True)
 class HostAsmTarget(XTarget):
-    """`-t host-asm`: an llvm-dialect module as assembly for this CPU (LLVM O2, its features)."""
+    """`-t host-asm`: an llvm-dialect module as assembly for this CPU (LLVM O2, its features),
+    codegen as for a program (llvm_worker.emit: no strength reduction; the GEMM kernels
+    linked in print so too, where the backend compiles them with it)."""
 
     name = "host-asm"
 
@@ -438,7 +442,8 @@ class HostAsmTarget(XTarget):
             machine = target_machine()
             _, parsed = optimize(module, machine)
             link_kernels(module, parsed, machine, standalone=True)
-            output.write(machine.emit_assembly(parsed))
+            output.write(llvm_worker.emit(machine, parsed, strength_reduction=False,
+                                          assembly=True))
 
 
 @dataclass(frozen=True)
@@ -648,12 +653,13 @@ class CPUBackend:
             kernels, variants = link_kernels(module, parsed, machine)
             keep("llvm ir", lambda: ir_text)
             keep("optimized llvm ir", lambda: str(parsed))
-            keep("assembly", lambda: machine.emit_assembly(parsed))
+            keep("assembly", lambda: llvm_worker.emit(machine, parsed, strength_reduction=False,
+                                                      assembly=True))
             started = time.perf_counter()
             load_pool()  # tapeml_parallel_for, for the programs that call it
             if profile:
                 marks.load(target_machine())  # tapeml_profile_mark, what kernel.mark calls
-            objects = [bytes(machine.emit_object(parsed))]
+            objects = [llvm_worker.emit(machine, parsed, strength_reduction=False)]
             if share is not None:
                 objects.append(share.join())
             made = time.perf_counter() - started

@@ -12,9 +12,10 @@ so does about half of a large program's functions (cpu.Share, with `compile_only
                  Started when a cold compile begins (`start`) or by the first request, and kept
                  for the life of the process (a process forked from this one starts its own);
                  it exits when its stdin closes
-    a request    "<QQQ": the lengths of the passes (`optimized`'s, as text), of the functions
+    a request    "<QQQ?": the lengths of the passes (`optimized`'s, as text), of the functions
                  to compile (`only`: "=" and their names, comma-separated; empty: all) and
-                 of the module's LLVM IR; the three
+                 of the module's LLVM IR, and whether codegen reduces strength (`emit`); the
+                 three
     the answer   "<?Q": ok, the length; the object code, or what LLVM said was wrong
     failure      a worker that cannot start, answers an error, or dies: `in_worker` returns
                  None and the caller compiles in this process (where an error is raised as
@@ -46,7 +47,7 @@ instructions after O2 against 8942 at batch 16, and compiled in 2.9-3.6 s agains
 with this bound (8675); W4's step ran 14-17 against 17-19.5 ms (four alternating process
 pairs, one core), W3's and the GPT step's within noise."""
 
-_REQUEST = struct.Struct("<QQQ")
+_REQUEST = struct.Struct("<QQQ?")
 _ANSWER = struct.Struct("<?Q")
 _INITIALIZED = False
 
@@ -124,11 +125,36 @@ def _read_passes(text: str) -> Passes:
     return int(text[1:]) if text[0] == "O" else tuple(text.split(","))
 
 
-def object_code(text: str, passes: Passes, only: Collection[str] | None = None) -> bytes:
+_CODEGEN = threading.Lock()
+
+
+def emit(machine: llvm_binding.TargetMachine, parsed: llvm_binding.ModuleRef,
+         strength_reduction: bool = True, assembly: bool = False) -> bytes | str:
+    """`machine`'s object code for `parsed` (its assembly, `assembly`), with LLVM's loop
+    strength reduction or without it. Without it for a program's own loops (tape-to-loops'
+    affine nests, cpu.py): it was a third of their codegen (W4's step: 148 -> 93-103 ms,
+    W3's, the GPT step's and squeezenet's likewise) and W3, W4, the 2-layer GPT step and
+    squeezenet ran the same without it (alternating process pairs, one core); with it for the
+    GEMM kernels (the CNN step ran 3-6% slower without it there), the thread pool and the
+    GPU. An LLVM option is the process's: every compile of tapeml's sets it under one lock,
+    and it is left at LLVM's default (on) after each."""
+    with _CODEGEN:
+        if not strength_reduction:
+            llvm_binding.set_option("tapeml", "-disable-lsr")
+        try:
+            return machine.emit_assembly(parsed) if assembly else bytes(
+                machine.emit_object(parsed))
+        finally:
+            if not strength_reduction:
+                llvm_binding.set_option("tapeml", "-disable-lsr=false")
+
+
+def object_code(text: str, passes: Passes, only: Collection[str] | None = None,
+                strength_reduction: bool = True) -> bytes:
     """The object code of the module `text` optimized by `passes` (`only` those functions:
-    `optimized`), for this CPU."""
+    `optimized`), for this CPU, with or without strength reduction (`emit`)."""
     machine = target_machine()
-    return bytes(machine.emit_object(optimized(text, machine, passes, only)))
+    return emit(machine, optimized(text, machine, passes, only), strength_reduction)
 
 
 _LOCK = threading.Lock()
@@ -143,9 +169,10 @@ def start() -> None:
         _worker()
 
 
-def in_worker(text: str, passes: Passes, only: Collection[str] | None = None) -> bytes | None:
-    """`object_code(text, passes, only)` made by the worker process, or None where it cannot
-    be."""
+def in_worker(text: str, passes: Passes, only: Collection[str] | None = None,
+              strength_reduction: bool = True) -> bytes | None:
+    """`object_code(text, passes, only, strength_reduction)` made by the worker process, or
+    None where it cannot be."""
     global _DEAD
     with _LOCK:
         worker = _worker()
@@ -154,7 +181,8 @@ def in_worker(text: str, passes: Passes, only: Collection[str] | None = None) ->
         try:
             how, data = spelled(passes).encode(), text.encode()
             names = b"" if only is None else ("=" + ",".join(only)).encode()
-            worker.stdin.write(_REQUEST.pack(len(how), len(names), len(data)) + how + names)
+            worker.stdin.write(_REQUEST.pack(len(how), len(names), len(data),
+                                             strength_reduction) + how + names)
             worker.stdin.write(data)
             worker.stdin.flush()
             ok, size = _ANSWER.unpack(_read(worker.stdout, _ANSWER.size))
@@ -217,13 +245,13 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
         head = requests.read(_REQUEST.size)
         if len(head) < _REQUEST.size:
             return
-        how, listed, size = _REQUEST.unpack(head)
+        how, listed, size, strength_reduction = _REQUEST.unpack(head)
         passes = _read_passes(_read(requests, how).decode())
         names = _read(requests, listed).decode()
         text = _read(requests, size).decode()
         try:
             only = None if not names else names[1:].split(",") if names[1:] else []
-            ok, payload = True, object_code(text, passes, only)
+            ok, payload = True, object_code(text, passes, only, strength_reduction)
         except Exception as error:  # noqa: BLE001 (said to the caller, which compiles it itself)
             ok, payload = False, str(error).encode()
         answers.write(_ANSWER.pack(ok, len(payload)))

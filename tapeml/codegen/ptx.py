@@ -32,6 +32,7 @@ from xdsl.context import Context
 from xdsl.dialects import gpu
 from xdsl.utils.target import Target as XTarget
 
+from tapeml.codegen import llvm_worker
 from tapeml.errors import PTXError
 from tapeml.transforms.gpu_to_nvvm import LIBDEVICE, SHARED_PREFIX, kernels_to_llvm
 
@@ -165,7 +166,7 @@ def compile_ptx(kernels: gpu.ModuleOp | Sequence[gpu.ModuleOp], arch: str = "sm_
         passes = llvm_binding.create_pass_builder(
             machine, llvm_binding.create_pipeline_tuning_options(speed_level=3))
         passes.getModulePassManager().run(parsed, passes)
-        return PTXModule(machine.emit_assembly(parsed), names, text)
+        return PTXModule(llvm_worker.emit(machine, parsed, assembly=True), names, text)
 
 
 @dataclass(frozen=True)
