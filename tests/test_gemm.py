@@ -75,15 +75,18 @@ def test_edges_of_every_tile(m, n, k):
     check(m, n, k)
 
 
+@pytest.mark.parametrize("stored", ["rows", "columns"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("m", [1, 8, 13, 15, 29, 64])
 @pytest.mark.parametrize("k", [1, 15, 16, 17, 300])
-def test_packing_a_along_its_rows_moves_every_bit(dtype, m, k):
-    """`.pack_a` along A's rows, as the kernel's whole-A prepack runs it (one block of k):
-    Ap[i / MR][p][i % MR] = A[min(i, m - 1), p], bit for bit (NaN payloads, -0, inf), rows
-    k + 3 apart, for tile heights whose panels are packed as transposed blocks of a vector's
-    lanes and those packed element by element, k with and without a remainder past whole
-    blocks; nothing written past the packed panels."""
+def test_packing_a_moves_every_bit(stored, dtype, m, k):
+    """`.pack_a`, as the kernel's whole-A prepack runs it (one block of k), from A stored by
+    rows (rows k + 3 apart: packed as transposed blocks, or element by element for tile
+    heights whose last group of rows is under half a vector) or by columns (a transposed A,
+    columns m + 3 apart: vectors of each column's run of MR rows, the last panel element by
+    element): Ap[i / MR][p][i % MR] = A[min(i, m - 1), p], bit for bit (NaN payloads, -0,
+    inf), k with and without a remainder past whole blocks; nothing written past the packed
+    panels."""
     import llvmlite.binding as llvm
 
     from tapeml.codegen.cpu import load_kernel
@@ -91,23 +94,64 @@ def test_packing_a_along_its_rows_moves_every_bit(dtype, m, k):
 
     size = np.dtype(dtype).itemsize
     bits = np.uint32 if size == 4 else np.uint64
-    spec = GemmSpec("f32" if size == 4 else "f64", 1, m, 64, k, (0, k + 3, 1), (0, 64, 1),
+    by_rows = stored == "rows"
+    strides = (k + 3, 1) if by_rows else (1, m + 3)
+    spec = GemmSpec("f32" if size == 4 else "f64", 1, m, 64, k, (0, *strides), (0, 64, 1),
                     m * 64, False)
     v = variant(spec, Target.host())
     load_kernel(v)
     prepack = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4)(
         llvm.address_of_symbol(f"{v.symbol}.prepack_a"))
     rng = np.random.default_rng(m * 1000 + k)
-    a = rng.integers(0, np.iinfo(bits).max, (m, k + 3), dtype=bits, endpoint=True)
+    held = rng.integers(0, np.iinfo(bits).max, (m, k + 3) if by_rows else (k, m + 3),
+                        dtype=bits, endpoint=True)
     for start, step, value in ((0, 7, np.nan), (3, 11, -0.0), (5, 13, -np.inf)):
-        a.flat[start::step] = np.array(value, dtype).view(bits)
+        held.flat[start::step] = np.array(value, dtype).view(bits)
+    a = held[:, :k] if by_rows else held[:, :m].T
     panels = -(-m // v.mr)
     guard = 64 // size  # past the panels: never written
     out = np.full(panels * k * v.mr + guard, 0x5A5A5A5A5A5A5A5A & np.iinfo(bits).max, bits)
     sentinel = out[-guard:].copy()
-    prepack(a.ctypes.data, out.ctypes.data, m, k, k + 3, 1)
+    prepack(held.ctypes.data, out.ctypes.data, m, k, *strides)
     rows = np.minimum(np.arange(panels * v.mr), m - 1)
-    expected = a[rows, :k].reshape(panels, v.mr, k).transpose(0, 2, 1).ravel()
+    expected = a[rows].reshape(panels, v.mr, k).transpose(0, 2, 1).ravel()
+    np.testing.assert_array_equal(out[:expected.size], expected, err_msg=v.symbol)
+    np.testing.assert_array_equal(out[expected.size:], sentinel)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 32, 45, 64])
+@pytest.mark.parametrize("k", [1, 15, 16, 17, 300])
+def test_packing_a_transposed_b_moves_every_bit(dtype, n, k):
+    """`.pack_b` down the columns of a transposed B (each column contiguous along k; whole
+    panels as transposed blocks), as the kernel's whole-B prepack runs it:
+    Bp[j / NR][p][j % NR] = B[p, j], zero past n, bit for bit, columns k + 5 apart; nothing
+    written past the packed panels."""
+    import llvmlite.binding as llvm
+
+    from tapeml.codegen.cpu import load_kernel
+    from tapeml.codegen.gemm import variant
+
+    size = np.dtype(dtype).itemsize
+    bits = np.uint32 if size == 4 else np.uint64
+    spec = GemmSpec("f32" if size == 4 else "f64", 1, 64, n, k, (0, k, 1), (0, 1, k + 5),
+                    64 * n, False)
+    v = variant(spec, Target.host())
+    load_kernel(v)
+    prepack = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4)(
+        llvm.address_of_symbol(f"{v.symbol}.prepack_b"))
+    rng = np.random.default_rng(n * 1000 + k)
+    columns = rng.integers(0, np.iinfo(bits).max, (n, k + 5), dtype=bits, endpoint=True)
+    for start, step, value in ((0, 7, np.nan), (3, 11, -0.0), (5, 13, -np.inf)):
+        columns.flat[start::step] = np.array(value, dtype).view(bits)
+    panels = -(-n // v.nr)
+    guard = 64 // size  # past the panels: never written
+    out = np.full(panels * k * v.nr + guard, 0x5A5A5A5A5A5A5A5A & np.iinfo(bits).max, bits)
+    sentinel = out[-guard:].copy()
+    prepack(columns.ctypes.data, out.ctypes.data, k, n, 1, k + 5)
+    b = np.zeros((k, panels * v.nr), bits)
+    b[:, :n] = columns[:, :k].T
+    expected = b.reshape(k, panels, v.nr).transpose(1, 0, 2).ravel()
     np.testing.assert_array_equal(out[:expected.size], expected, err_msg=v.symbol)
     np.testing.assert_array_equal(out[expected.size:], sentinel)
 

@@ -306,7 +306,8 @@ def _pack_b(name: str, t: str, v: Variant, order: str) -> list[str]:
     """Bp[jj / NR][p][jj % NR] = B[pc + p, j0 + jj] for p < kc and j0 + jj < j1, zero past j1
     up to a whole panel; B[p, j] = src[p * s1 + j * s2]. Panel by panel: a whole one along
     B's rows (NR elements at a time, one vector load where they are contiguous) or down its
-    columns (a transposed B), an edge one element by element."""
+    columns (a transposed B; contiguous columns as transposed blocks, `_transposed`), an
+    edge one element by element."""
     w = Writer()
     nr = v.nr
     b1, b2 = _strides(order, v.b_unit)
@@ -338,6 +339,16 @@ def _pack_b(name: str, t: str, v: Variant, order: str) -> list[str]:
             elif order == "rows":
                 w.loop("0", "%kc", 1, lambda p: w.loop(
                     "0", str(nr), 1, lambda jj: copy(p, jj), "jj"), "p")
+            elif v.b_unit:  # B's columns contiguous (a transposed B): transposed blocks
+                lanes = v.lanes
+                groups = [(first, lanes, [address("0", w(f"add i64 {jp}, {first + r}"))
+                                          for r in range(lanes)])
+                          for first in range(0, nr, lanes)]
+                whole = w(f"and i64 %kc, {-lanes}")
+                _transposed(w, t, v, groups, whole, lambda p, first: w.gep(
+                    t, into, w.add(w(f"mul i64 {p}, {nr}"), str(first))))
+                w.loop(whole, "%kc", 1, lambda p: w.loop(
+                    "0", str(nr), 1, lambda jj: copy(p, jj), "jj"), "p", scalar=True)
             else:  # down B's columns, each read along k
                 w.loop("0", str(nr), 1, lambda jj: w.loop(
                     "0", "%kc", 1, lambda p: copy(p, jj), "p"), "jj")
@@ -373,8 +384,9 @@ def _pack_a(name: str, t: str, v: Variant, order: str) -> list[str]:
     """Ap[i / MR][p][i % MR] = A[min(ic + i, m - 1), pc + p] for i < mc rounded up to MR;
     A[i, p] = src[i * s1 + p * s2]. Panel by panel (MR rows): along each row of A (rows
     contiguous: as transposed blocks, `_transposed_rows`), or, a transposed A, MR contiguous
-    elements per k; rows clamped only in the last panel (every panel, the blocks: once per
-    panel, not per element)."""
+    elements per k (as vectors where they are contiguous, `_column_runs`); rows clamped only
+    in the last panel (every panel, the blocks: once per panel, not per element), where
+    the runs go element by element."""
     w = Writer()
     mr = v.mr
     transposed = order == "rows" and _transposes(v)
@@ -405,6 +417,9 @@ def _pack_a(name: str, t: str, v: Variant, order: str) -> list[str]:
                 w.loop("0", str(mr), 1, lambda ii: (lambda row: w.loop(
                     "0", "%kc", 1, lambda p: copy(row, p, ii), "p"))(row_of(ii)),
                     "ii", scalar=True)
+            elif v.a_unit and not clamp:  # MR contiguous elements per k: vectors of them
+                w.loop("0", "%kc", 1, lambda p: _column_runs(w, t, v, into, top, p), "p",
+                       scalar=True)
             else:  # a transposed A: MR contiguous elements for each k
                 w.loop("0", "%kc", 1, lambda p: w.loop(
                     "0", str(mr), 1, lambda ii: copy(row_of(ii), p, ii), "ii"), "p",
@@ -420,6 +435,31 @@ def _pack_a(name: str, t: str, v: Variant, order: str) -> list[str]:
     return w.end()
 
 
+def _column_runs(w: Writer, t: str, v: Variant, into: str, top: str, p: str) -> None:
+    """A panel's MR rows at k = p of a transposed A (rows contiguous: row i of column k at
+    %src + top + i + (%pc + p) * %s2), none clamped, copied to Ap[p][MR] a vector's lanes
+    at a time (the last masked past MR). Element by element it took 5% of W3's weight
+    gradients."""
+    lanes, mr, size = v.lanes, v.mr, v.element[1]
+    vec = f"<{lanes} x {t}>"
+    column = w.gep(t, "%src", w.add(top, w(f"mul i64 {w(f'add i64 %pc, {p}')}, %s2")))
+    at = w.gep(t, into, w(f"mul i64 {p}, {mr}"))
+    for first in range(0, mr, lanes):
+        count = min(lanes, mr - first)
+        source = w.gep(t, column, str(first)) if first else column
+        target = w.gep(t, at, str(first)) if first else at
+        if count == lanes:
+            x = w(f"load {vec}, ptr {source}, align {size}")
+            w.do(f"store {vec} {x}, ptr {target}, align {size}")
+            continue
+        mask = "<" + ", ".join(f"i1 {'true' if lane < count else 'false'}"
+                               for lane in range(lanes)) + ">"
+        x = w(f"call {vec} @llvm.masked.load.v{lanes}{v.dtype}.p0(ptr {source}, i32 {size}, "
+              f"<{lanes} x i1> {mask}, {vec} zeroinitializer)")
+        w.do(f"call void @llvm.masked.store.v{lanes}{v.dtype}.p0({vec} {x}, ptr {target}, "
+             f"i32 {size}, <{lanes} x i1> {mask})")
+
+
 def _transposes(v: Variant) -> bool:
     """`_pack_a` packs A along its rows as transposed blocks: A's rows are contiguous, and
     each group of `v.lanes` rows of a panel (the last one may be short) has at least half of
@@ -430,13 +470,9 @@ def _transposes(v: Variant) -> bool:
 
 def _transposed_rows(w: Writer, t: str, v: Variant, into: str, row_of, copy) -> None:
     """A panel of MR rows of A (row i at %src + row_of(i) * %s1 + %pc, contiguous along k)
-    into Ap[p][MR] by blocks of L = lanes columns: L rows of a group (the group's last one
-    again past MR) loaded as L vectors, transposed in registers (log2 L rounds of
-    shuffles, each exchanging the off-diagonal halves of blocks: for L = 16, 64 shuffles
-    for 256 elements) and stored as L runs of the group's rows, one per k (masked past MR);
-    the last kc % L columns element by element. The scalar walk took 5-8% of W2 (n=512)."""
-    lanes, mr, size = v.lanes, v.mr, v.element[1]
-    vec = f"<{lanes} x {t}>"
+    into Ap[p][MR] (`_transposed`), the last kc % lanes columns element by element. The
+    element-by-element walk took 5-8% of W2 (n=512)."""
+    lanes, mr = v.lanes, v.mr
     groups = []
     for first in range(0, mr, lanes):
         count = min(lanes, mr - first)
@@ -444,6 +480,22 @@ def _transposed_rows(w: Writer, t: str, v: Variant, into: str, row_of, copy) -> 
         groups.append((first, count, [w.gep(t, "%src", w.add(w(f"mul i64 {row}, %s1"), "%pc"))
                                       for row in rows]))
     whole = w(f"and i64 %kc, {-lanes}")
+    _transposed(w, t, v, groups, whole, lambda p, first: w.gep(
+        t, into, w.add(w(f"mul i64 {p}, {mr}"), str(first))))
+    w.loop(whole, "%kc", 1, lambda p: w.loop(
+        "0", str(mr), 1, lambda ii: copy(row_of(ii), p, ii), "ii"), "p", scalar=True)
+
+
+def _transposed(w: Writer, t: str, v: Variant, groups: list[tuple[int, int, list[str]]],
+                whole: str, target) -> None:
+    """Packing by transposed blocks, for p0 in [0, whole) by L = lanes: for each group
+    (first, count, bases) of L lines of the operand (a row of A, a column of B; each
+    contiguous along k, line r's element p at bases[r] + p), L vectors loaded at p0,
+    transposed in registers (log2 L rounds of shuffles, each exchanging the off-diagonal
+    halves of blocks: for L = 16, 64 shuffles for 256 elements), and vector c, the group's
+    lines at k = p0 + c, stored at target(k, first): its first `count` lanes (masked past)."""
+    lanes, size = v.lanes, v.element[1]
+    vec = f"<{lanes} x {t}>"
 
     def shuffle(a: str, b: str, mask: list[int]) -> str:
         picks = ", ".join(f"i32 {i}" for i in mask)
@@ -464,8 +516,8 @@ def _transposed_rows(w: Writer, t: str, v: Variant, into: str, row_of, copy) -> 
                 rows, half = swapped, half // 2
             mask = ", ".join(f"i1 {'true' if lane < count else 'false'}"
                              for lane in range(lanes))
-            for c, column in enumerate(rows):  # column c: k = p0 + c, the group's rows
-                at = w.gep(t, into, w.add(w(f"mul i64 {w.add(p0, str(c))}, {mr}"), str(first)))
+            for c, column in enumerate(rows):  # column c: k = p0 + c, the group's lines
+                at = target(w.add(p0, str(c)), first)
                 if count == lanes:
                     w.do(f"store {vec} {column}, ptr {at}, align {size}")
                 else:
@@ -473,6 +525,3 @@ def _transposed_rows(w: Writer, t: str, v: Variant, into: str, row_of, copy) -> 
                          f"ptr {at}, i32 {size}, <{lanes} x i1> <{mask}>)")
 
     w.loop("0", whole, lanes, block, "p0", scalar=True)
-    w.loop(whole, "%kc", 1, lambda p: w.loop(
-        "0", str(mr), 1, lambda ii: copy(row_of(ii), p, ii), "ii"), "p", scalar=True)
-
