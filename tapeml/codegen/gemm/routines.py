@@ -339,14 +339,16 @@ def _pack_b(name: str, t: str, v: Variant, order: str) -> list[str]:
             elif order == "rows":
                 w.loop("0", "%kc", 1, lambda p: w.loop(
                     "0", str(nr), 1, lambda jj: copy(p, jj), "jj"), "p")
-            elif v.b_unit:  # B's columns contiguous (a transposed B): transposed blocks
-                lanes = v.lanes
-                groups = [(first, lanes, [address("0", w(f"add i64 {jp}, {first + r}"))
-                                          for r in range(lanes)])
-                          for first in range(0, nr, lanes)]
+            elif v.b_unit:  # B's columns contiguous (a transposed B): transposed blocks,
+                lanes = v.lanes  # a vector's lanes of columns at a time (one copy of the code)
                 whole = w(f"and i64 %kc, {-lanes}")
-                _transposed(w, t, v, groups, whole, lambda p, first: w.gep(
-                    t, into, w.add(w(f"mul i64 {p}, {nr}"), str(first))))
+
+                def group(first: str) -> None:
+                    bases = [address("0", w.add(jp, w.add(first, str(r)))) for r in range(lanes)]
+                    _transposed(w, t, v, [(first, lanes, bases)], whole, lambda p, first: w.gep(
+                        t, into, w.add(w(f"mul i64 {p}, {nr}"), first)))
+
+                w.loop("0", str(nr), lanes, group, "jg", scalar=True)
                 w.loop(whole, "%kc", 1, lambda p: w.loop(
                     "0", str(nr), 1, lambda jj: copy(p, jj), "jj"), "p", scalar=True)
             else:  # down B's columns, each read along k
@@ -481,7 +483,7 @@ def _transposed_rows(w: Writer, t: str, v: Variant, into: str, row_of, copy) -> 
                                       for row in rows]))
     whole = w(f"and i64 %kc, {-lanes}")
     _transposed(w, t, v, groups, whole, lambda p, first: w.gep(
-        t, into, w.add(w(f"mul i64 {p}, {mr}"), str(first))))
+        t, into, w.add(w(f"mul i64 {p}, {mr}"), first)))
     w.loop(whole, "%kc", 1, lambda p: w.loop(
         "0", str(mr), 1, lambda ii: copy(row_of(ii), p, ii), "ii"), "p", scalar=True)
 
@@ -490,7 +492,8 @@ def _transposed(w: Writer, t: str, v: Variant, groups: list[tuple[int, int, list
                 whole: str, target) -> None:
     """Packing by transposed blocks, for p0 in [0, whole) by L = lanes: for each group
     (first, count, bases) of L lines of the operand (a row of A, a column of B; each
-    contiguous along k, line r's element p at bases[r] + p), L vectors loaded at p0,
+    contiguous along k, line r's element p at bases[r] + p; `first` a constant or a value),
+    L vectors loaded at p0,
     transposed in registers (log2 L rounds of shuffles, each exchanging the off-diagonal
     halves of blocks: for L = 16, 64 shuffles for 256 elements), and vector c, the group's
     lines at k = p0 + c, stored at target(k, first): its first `count` lanes (masked past)."""
@@ -517,7 +520,7 @@ def _transposed(w: Writer, t: str, v: Variant, groups: list[tuple[int, int, list
             mask = ", ".join(f"i1 {'true' if lane < count else 'false'}"
                              for lane in range(lanes))
             for c, column in enumerate(rows):  # column c: k = p0 + c, the group's lines
-                at = target(w.add(p0, str(c)), first)
+                at = target(w.add(p0, str(c)), str(first))
                 if count == lanes:
                     w.do(f"store {vec} {column}, ptr {at}, align {size}")
                 else:
