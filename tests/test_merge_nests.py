@@ -216,34 +216,26 @@ def test_compiled_with_merged_runs_computes_the_same_bits(threads):
                                    rtol=1e-4, atol=1e-6)
 
 
-_TWO_NESTS = """
-define void @"tapeml.{name}"(ptr noalias %a, ptr noalias %b) {{
-entry:
-  br label %first
-first:
-  %i = phi i64 [ 0, %entry ], [ %i.next, %first ]
-  %p = getelementptr inbounds float, ptr %a, i64 %i
-  %x = load float, ptr %p
-  %y = fmul float %x, 2.0
-  store float %y, ptr %p
-  %i.next = add i64 %i, 1
-  %more = icmp slt i64 %i.next, 64
-  br i1 %more, label %first, label %between
-between:
-  br label %second
-second:
-  %j = phi i64 [ 0, %between ], [ %j.next, %second ]
-  %q = getelementptr inbounds float, ptr %b, i64 %j
-  %u = load float, ptr %q
-  %v = fmul float %u, 2.0
-  store float %v, ptr %q
-  %j.next = add i64 %j, 1
-  %again = icmp slt i64 %j.next, 64
-  br i1 %again, label %second, label %done
-done:
-  ret void
-}}
+def _doubling(loop: str, buffer: str, before: str, after: str) -> str:
+    """LLVM IR: a loop `loop` doubling 64 floats of `buffer`, entered from `before`."""
+    return f"""{loop}:
+  %{loop}.i = phi i64 [ 0, %{before} ], [ %{loop}.next, %{loop} ]
+  %{loop}.p = getelementptr inbounds float, ptr {buffer}, i64 %{loop}.i
+  %{loop}.x = load float, ptr %{loop}.p
+  %{loop}.y = fmul float %{loop}.x, 2.0
+  store float %{loop}.y, ptr %{loop}.p
+  %{loop}.next = add i64 %{loop}.i, 1
+  %{loop}.more = icmp slt i64 %{loop}.next, 64
+  br i1 %{loop}.more, label %{loop}, label %{after}
 """
+
+
+_TWO_NESTS = ('define void @"tapeml.{name}"(ptr noalias %a, ptr noalias %b) {{\n'
+              "entry:\n  br label %first\n"
+              + _doubling("first", "%a", "entry", "between")
+              + "between:\n  br label %second\n"
+              + _doubling("second", "%b", "between", "done")
+              + "done:\n  ret void\n}}\n")
 
 
 @pytest.mark.parametrize("name", ["step", "損失-é", 'q"uote\\d'])
