@@ -4,7 +4,9 @@
 
 One pass converts all six dialects at once, so the IR is valid before and after it: first every
 `index` value becomes an i64 and every buffer an `!llvm.ptr`, then each op is replaced by its
-llvm counterpart. MLIR's own conversions are the semantics followed:
+llvm counterpart, made by the converter its kind has in the tables below (ARITH_AND_MATH,
+CONTROL_FLOW, `_memref`, `_kernel`, `_func`; the GPU adds its own), with `new_op` for the ops
+made by the thousand. MLIR's own conversions are the semantics followed:
 
   arith   integer ops on i64, float ops, cmpi/cmpf (same predicate numbering), select, extf/truncf,
           maximumf/minimumf as llvm.maximum/llvm.minimum (IEEE 754-2019: NaN propagating,
