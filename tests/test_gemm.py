@@ -75,6 +75,41 @@ def test_edges_of_every_tile(m, n, k):
     check(m, n, k)
 
 
+def _bits_with_edge_values(shape: tuple[int, int], dtype, seed: int) -> np.ndarray:
+    """Random bit patterns of `dtype`'s width (NaN payloads among them), with NaN, -0 and -inf
+    at fixed strides: what a packing routine must move unchanged."""
+    bits = np.uint32 if np.dtype(dtype).itemsize == 4 else np.uint64
+    held = np.random.default_rng(seed).integers(0, np.iinfo(bits).max, shape, dtype=bits,
+                                                endpoint=True)
+    for start, step, value in ((0, 7, np.nan), (3, 11, -0.0), (5, 13, -np.inf)):
+        held.flat[start::step] = np.array(value, dtype).view(bits)
+    return held
+
+
+def _variant(spec: GemmSpec):
+    """The kernel variant this host compiles for `spec`, loaded."""
+    from tapeml.codegen.cpu import load_kernel
+    from tapeml.codegen.gemm import variant
+
+    v = variant(spec, Target.host())
+    load_kernel(v)
+    return v
+
+
+def _prepacked(v, operand: str, held: np.ndarray, size: int, *args: int) -> np.ndarray:
+    """The kernel `v`'s whole-operand prepack (`.prepack_a` or `.prepack_b`) of `held`, its
+    first `size` elements; the 64 bytes past them must be as they were (never written)."""
+    import llvmlite.binding as llvm
+
+    prepack = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4)(
+        llvm.address_of_symbol(f"{v.symbol}.prepack_{operand}"))
+    pattern = 0x5A5A5A5A5A5A5A5A & np.iinfo(held.dtype).max
+    out = np.full(size + 64 // held.itemsize, pattern, held.dtype)
+    prepack(held.ctypes.data, out.ctypes.data, *args)
+    assert (out[size:] == pattern).all(), f"{v.symbol}: written past the packed panels"
+    return out[:size]
+
+
 @pytest.mark.parametrize("stored", ["rows", "columns"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("m", [1, 8, 13, 15, 29, 64])
@@ -87,36 +122,18 @@ def test_packing_a_moves_every_bit(stored, dtype, m, k):
     element): Ap[i / MR][p][i % MR] = A[min(i, m - 1), p], bit for bit (NaN payloads, -0,
     inf), k with and without a remainder past whole blocks; nothing written past the packed
     panels."""
-    import llvmlite.binding as llvm
-
-    from tapeml.codegen.cpu import load_kernel
-    from tapeml.codegen.gemm import variant
-
-    size = np.dtype(dtype).itemsize
-    bits = np.uint32 if size == 4 else np.uint64
     by_rows = stored == "rows"
     strides = (k + 3, 1) if by_rows else (1, m + 3)
-    spec = GemmSpec("f32" if size == 4 else "f64", 1, m, 64, k, (0, *strides), (0, 64, 1),
-                    m * 64, False)
-    v = variant(spec, Target.host())
-    load_kernel(v)
-    prepack = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4)(
-        llvm.address_of_symbol(f"{v.symbol}.prepack_a"))
-    rng = np.random.default_rng(m * 1000 + k)
-    held = rng.integers(0, np.iinfo(bits).max, (m, k + 3) if by_rows else (k, m + 3),
-                        dtype=bits, endpoint=True)
-    for start, step, value in ((0, 7, np.nan), (3, 11, -0.0), (5, 13, -np.inf)):
-        held.flat[start::step] = np.array(value, dtype).view(bits)
-    a = held[:, :k] if by_rows else held[:, :m].T
+    spec = GemmSpec("f32" if dtype == np.float32 else "f64", 1, m, 64, k, (0, *strides),
+                    (0, 64, 1), m * 64, False)
+    v = _variant(spec)
+    held = _bits_with_edge_values((m, k + 3) if by_rows else (k, m + 3), dtype, m * 1000 + k)
     panels = -(-m // v.mr)
-    guard = 64 // size  # past the panels: never written
-    out = np.full(panels * k * v.mr + guard, 0x5A5A5A5A5A5A5A5A & np.iinfo(bits).max, bits)
-    sentinel = out[-guard:].copy()
-    prepack(held.ctypes.data, out.ctypes.data, m, k, *strides)
+    out = _prepacked(v, "a", held, panels * k * v.mr, m, k, *strides)
+    a = held[:, :k] if by_rows else held[:, :m].T
     rows = np.minimum(np.arange(panels * v.mr), m - 1)
     expected = a[rows].reshape(panels, v.mr, k).transpose(0, 2, 1).ravel()
-    np.testing.assert_array_equal(out[:expected.size], expected, err_msg=v.symbol)
-    np.testing.assert_array_equal(out[expected.size:], sentinel)
+    np.testing.assert_array_equal(out, expected, err_msg=v.symbol)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -127,33 +144,16 @@ def test_packing_a_transposed_b_moves_every_bit(dtype, n, k):
     panels as transposed blocks), as the kernel's whole-B prepack runs it:
     Bp[j / NR][p][j % NR] = B[p, j], zero past n, bit for bit, columns k + 5 apart; nothing
     written past the packed panels."""
-    import llvmlite.binding as llvm
-
-    from tapeml.codegen.cpu import load_kernel
-    from tapeml.codegen.gemm import variant
-
-    size = np.dtype(dtype).itemsize
-    bits = np.uint32 if size == 4 else np.uint64
-    spec = GemmSpec("f32" if size == 4 else "f64", 1, 64, n, k, (0, k, 1), (0, 1, k + 5),
-                    64 * n, False)
-    v = variant(spec, Target.host())
-    load_kernel(v)
-    prepack = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4)(
-        llvm.address_of_symbol(f"{v.symbol}.prepack_b"))
-    rng = np.random.default_rng(n * 1000 + k)
-    columns = rng.integers(0, np.iinfo(bits).max, (n, k + 5), dtype=bits, endpoint=True)
-    for start, step, value in ((0, 7, np.nan), (3, 11, -0.0), (5, 13, -np.inf)):
-        columns.flat[start::step] = np.array(value, dtype).view(bits)
+    spec = GemmSpec("f32" if dtype == np.float32 else "f64", 1, 64, n, k, (0, k, 1),
+                    (0, 1, k + 5), 64 * n, False)
+    v = _variant(spec)
+    columns = _bits_with_edge_values((n, k + 5), dtype, n * 1000 + k)
     panels = -(-n // v.nr)
-    guard = 64 // size  # past the panels: never written
-    out = np.full(panels * k * v.nr + guard, 0x5A5A5A5A5A5A5A5A & np.iinfo(bits).max, bits)
-    sentinel = out[-guard:].copy()
-    prepack(columns.ctypes.data, out.ctypes.data, k, n, 1, k + 5)
-    b = np.zeros((k, panels * v.nr), bits)
+    out = _prepacked(v, "b", columns, panels * k * v.nr, k, n, 1, k + 5)
+    b = np.zeros((k, panels * v.nr), columns.dtype)
     b[:, :n] = columns[:, :k].T
     expected = b.reshape(k, panels, v.nr).transpose(1, 0, 2).ravel()
-    np.testing.assert_array_equal(out[:expected.size], expected, err_msg=v.symbol)
-    np.testing.assert_array_equal(out[expected.size:], sentinel)
+    np.testing.assert_array_equal(out, expected, err_msg=v.symbol)
 
 
 @pytest.mark.parametrize("ta,tb", [(False, True), (True, False), (True, True)])
