@@ -9,7 +9,10 @@ GPU kernels' shared memory.
 computes, for every b < batch, C[b] = A[b] @ B[b] (or C[b] += with `accumulate`), where
 A[b][i, p] = a[b*a0 + i*a1 + p*a2], B[b][p, j] = b[b*b0 + p*b1 + j*b2], and C[b] is the
 contiguous m x n block of c at b * c_batch_stride (0: every batch adds into the same block;
-more than m * n: the blocks lie apart, each image's part of a concat's buffer).
+more than m * n: the blocks lie apart, each image's part of a concat's buffer). With
+`c_transposed`, C[b] is stored transposed: element (i, j) at c[b * c_batch_stride + j*m + i],
+an n x m block (a convolution's product with its pixels as rows, written in the image's
+channel-major layout; the residual's blocks likewise).
 Strides let a transposed operand be read in place. With `b_taps = array<i64: t0, t1, ...>`
 (T of them), B's rows are a convolution's taps over an image: row p = c * T + t of B[b] starts
 at b0*b + c*b1 + t_t (its elements b2 = 1 apart), so B[b][p, j] is tap t of channel c at
@@ -123,6 +126,8 @@ class GemmSpec:
     b_taps: tuple[int, ...] = ()
     """Where each of a window's taps starts in a channel: B's rows are windows (the dialect
     doc), or () for B[p, j] at p * b1 + j * b2."""
+    c_transposed: bool = False
+    """C[b] (and the residual's blocks) stored transposed: (i, j) at j * m + i."""
 
     def b_row(self, p: int) -> int:
         """Where row p of B[0] starts: p * b1, or its channel's tap (`b_taps`)."""
@@ -153,7 +158,8 @@ class GemmSpec:
             b += "_t" + (taps if len(self.b_taps) <= 9 else
                          "h" + hashlib.sha256(taps.encode()).hexdigest()[:16])
         return (f"tapeml_gemm_{self.dtype}_b{self.batch}_m{self.m}_n{self.n}_k{self.k}"
-                f"_a{a}_b{b}_c{self.c0}_{'acc' if self.accumulate else 'set'}{epilogue}{kept}")
+                f"_a{a}_b{b}_c{self.c0}{'t' * self.c_transposed}_"
+                f"{'acc' if self.accumulate else 'set'}{epilogue}{kept}")
 
     def attributes(self) -> dict[str, Attribute]:
         """The spec as kernel.gemm's attributes (the element type is the buffers'; the
@@ -167,6 +173,8 @@ class GemmSpec:
             epilogue["relu"] = BoolAttr.from_bool(True)
         if self.b_taps:
             epilogue["b_taps"] = DenseArrayBase.from_list(i64, self.b_taps)
+        if self.c_transposed:
+            epilogue["c_transposed"] = BoolAttr.from_bool(True)
         return {"batch": _i64(self.batch), "m": _i64(self.m), "n": _i64(self.n),
                 "k": _i64(self.k), "a_strides": DenseArrayBase.from_list(i64, self.a),
                 "b_strides": DenseArrayBase.from_list(i64, self.b),
@@ -186,7 +194,7 @@ class GemmSpec:
             return value.data if isinstance(value, StringAttr) else ""
 
         relu, residual = attributes.get("relu"), attributes.get("residual")
-        taps = attributes.get("b_taps")
+        taps, transposed = attributes.get("b_taps"), attributes.get("c_transposed")
         return GemmSpec(dtype=dtype, batch=integer("batch"), m=integer("m"), n=integer("n"),
                         k=integer("k"), a=strides("a_strides"), b=strides("b_strides"),
                         c0=integer("c_batch_stride"),
@@ -196,7 +204,9 @@ class GemmSpec:
                         relu=isinstance(relu, IntegerAttr) and bool(relu.value.data),
                         residual=isinstance(residual, IntegerAttr) and bool(residual.value.data),
                         b_taps=tuple(taps.get_values())  # type: ignore[union-attr]
-                        if isinstance(taps, DenseArrayBase) else ())
+                        if isinstance(taps, DenseArrayBase) else (),
+                        c_transposed=isinstance(transposed, IntegerAttr)
+                        and bool(transposed.value.data))
 
     def declaration_attribute(self) -> DictionaryAttr:
         """What convert-loops-to-llvm puts on the kernel's declaration (`kernel.gemm`), so that

@@ -61,10 +61,11 @@ class KernelFunctions(InterpreterFunctions):
             rhs = np.lib.stride_tricks.as_strided(b, (s.batch, s.k, s.n),
                                                   [x * item for x in s.b], writeable=False)
         product = np.matmul(lhs, rhs)
+        steps = (item, s.m * item) if s.c_transposed else (s.n * item, item)  # (i, j)
         blocks = np.lib.stride_tricks.as_strided(
-            c, (s.batch, s.m, s.n), (s.c0 * item, s.n * item, item)) if s.c0 else None
+            c, (s.batch, s.m, s.n), (s.c0 * item, *steps)) if s.c0 else None
         if blocks is None:  # every batch adds into one block, in batch order
-            block = c[:s.m * s.n].reshape(s.m, s.n)
+            block = np.lib.stride_tricks.as_strided(c, (s.m, s.n), steps)
             if not s.accumulate:
                 block[...] = 0
             for p in product:
@@ -74,7 +75,7 @@ class KernelFunctions(InterpreterFunctions):
         else:
             blocks[...] = product
         extra = [_flat(x, dtype) for x in args[3:]]
-        _epilogue(s, blocks if blocks is not None else c[:s.m * s.n].reshape(1, s.m, s.n),
+        _epilogue(s, blocks if blocks is not None else block[None],
                   extra[0] if s.bias else None, extra[-1] if s.residual else None)
         return ()
 
@@ -89,8 +90,10 @@ def _epilogue(s: GemmSpec, blocks: np.ndarray, bias: np.ndarray | None,
             blocks += bias[:s.m, None]
         elif s.bias == "columns":
             blocks += bias[:s.n]
-        if s.residual:
-            blocks += residual[:blocks.size].reshape(blocks.shape)
+        if s.residual:  # its blocks laid out as C's
+            laid = residual[:blocks.size].reshape(len(blocks), *(
+                (s.n, s.m) if s.c_transposed else (s.m, s.n)))
+            blocks += laid.transpose(0, 2, 1) if s.c_transposed else laid
         if s.relu:
             zero = np.zeros((), blocks.dtype)
             blocks[...] = np.maximum(blocks, zero) + zero

@@ -82,13 +82,14 @@ def gemm_kernel(name: str, spec: GemmSpec, a_type: MemRefType, b_type: MemRefTyp
 
         return e.reduce([-(-spec.k // tile)], acc, step)
 
+    steps = [1, spec.m] if spec.c_transposed else [spec.n, 1]  # C's (i, j)
     if spec.c0:
         batch = e.insert(arith.DivSIOp(rest, e.index(row_blocks)))
         total = one_batch(e, batch, zero)
-        at = e.linear([batch, row, col], [spec.c0, spec.n, 1])
+        at = e.linear([batch, row, col], [spec.c0, *steps])
     else:  # every batch adds into one C
         total = e.reduce([spec.batch], zero, lambda e, ivs, acc: one_batch(e, ivs[0], acc))
-        at = e.linear([row, col], [spec.n, 1])
+        at = e.linear([row, col], steps)
     inside = e.insert(arith.AndIOp(e.in_range(row, spec.m), e.in_range(col, spec.n)))
 
     def write(e: Emitter) -> None:

@@ -397,9 +397,9 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     product's kernel.gemm epilogue (loops/epilogues.py; the CPU's). `window_convs`: a
     stride-1 convolution of few output channels reads its zero-padded input's windows in place
     (kernel.gemm's b_taps) instead of an im2col matrix (lower_conv2d_gemm; the CPU's).
-    `pixel_rows`: a forward convolution over few pixels and many output channels is the
-    product with the pixels as C's rows, then transposed into the output (lower_conv2d_gemm;
-    the CPU's)."""
+    `pixel_rows`: a forward convolution whose product pads fewer tiles with the pixels as C's
+    rows is that product, stored transposed into the output (kernel.gemm's c_transposed;
+    lower_conv2d_gemm; the CPU's)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
         lower_function(f, module, report, libm, row_reductions, share, profile, weight_runs,
@@ -437,8 +437,8 @@ class ToLoopsPass(ModulePass):
     """A stride-1 convolution of few output channels reads its zero-padded input's windows in
     place (kernel.gemm's b_taps), not an im2col matrix (the CPU's)."""
     pixel_rows: bool = False
-    """A forward convolution over few pixels and many output channels is the product with
-    the pixels as C's rows, then transposed into the output (the CPU's)."""
+    """A forward convolution whose product pads fewer tiles with the pixels as C's rows is that
+    product, stored transposed into the output (kernel.gemm's c_transposed; the CPU's)."""
 
     def apply(self, ctx: PassContext, op: ModuleOp) -> None:
         self.run(op)

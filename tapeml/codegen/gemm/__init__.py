@@ -32,7 +32,10 @@ own (`Variant.windows`): its tiles (`.tile.rows`) read B in place, row k at B pl
 caller's table `@<symbol>.rows`[k], the lanes past n masked off, and it packs only A.
 
 The packed panels are zero-padded at the n edge and clamp rows at the m edge, so the
-micro-kernel always runs a full tile; an edge tile is written through a small stack tile.
+micro-kernel always runs a full tile (a last panel holding at most a vector of columns a tile
+one vector wide, `.tile.half`); an edge tile is written through a small stack tile. So is
+every tile of a C stored transposed (GemmSpec.c_transposed: a convolution's product with the
+pixels as rows, written in the image's layout), its sums transposed in registers there.
 Every element of C sums its k products in the same order whatever the tiling (each tile owns
 its elements; blocks of KC are added in order), so results do not depend on threads.
 
@@ -91,6 +94,8 @@ def kernel(v: Variant) -> str:
     else:
         out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype)
         out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True)
+        if v.nr > v.lanes:  # (the narrow tile of a ragged last panel)
+            out += micro_kernel(name, t, vec, v.lanes, v.mr, v.lanes, v.dtype, panel=v.nr)
     out += epilogue(name, t, v)
     out += edge(name, t, v)
     out += [] if v.windows else pack_b(name, t, v)

@@ -83,18 +83,26 @@ def _finish(v: Variant) -> list[str]:
                    f"{WIDE} {{")
     w.label("%entry")
     t = v.element[0]
-    batch, m, n, c0 = _fields(w, "%plan", "batch", "m", "n", "c0")
+    batch, m, n, c0, transposed = _fields(w, "%plan", "batch", "m", "n", "c0", "transposed")
     epilogue = _epilogue(w, v.symbol, "%plan", "%extra")
     blocks = w(f"select i1 {w(f'icmp eq i64 {c0}, 0')}, i64 1, i64 {batch}")
     mn = w(f"mul i64 {m}, {n}")
 
     def block(b: str) -> None:
         c = w.gep(t, "%C", w(f"mul i64 {b}, {c0}"))
-        *head, res, rf = epilogue  # the residual's block b: its own m x n, one after another
-        here = (*head, w.gep(t, res, w(f"mul i64 {w(f'mul i64 {b}, {mn}')}, {rf}")), rf)
-        w.loop("0", n, v.nr, lambda j: _apply_epilogue(
-            w, v, here, w.gep(t, c, j), n, "0", m, j, w.min(str(v.nr), w(f"sub i64 {n}, {j}"))),
-            "j")
+        last, rb, rs, cb, cs, relu, res, rf = epilogue
+        # the residual's block b: its own m x n, one after another
+        res = w.gep(t, res, w(f"mul i64 {w(f'mul i64 {b}, {mn}')}, {rf}"))
+
+        def over(rows: str, columns: str, here: Epilogue) -> None:  # C as it lies
+            w.loop("0", columns, v.nr, lambda j: _apply_epilogue(
+                w, v, here, w.gep(t, c, j), columns, "0", rows, j,
+                w.min(str(v.nr), w(f"sub i64 {columns}, {j}"))), "j")
+
+        # stored transposed, C's rows are the product's columns: the biases exchanged
+        w.choose(_true(w, transposed),
+                 lambda: over(n, m, (last, cb, cs, rb, rs, relu, res, rf)),
+                 lambda: over(m, n, (last, rb, rs, cb, cs, relu, res, rf)))
 
     w.loop("0", blocks, 1, block, "b")
     return w.end()
@@ -257,13 +265,15 @@ def _pack_job(v: Variant) -> list[str]:
     return w.end()
 
 
-def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
+def _macro_kernel(w: Writer, v: Variant, c_shape: tuple[str, str, str],
+                  buffers: tuple[str, str, str],
                   rows: tuple[str, str], columns: tuple[str, str], depth: str,
                   load: str, epilogue: Epilogue, direct: tuple[str, str] | None = None,
                   direct_b: tuple[str, str, str] | None = None,
                   steps: tuple[str, str] | None = None,
                   windows: tuple[str, str] | None = None) -> None:
-    """Rows [ic, ic + height) of C (n columns), columns [j0, j1), against one packed block of A
+    """Rows [ic, ic + height) of C (`c_shape`: m, n, and whether C is stored transposed),
+    columns [j0, j1), against one packed block of A
     (`ap`, from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR
     tile. `direct` = (flag, lda): where the flag holds, `ap` is A itself at row ic (and the
     block's first k), read in place by `.tile.direct` with rows lda apart. `direct_b` =
@@ -278,9 +288,13 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
     a_step, b_step = steps or (depth, depth)
     ic, height = rows
     j0, j1 = columns
+    m, n, transposed = c_shape
+    ldc = w(f"select i1 {transposed}, i64 {m}, i64 {n}")  # C's (i, j) at i * ldc + j, or
+    # j * ldc + i
 
     def panel(jr: str) -> None:
         width = w.min(str(nr), w(f"sub i64 {j1}, {jr}"))
+        narrow = w(f"icmp sle i64 {width}, {v.lanes}")  # (`.tile.half`)
         b_panel = w.gep(t, bp, w(f"mul i64 {w(f'sub i64 {jr}, {j0}')}, {b_step}"))
         b_here, ldb = b_panel, str(nr)
         if direct_b is not None:  # (only where A is read in place too: plan.direct_b)
@@ -290,24 +304,32 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
 
         def tile(ir: str) -> None:
             tall = w.min(str(mr), w(f"sub i64 {height}, {ir}"))
-            c_tile = w.gep(t, c, w.add(w(f"mul i64 {w.add(ic, ir)}, {n}"), jr))
             last, rb, rs, cb, cs, relu, res, rf = epilogue
             row = w.add(ic, ir)
-            at = w(f"mul i64 {w.add(w(f'mul i64 {row}, {n}'), jr)}, {rf}")  # in the residual
+            offset = w(f"select i1 {transposed}, i64 {w.add(w(f'mul i64 {jr}, {ldc}'), row)}, "
+                       f"i64 {w.add(w(f'mul i64 {row}, {ldc}'), jr)}")
+            c_tile = w.gep(t, c, offset)
+            at = w(f"mul i64 {offset}, {rf}")  # in the residual
             finish = (f"ptr {w.gep(t, rb, w(f'mul i64 {row}, {rs}'))}, i64 {rs}, "
                       f"ptr {w.gep(t, cb, w(f'mul i64 {jr}, {cs}'))}, i1 {relu}, "
-                      f"ptr {w.gep(t, res, at)}, i64 {w(f'mul i64 {n}, {rf}')}, i1 {last}")
+                      f"ptr {w.gep(t, res, at)}, i64 {w(f'mul i64 {ldc}, {rf}')}, i1 {last}, "
+                      f"i1 {transposed}")
 
             def packed() -> None:
                 a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {a_step}"))
-                w.do(f"call void @{name}.tile(i64 {depth}, ptr {a_panel}, ptr {b_panel}, "
-                     f"ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load}, {finish})")
+                args = (f"(i64 {depth}, ptr {a_panel}, ptr {b_panel}, ptr {c_tile}, "
+                        f"i64 {ldc}, i64 {tall}, i64 {width}, i1 {load}, {finish})")
+                if nr == v.lanes:
+                    w.do(f"call void @{name}.tile{args}")
+                    return
+                w.choose(narrow, lambda: w.do(f"call void @{name}.tile.half{args}"),
+                         lambda: w.do(f"call void @{name}.tile{args}"))
 
             if windows is not None:  # B's rows are windows
                 b, table = windows
                 w.do(f"call void @{name}.tile.rows(i64 {depth}, "
                      f"ptr {w.gep(t, ap, w(f'mul i64 {ir}, {a_step}'))}, ptr {w.gep(t, b, jr)}, "
-                     f"ptr {table}, ptr {c_tile}, i64 {n}, i64 {tall}, i64 {width}, i1 {load}, "
+                     f"ptr {table}, ptr {c_tile}, i64 {ldc}, i64 {tall}, i64 {width}, i1 {load}, "
                      f"{finish})")
                 return
             if direct is None:
@@ -318,7 +340,7 @@ def _macro_kernel(w: Writer, v: Variant, n: str, buffers: tuple[str, str, str],
             def in_place() -> None:
                 a_rows = w.gep(t, ap, w(f"mul i64 {ir}, {lda}"))
                 w.do(f"call void @{name}.tile.direct(i64 {depth}, ptr {a_rows}, "
-                     f"ptr {b_here}, i64 {ldb}, ptr {c_tile}, i64 {n}, i64 {tall}, "
+                     f"ptr {b_here}, i64 {ldb}, ptr {c_tile}, i64 {ldc}, i64 {tall}, "
                      f"i64 {width}, i1 {load}, i64 {lda}, {finish})")
 
             w.choose(flag, in_place, packed)
@@ -333,7 +355,8 @@ def _rows_job(v: Variant) -> list[str]:
     in a buffer on this thread's stack."""
     t = v.element[0]
     w, (a, _, c, bp), pc, depth, plan, extra = _job(v.symbol, "rows")
-    m, n, k, acc, a1, a2 = _fields(w, plan, "m", "n", "k", "accumulate", "a1", "a2")
+    m, n, k, acc, a1, a2, transposed = _fields(w, plan, "m", "n", "k", "accumulate", "a1",
+                                               "a2", "transposed")
     epilogue = _epilogue(w, v.symbol, plan, extra)
     last = w(f"and i1 {epilogue[0]}, {w(f'icmp eq i64 {w.add(pc, depth)}, {k}')}")
     ap = w(f"alloca {t}, i64 {w(f'mul i64 {v.mc}, {depth}')}, align 64", "ap")
@@ -344,8 +367,8 @@ def _rows_job(v: Variant) -> list[str]:
         height = w.min(str(v.mc), w(f"sub i64 {r1}, {ic}"))
         w.do(f"call void @{v.symbol}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
              f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})")
-        _macro_kernel(w, v, n, (ap, bp, c), (ic, height), ("0", n), depth, load,
-                      (last, *epilogue[1:]))
+        _macro_kernel(w, v, (m, n, _true(w, transposed)), (ap, bp, c), (ic, height),
+                      ("0", n), depth, load, (last, *epilogue[1:]))
 
     w.loop(w(f"mul i64 %start, {v.mr}"), r1, v.mc, rows, "ic")
     return w.end()
@@ -396,9 +419,11 @@ def _part(v: Variant) -> list[str]:
     w = Writer()
     w.lines.append(f"define internal void @{name}.part({_PART_ARGS}) {WIDE} {{")
     w.label("%entry")
-    m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset, direct_a, direct_b, packed_a, packed_b, nc = \
-        _fields(w, "%plan", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "a_offset",
-                "direct_a", "direct_b", "packed_a", "packed_b", "nc")
+    m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset, direct_a, direct_b, packed_a, packed_b, nc, \
+        transposed = _fields(w, "%plan", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0",
+                             "a_offset", "direct_a", "direct_b", "packed_a", "packed_b", "nc",
+                             "transposed")
+    c_shape = (m, n, _true(w, transposed))
     several_blocks = w(f"icmp sgt i64 {w('sub i64 %m1, %m0')}, {mc}")  # of A's rows
     bp = "%scratch"
     ap = w.gep("i8", bp, a_offset)
@@ -469,8 +494,9 @@ def _part(v: Variant) -> list[str]:
                                                 w(f"mul i64 {pc}, {v.mr}")))
                     a_packed = w(f"select i1 {whole_a}, ptr {a_whole}, ptr {ap}")
                     a_here = w(f"select i1 {direct}, ptr {in_place}, ptr {a_packed}")
-                    _macro_kernel(w, v, n, (a_here, b_here, c), (ic, height), (jc, j1), depth,
-                                  load, (last, *epilogue[1:6], res, epilogue[7]), (direct, a1),
+                    _macro_kernel(w, v, c_shape, (a_here, b_here, c), (ic, height), (jc, j1),
+                                  depth, load, (last, *epilogue[1:6], res, epilogue[7]),
+                                  (direct, a1),
                                   (in_place_b, b_block, b1), (a_step, b_step),
                                   (bb, w.gep("i64", table, pc)) if v.windows else None)
 

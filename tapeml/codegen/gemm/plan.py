@@ -33,6 +33,7 @@ rows and columns of C, as `partition.Part`):
                        last batch's, where batches sum into one C); 2: applied to the whole of
                        C at the end (the groups' sums are added first)
     residual           1: the epilogue adds a residual (C's shape, its blocks m * n apart)
+    transposed         1: C (and the residual) stored transposed (GemmSpec.c_transposed)
 
 A product whose B's rows are windows (GemmSpec.b_taps) calls a kernel of its own
 (`Variant.windows`): its tiles read B in place, row k at B + the caller's table of rows[k]
@@ -50,7 +51,7 @@ from tapeml.dialects.kernel import GemmSpec
 FIELDS = ("batch", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "accumulate",
           "threads", "shared", "groups", "parts", "part_bytes", "a_offset", "sums", "total",
           "direct_a", "direct_b", "packed_a", "packed_b", "nc", "bias", "relu", "epilogue",
-          "residual")
+          "residual", "transposed")
 INDEX = {name: i for i, name in enumerate(FIELDS)}
 
 
@@ -227,5 +228,5 @@ def plan(spec: GemmSpec, target: Target, packed: bool = False) -> list[int]:
               "bias": {"": 0, "rows": 1, "columns": 2}[spec.bias], "relu": int(spec.relu),
               "epilogue": 0 if not (spec.bias or spec.relu or spec.residual)
               else 1 if groups == 1 else 2, "residual": int(spec.residual),
-              }
+              "transposed": int(spec.c_transposed)}
     return [values[name] for name in FIELDS] + [x for part in parts for x in part]

@@ -13,7 +13,8 @@ from tapeml.codegen.gemm.writer import WIDE, Writer
 
 
 def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
-                 dtype: str, direct: bool = False, windows: bool = False) -> list[str]:
+                 dtype: str, direct: bool = False, windows: bool = False,
+                 panel: int = 0) -> list[str]:
     """C[mr x nr tile] (+)= Ap[kc][MR]^T Bp[kc][NR], accumulated in registers; where %epilogue
     holds (the tile's last block of k), kernel.gemm's epilogue on the registers before they
     are stored (TILE_EPILOGUE). `direct` (`.tile.direct`): A read in place instead, row i of
@@ -22,21 +23,26 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     plan.direct_b). `windows` (`.tile.rows`): A packed, B read in place with row k at
     %b + %rows[k] (kernel.gemm's b_taps: a convolution's taps over its padded image), its
     lanes past %nr masked off (never read). `.tile` keeps NR a constant (a run-time stride
-    there cost W2 n=512 3-4%)."""
+    there cost W2 n=512 3-4%). `panel` (`.tile.half`): a tile `nr` wide (one vector) over
+    the first columns of packed panels `panel` wide, its sums spilled `panel` apart as a
+    whole tile's: the last panel of a product whose columns end at most a vector into it
+    (196 = 6 * 32 + 4) costs half a tile, not a whole one; its sums always stored through
+    `.edge`."""
     w = Writer()
     vectors = nr // lanes
+    row_length = panel or nr  # of B's packed rows, and of the spilled sums
     acc = [[f"%c{i}.{v}" for v in range(vectors)] for i in range(mr)]
     new = [[f"%c{i}.{v}.n" for v in range(vectors)] for i in range(mr)]
     a_align = "" if direct else " align 64"
     b_param = ("ptr noalias %b, i64 %ldb" if direct else
                "ptr noalias %b, ptr noalias %rows" if windows else "ptr noalias align 64 %b")
-    suffix = ".direct" if direct else ".rows" if windows else ""
+    suffix = ".direct" if direct else ".rows" if windows else ".half" if panel else ""
     w.lines.append(f"define internal void @{name}.tile{suffix}(i64 %kc, "
                    f"ptr noalias{a_align} %a, {b_param}, ptr noalias %c, "
                    f"i64 %ldc, i64 %mr, i64 %nr, i1 %load{', i64 %lda' if direct else ''}, "
                    f"{TILE_EPILOGUE}) noinline {WIDE} {{")
     w.label("%entry")
-    w.do(f"%spill = alloca [{mr * nr} x {t}], align 64")  # (an edge tile's sums)
+    w.do(f"%spill = alloca [{mr * row_length} x {t}], align 64")  # (an edge tile's sums)
     if direct:
         last = w("sub i64 %mr, 1")
         rows = [w.gep(t, "%a", w(f"mul i64 {w.min(str(i), last)}, %lda")) for i in range(mr)]
@@ -55,7 +61,7 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
         row = w(f"load i64, ptr {w.gep('i64', '%rows', '%k')}, align 8")
         bp = w.gep(t, "%b", row)
     else:
-        bp = w.gep(t, "%b", w(f"mul i64 %k, {'%ldb' if direct else nr}"))
+        bp = w.gep(t, "%b", w(f"mul i64 %k, {'%ldb' if direct else row_length}"))
     bs = []
     b_align = (4 if t == "float" else 8) if direct or windows else 64
     for v in range(vectors):
@@ -84,8 +90,6 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     w.do("%k.next = add i64 %k, 1")
     w.do("br label %head")
     w.label("%store")
-    full_m = w(f"icmp eq i64 %mr, {mr}")
-    full_n = w(f"icmp eq i64 %nr, {nr}")
     align = 4 if t == "float" else 8
 
     def whole(epilogue: bool) -> None:  # straight into C (rows of C need not be aligned)
@@ -97,23 +101,29 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     def edge() -> None:  # through the stack: one `.edge` serves every tile
         for i in range(mr):
             for v in range(vectors):
-                p = w.gep(t, "%spill", str(i * nr + v * lanes))
+                p = w.gep(t, "%spill", str(i * row_length + v * lanes))
                 w.do(f"store {vec} {acc[i][v]}, ptr {p}, align 64")
         w.do(f"call void @{name}.edge(ptr %spill, ptr %c, i64 %ldc, i64 %mr, i64 %nr, "
              f"i1 %load, ptr %rb, i64 %rs, ptr %cb, i1 %relu, ptr %res, i64 %ldr, "
-             "i1 %epilogue)")
+             "i1 %epilogue, i1 %transposed)")
 
-    w.choose(w(f"and i1 {full_m}, {full_n}"),
-             lambda: w.choose("%epilogue", lambda: whole(True), lambda: whole(False)), edge)
+    if panel:  # (one panel per product at most: its tiles through `.edge`, the code small)
+        edge()
+        return w.end()
+    full_m, full_n = w(f"icmp eq i64 %mr, {mr}"), w(f"icmp eq i64 %nr, {nr}")
+    full = w(f"and i1 {w(f'and i1 {full_m}, {full_n}')}, {w('xor i1 %transposed, true')}")
+    w.choose(full, lambda: w.choose("%epilogue", lambda: whole(True), lambda: whole(False)),
+             edge)
     return w.end()
 
 
 def edge(name: str, t: str, v: Variant) -> list[str]:
-    """`.edge(tile, ...)`: an edge tile of C (rows below %mr, lanes below %nr), its sums
-    spilled by the micro-kernel to `tile` (MR x NR, aligned), stored as the micro-kernel
-    stores a whole tile: added to what C holds where %load, then through `.epilogue` where
-    %epilogue (the same steps in the same order, so the same bits). Out of line, once per
-    kernel: written into each micro-kernel, the masked stores were half of its code."""
+    """`.edge(tile, ...)`: an edge tile of C (rows below %mr, lanes below %nr), or any tile of
+    a C stored transposed (%transposed: `_transposed_tile`), its sums spilled by the
+    micro-kernel to `tile` (MR x NR, aligned), stored as the micro-kernel stores a whole
+    tile: added to what C holds where %load, then through `.epilogue` where %epilogue (the
+    same steps in the same order, so the same bits). Out of line, once per kernel: written
+    into each micro-kernel, the masked stores were half of its code."""
     w = Writer()
     lanes, dtype, align = v.lanes, v.dtype, v.element[1]
     vec, mask_type = f"<{lanes} x {t}>", f"<{lanes} x i1>"
@@ -121,26 +131,100 @@ def edge(name: str, t: str, v: Variant) -> list[str]:
                    f"ptr noalias %c, i64 %ldc, i64 %mr, i64 %nr, i1 %load, "
                    f"{TILE_EPILOGUE}) noinline {WIDE} {{")
     w.label("%entry")
-    masks = [_lanes_below(w, lanes, j * lanes, "%nr") for j in range(v.nr // lanes)]
-    adds = [w(f"and {mask_type} {mask}, {_splat_i1(w, lanes, '%load')}") for mask in masks]
 
-    def row(i: str) -> None:
-        start = w.gep(t, "%c", w(f"mul i64 {i}, %ldc"))
-        sums = w.gep(t, "%tile", w(f"mul i64 {i}, {v.nr}"))
-        for j, mask in enumerate(masks):
-            p = start if j == 0 else w.gep(t, start, str(j * lanes))
-            x = w(f"load {vec}, ptr {w.gep(t, sums, str(j * lanes))}, align 64")
-            old = w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, i32 {align}, "
-                    f"{mask_type} {adds[j]}, {vec} zeroinitializer)")
-            x = w(f"select i1 %load, {vec} {w(f'fadd {vec} {old}, {x}')}, {vec} {x}")
-            w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0({vec} {x}, ptr {p}, "
-                 f"i32 {align}, {mask_type} {mask})")
+    def rows() -> None:
+        masks = [_lanes_below(w, lanes, j * lanes, "%nr") for j in range(v.nr // lanes)]
+        adds = [w(f"and {mask_type} {mask}, {_splat_i1(w, lanes, '%load')}") for mask in masks]
 
-    w.loop("0", "%mr", 1, row, "i")
-    w.when("%epilogue", lambda: w.do(
-        f"call void @{name}.epilogue(ptr %c, i64 %ldc, i64 %mr, i64 %nr, ptr %rb, i64 %rs, "
-        "ptr %cb, i1 %relu, ptr %res, i64 %ldr)"))
+        def row(i: str) -> None:
+            start = w.gep(t, "%c", w(f"mul i64 {i}, %ldc"))
+            sums = w.gep(t, "%tile", w(f"mul i64 {i}, {v.nr}"))
+            for j, mask in enumerate(masks):
+                p = start if j == 0 else w.gep(t, start, str(j * lanes))
+                x = w(f"load {vec}, ptr {w.gep(t, sums, str(j * lanes))}, align 64")
+                w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0("
+                     f"{vec} {_added(w, vec, lanes, dtype, align, p, adds[j], x)}, ptr {p}, "
+                     f"i32 {align}, {mask_type} {mask})")
+
+        w.loop("0", "%mr", 1, row, "i")
+        w.when("%epilogue", lambda: w.do(
+            f"call void @{name}.epilogue(ptr %c, i64 %ldc, i64 %mr, i64 %nr, ptr %rb, "
+            "i64 %rs, ptr %cb, i1 %relu, ptr %res, i64 %ldr)"))
+
+    w.choose("%transposed", lambda: _transposed_tile(w, name, t, v), rows)
     return w.end()
+
+
+def _added(w: Writer, vec: str, lanes: int, dtype: str, align: int, p: str, mask: str,
+           x: str) -> str:
+    """x + what C holds at p (its lanes in `mask`) where %load, else x."""
+    old = w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, i32 {align}, "
+            f"<{lanes} x i1> {mask}, {vec} zeroinitializer)")
+    return w(f"select i1 %load, {vec} {w(f'fadd {vec} {old}, {x}')}, {vec} {x}")
+
+
+def _transposed_tile(w: Writer, name: str, t: str, v: Variant) -> None:
+    """`.edge`'s tile into a C stored transposed (GemmSpec.c_transposed: the tile's column j
+    is C's row j, %ldc apart): per lanes x lanes block of the spilled sums (a loop over the
+    tile's vectors), the block transposed in registers (`_transpose`; rows past MR zero)
+    into a stack buffer, then per column below %nr, its first %mr lanes added to what C
+    holds where %load, through the epilogue (`_store_tile`'s steps in its order: the rows'
+    bias a vector here, the column's a broadcast), and stored. One straight path: where
+    %epilogue does not hold, the biases and the residual are .no_bias (x + -0.0 is x, every
+    x) and relu is off. Loops, not unrolled: unrolled over NR columns, the code took LLVM
+    55 ms more to compile, in every kernel."""
+    lanes, dtype, align = v.lanes, v.dtype, v.element[1]
+    vec, mask_type = f"<{lanes} x {t}>", f"<{lanes} x i1>"
+    load = _splat_i1(w, lanes, "%load")
+    relu = _splat_i1(w, lanes, w("and i1 %relu, %epilogue"))
+    none = f"@{name}.no_bias"
+    rb, cb, res = (w(f"select i1 %epilogue, ptr {p}, ptr {none}") for p in ("%rb", "%cb", "%res"))
+    rs, ldr = (w(f"select i1 %epilogue, i64 {x}, i64 0") for x in ("%rs", "%ldr"))
+    cs = w("zext i1 %epilogue to i64")  # (the columns' bias: contiguous, or .no_bias's)
+    columns = w(f"alloca [{lanes * lanes} x {t}], align 64", "columns")
+
+    def masked_load(p: str, mask: str) -> str:
+        return w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, i32 {align}, "
+                 f"{mask_type} {mask}, {vec} zeroinitializer)")
+
+    for first in range(0, v.mr, lanes):  # the tile's rows first.. (lanes of them)
+        inside = _lanes_below(w, lanes, first, "%mr")
+        rows_bias = masked_load(w.gep(t, rb, w(f"mul i64 {rs}, {first}")), inside)
+        # (no residual: .no_bias, %ldr 0, read from its start)
+        residual = w(f"select i1 {w(f'icmp eq i64 {ldr}, 0')}, ptr {res}, "
+                     f"ptr {w.gep(t, res, str(first))}")
+
+        def column(j: str, x: str, first=first, inside=inside, rows_bias=rows_bias,
+                   residual=residual) -> None:  # the tile's column j: C's row j
+            p = w.gep(t, "%c", w.add(w(f"mul i64 {j}, %ldc"), str(first)))
+            old = masked_load(p, w(f"and {mask_type} {inside}, {load}"))
+            x = w(f"select i1 %load, {vec} {w(f'fadd {vec} {old}, {x}')}, {vec} {x}")
+            bias = w(f"load {t}, ptr {w.gep(t, cb, w(f'mul i64 {cs}, {j}'))}, align {align}")
+            splat = w(f"shufflevector {vec} {w(f'insertelement {vec} poison, {t} {bias}, i64 0')}"
+                      f", {vec} poison, <{lanes} x i32> zeroinitializer")
+            x = w(f"fadd {vec} {w(f'fadd {vec} {x}, {rows_bias}')}, {splat}")
+            x = w(f"fadd {vec} {x}, "
+                  f"{masked_load(w.gep(t, residual, w(f'mul i64 {j}, {ldr}')), inside)}")
+            cut = w(f"and {mask_type} {w(f'fcmp ole {vec} {x}, zeroinitializer')}, {relu}")
+            x = w(f"select {mask_type} {cut}, {vec} zeroinitializer, {vec} {x}")
+            w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0({vec} {x}, ptr {p}, "
+                 f"i32 {align}, {mask_type} {inside})")
+
+        def block(j0: str, first=first, column=column) -> None:  # columns j0 .. j0 + lanes
+            rows = []
+            for r in range(lanes):
+                if first + r < v.mr:
+                    at = w.gep(t, "%tile", w.add(j0, str((first + r) * v.nr)))
+                    rows.append(w(f"load {vec}, ptr {at}, align {align}"))
+                else:
+                    rows.append("zeroinitializer")
+            for c, x in enumerate(_transpose(w, vec, lanes, rows)):
+                w.do(f"store {vec} {x}, ptr {w.gep(t, columns, str(c * lanes))}, align 64")
+            w.loop("0", w.min(str(lanes), w(f"sub i64 %nr, {j0}")), 1, lambda c: column(
+                w.add(j0, c), w(f"load {vec}, ptr {w.gep(t, columns, w(f'mul i64 {c}, {lanes}'))}"
+                                f", align 64")), "column", scalar=True)
+
+        w.loop("0", "%nr", lanes, block, "block", scalar=True)
 
 
 def _splat_i1(w: Writer, lanes: int, flag: str) -> str:
@@ -205,10 +289,13 @@ def epilogue(name: str, t: str, v: Variant) -> list[str]:
     return w.end()
 
 
-TILE_EPILOGUE = "ptr %rb, i64 %rs, ptr %cb, i1 %relu, ptr %res, i64 %ldr, i1 %epilogue"
+TILE_EPILOGUE = ("ptr %rb, i64 %rs, ptr %cb, i1 %relu, ptr %res, i64 %ldr, i1 %epilogue, "
+                 "i1 %transposed")
 """The micro-kernel's last parameters: the epilogue's operands as `.epilogue` takes them (the
 rows' bias from the tile's first row, the columns' from its first column, the residual from
-the tile's first element) and whether to apply it."""
+the tile's first element), whether to apply it, and whether C is stored transposed
+(GemmSpec.c_transposed: the tile's (i, j) at %c + j * %ldc + i, the residual's likewise;
+every tile then goes through `.edge`)."""
 
 
 def _store_tile(w: Writer, vec: str, acc: list[list[str]], lanes: int, align: int,
@@ -493,30 +580,15 @@ def _transposed(w: Writer, t: str, v: Variant, groups: list[tuple[int, int, list
     """Packing by transposed blocks, for p0 in [0, whole) by L = lanes: for each group
     (first, count, bases) of L lines of the operand (a row of A, a column of B; each
     contiguous along k, line r's element p at bases[r] + p; `first` a constant or a value),
-    L vectors loaded at p0,
-    transposed in registers (log2 L rounds of shuffles, each exchanging the off-diagonal
-    halves of blocks: for L = 16, 64 shuffles for 256 elements), and vector c, the group's
+    L vectors loaded at p0, transposed in registers (`_transpose`), and vector c, the group's
     lines at k = p0 + c, stored at target(k, first): its first `count` lanes (masked past)."""
     lanes, size = v.lanes, v.element[1]
     vec = f"<{lanes} x {t}>"
 
-    def shuffle(a: str, b: str, mask: list[int]) -> str:
-        picks = ", ".join(f"i32 {i}" for i in mask)
-        return w(f"shufflevector {vec} {a}, {vec} {b}, <{lanes} x i32> <{picks}>")
-
     def block(p0: str) -> None:
         for first, count, bases in groups:
-            rows = [w(f"load {vec}, ptr {w.gep(t, base, p0)}, align {size}") for base in bases]
-            half = lanes // 2
-            while half:  # rows r and r + half swap the blocks off their diagonal
-                swapped = list(rows)
-                for r in (r for r in range(lanes) if not r & half):
-                    a, b = rows[r], rows[r + half]
-                    swapped[r] = shuffle(a, b, [c if not c & half else lanes + c - half
-                                                for c in range(lanes)])
-                    swapped[r + half] = shuffle(a, b, [c + half if not c & half else lanes + c
-                                                       for c in range(lanes)])
-                rows, half = swapped, half // 2
+            rows = _transpose(w, vec, lanes, [
+                w(f"load {vec}, ptr {w.gep(t, base, p0)}, align {size}") for base in bases])
             mask = ", ".join(f"i1 {'true' if lane < count else 'false'}"
                              for lane in range(lanes))
             for c, column in enumerate(rows):  # column c: k = p0 + c, the group's lines
@@ -528,3 +600,25 @@ def _transposed(w: Writer, t: str, v: Variant, groups: list[tuple[int, int, list
                          f"ptr {at}, i32 {size}, <{lanes} x i1> <{mask}>)")
 
     w.loop("0", whole, lanes, block, "p0", scalar=True)
+
+
+def _transpose(w: Writer, vec: str, lanes: int, rows: list[str]) -> list[str]:
+    """The `lanes` vectors of a lanes x lanes block, row r in rows[r], as its columns: log2
+    lanes rounds of shuffles, each exchanging the off-diagonal halves of blocks (for 16
+    lanes, 64 shuffles)."""
+
+    def shuffle(a: str, b: str, mask: list[int]) -> str:
+        picks = ", ".join(f"i32 {i}" for i in mask)
+        return w(f"shufflevector {vec} {a}, {vec} {b}, <{lanes} x i32> <{picks}>")
+
+    half = lanes // 2
+    while half:  # rows r and r + half swap the blocks off their diagonal
+        swapped = list(rows)
+        for r in (r for r in range(lanes) if not r & half):
+            a, b = rows[r], rows[r + half]
+            swapped[r] = shuffle(a, b, [c if not c & half else lanes + c - half
+                                        for c in range(lanes)])
+            swapped[r + half] = shuffle(a, b, [c + half if not c & half else lanes + c
+                                               for c in range(lanes)])
+        rows, half = swapped, half // 2
+    return rows

@@ -366,8 +366,8 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     buffer; 0: one after another). With `window_convs`, a forward convolution of few output
     channels (WINDOW_ROWS), narrow padding (WINDOW_WIDENING) and a large im2col matrix
     (WINDOW_BYTES) is a product over its zero-padded input's windows instead (`_windowed`):
-    no im2col matrix. With `pixel_rows`, one over few pixels and many output channels
-    (`_pixel_rows_fit`) is the product with the pixels as C's rows, transposed into out
+    no im2col matrix. With `pixel_rows`, one whose product pads fewer tiles with the pixels
+    as C's rows (`_pixel_rows_fit`) is that product, stored transposed into out
     (`_pixels_as_rows`).
     """
     kind = type(op)
@@ -389,7 +389,7 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     if (geo.kh, geo.kw, sh, sw) == (1, 1, 1, 1) and not any(op.params["padding"]) and (
             kind is not tape.Conv2dBackwardWeightOp or not runs):
         if pixel_rows and kind is tape.Conv2dOp and _pixel_rows_fit(geo):  # x as it is
-            _pixels_as_rows(e, geo, ins[0], ins[1], out, epilogue, out_images, report, t, dtype)
+            _pixels_as_rows(e, geo, ins[0], ins[1], out, epilogue, out_images, dtype)
             return
         _pointwise(e, op, ins, out, geo, dtype, epilogue, out_images)  # im2col: x itself
         return
@@ -512,8 +512,7 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     if kind is not tape.Conv2dBackwardInputOp:  # im2col
         taps(e, lambda e, source, target: e.store(e.load(ins[0], source), cols, target))
     if kind is tape.Conv2dOp and pixel_rows and _pixel_rows_fit(geo):
-        _pixels_as_rows(e, geo, cols, ins[1], out, epilogue, out_images, report, t, dtype,
-                        size * (t.bitwidth // 8))
+        _pixels_as_rows(e, geo, cols, ins[1], out, epilogue, out_images, dtype)
     elif kind is tape.Conv2dOp:
         gemm(e, ins[1], cols, out, GemmSpec(  # out[n] = w @ cols[n]
             dtype=dtype, batch=geo.n, m=geo.o, n=ohw, k=ckk, a=(0, ckk, 1),
@@ -534,64 +533,66 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
 
 
 
-PIXEL_ROWS = 64
-"""`pixel_rows` takes a forward convolution of at most this many output pixels per image (a
-7 x 7 or 8 x 8 image), and at least as many output channels, as the product with the pixels
-as C's rows: C's rows are the kernel's short side (a tile's MR, chosen to pad them least),
-its columns the long one (NR, 32 in f32 on AVX-512), which padded ResNet-50's 7 x 7 layers'
-49 pixels to 64. AVX-512 Xeon, one core, ResNet-50 in place: its 512 -> 512 3 x 3 over 7 x 7
-2.40 against 2.78 ms, 512 -> 2048 1 x 1 1.09 against 1.43 ms; the product alone, 1000 x
-512 over 169 pixels the same either way, 64 x 576 over 3136 slower (2.26 against 2.11 ms)."""
+TILE, KC = (14, 32), 256
+"""The CPU's f32 register tile on AVX-512 (MR rows at most, NR columns: tapeml/codegen/gemm's
+`tiles`) and its depth of a block of k, which `pixel_rows` weighs the two forms of a
+convolution's product by. A pass does not know its backend's target; on another machine the
+choice stays correct, only less well made."""
 
-PIXEL_ROWS_DEEP = (256, 1024)
-"""... or at most 256 pixels with at least 1024 products per output (k): 14 x 14 pixels pad
-224 columns, and a deep product outweighs the transposing copy (ResNet-50's 256 -> 256 3 x 3,
-k = 2304: 1.87 against 2.06 ms; its 256 -> 1024 1 x 1, k = 256, was slower: 1.01 against
-0.80 ms; squeezenet's 13 x 13 convolutions, 169 pixels padded to 182 rows or 192 columns,
-k = 64-576, slower or the same)."""
+TRANSPOSED_COST = (1.07, 0.03)
+"""`pixel_rows`' price of the transposed form, against the padded tiles it saves: (a, b), a
+padded product of (a + b * KC / min(k, KC)) times as many elements (KC = 256) costs what the
+other form's does. The transposed tile's store (registers transposed, every block of k: 3%
+at k >= 256, 14% at k = 64) and A's packing down its columns (x's channel-major layout). One
+core, AVX-512 Xeon, the product alone with its bias and relu, transposed over as it is:
+o x k over P pixels 256 x 1024 over 196, 684 against 772 us; 512 x 4608 over 49, 1.80 against
+2.13 ms; 1024 x 256 over 196, 650 against 726 us; 128 x 512 over 784, 722 against 806 us;
+512 x 128 over 784, 974 against 786; 64 x 576 over 3136, 2.34 against 2.12 ms (tiles padded
+1.09 times as much: 64 rows in tiles of 14)."""
+
+
+def _padded(count: int, most: int) -> int:
+    """`count` rows in tiles as the CPU's kernel chooses their height (`tiles`): `most` if that
+    pads by at most a tenth, else the height that pads least."""
+    if count <= most:
+        return count
+    if -(-count // most) * most - count <= count // 10:
+        return -(-count // most) * most
+    return min(-(-count // r) * r for r in range(max(1, most // 2), most + 1))
+
+
+def _padded_columns(count: int, width: int) -> int:
+    """`count` columns in panels `width` wide, the last one half a panel where that holds it
+    (the kernel's `.tile.half`)."""
+    whole, rest = divmod(count, width)
+    return whole * width + (0 if not rest else width // 2 if rest <= width // 2 else width)
 
 
 def _pixel_rows_fit(geo: _ConvGeometry) -> bool:
+    """The product with the pixels as C's rows pads fewer tiles, by enough (TRANSPOSED_COST)."""
     pixels, k = geo.oh * geo.ow, geo.c * geo.kh * geo.kw
-    most, deep = PIXEL_ROWS_DEEP
-    return geo.o >= pixels and (pixels <= PIXEL_ROWS or (pixels <= most and k >= deep))
+    rows, columns = TILE
+    plain = _padded(geo.o, rows) * _padded_columns(pixels, columns)
+    transposed = _padded(pixels, rows) * _padded_columns(geo.o, columns)
+    a, b = TRANSPOSED_COST
+    return plain > transposed * (a + b * KC / min(max(k, 1), KC))
 
 
 def _pixels_as_rows(e: Emitter, geo: _ConvGeometry, source: SSAValue, weights: SSAValue,
                     out: SSAValue, epilogue: Epilogue | None, out_images: int,
-                    report: PlanReport, t: Any, dtype: str, live: int = 0) -> None:
+                    dtype: str) -> None:
     """out[b][o][p] = sum over q of w[o, q] * source[b][q][p] (source: the im2col matrix, or
     x itself for a pointwise convolution) as out'[b][p][o] = source[b]^T @ w^T (A and B
-    read transposed: their strides), then out' transposed into out. The bias (one per column
-    of out') and, without a residual, the relu are the product's epilogue; a residual (of
-    out's layout) is added as out' is copied, then the relu: the epilogue's order. `live`:
-    the bytes of scratch the caller holds meanwhile (the im2col matrix)."""
+    read transposed: their strides), stored transposed (kernel.gemm's c_transposed): out'
+    written as out's layout, the bias (one per column of out') and the residual (out's
+    layout) its epilogue."""
     pixels, k = geo.oh * geo.ow, geo.c * geo.kh * geo.kw
-    rows = e.insert(alloc(MemRefType(t, [geo.n * pixels * geo.o])))
-    report.scratch_bytes = max(report.scratch_bytes,
-                               live + geo.n * pixels * geo.o * (t.bitwidth // 8))
-    residual = epilogue.residual if epilogue is not None else None
-    inner = None if epilogue is None else Epilogue(
-        epilogue.bias, "columns" if epilogue.bias is not None else "",
-        epilogue.relu and residual is None)
-    gemm(e, source, weights, rows, GemmSpec(  # out'[n] = source[n]^T @ w^T
+    if epilogue is not None and epilogue.bias is not None:
+        epilogue = replace(epilogue, kind="columns")
+    gemm(e, source, weights, out, GemmSpec(  # out'[n] = source[n]^T @ w^T
         dtype=dtype, batch=geo.n, m=pixels, n=geo.o, k=k, a=(k * pixels, 1, pixels),
-        b=(0, 1, k), c0=pixels * geo.o, accumulate=False), inner)
-    stride = out_images or geo.o * pixels
-
-    def copy(e: Emitter, v: list[SSAValue]) -> None:  # v = (image, channel, pixel)
-        value = e.load(rows, e.linear(v, [pixels * geo.o, 1, geo.o]))
-        if residual is not None:
-            value = e.insert(arith.AddfOp(value, e.load(residual, e.linear(
-                v, [geo.o * pixels, pixels, 1]))))
-            if epilogue.relu:  # maximum(x, +0), as tape.relu
-                value = e.insert(arith.MaximumfOp(value, e.scalar(0.0, t)))
-        e.store(value, out, e.linear(v, [stride, pixels, 1]))
-
-    # out written in order, by channels (threads share them out: no line written by two);
-    # the few lines of out' a channel reads (one per pixel) stay in L1 for the next ones
-    e.loops([geo.n, geo.o, pixels], copy, parallel=True)
-    e.insert(dealloc(rows))
+        b=(0, 1, k), c0=out_images or pixels * geo.o, accumulate=False, c_transposed=True),
+        epilogue)
 
 
 def _windowed(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue], out: SSAValue,

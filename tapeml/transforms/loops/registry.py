@@ -41,8 +41,8 @@ class Context:
     windows read in place (kernel.gemm's b_taps; see lower_conv2d_gemm), not over an im2col
     matrix (the CPU's)."""
     pixel_rows: bool = False
-    """A forward convolution over few pixels and many output channels as the product with
-    the pixels as C's rows (see lower_conv2d_gemm), transposed into the output (the CPU's)."""
+    """A forward convolution whose product pads fewer tiles with the pixels as C's rows as
+    that product, stored transposed (see lower_conv2d_gemm; the CPU's)."""
     epilogue: Epilogue | None = None
     """Set for a product (conv2d, matmul) lowered in place of the op that folds into it
     (epilogues.py): its kernel.gemm's epilogue, the bias a buffer."""
