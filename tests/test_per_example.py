@@ -1,6 +1,7 @@
 """A program that keeps the examples of its batch apart runs on several threads as pieces of
-its batch side by side (tapeml/transforms/per_example.py, tapeml/codegen/split.py): which
-programs split and which must not, and that a split program gives the whole program's bits."""
+its batch side by side, and on one thread as pieces one after another where its values would
+leave the caches (tapeml/transforms/per_example.py, tapeml/codegen/split.py): which programs
+split and which must not, and that a split program gives the whole program's bits."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from bits import assert_same_bits
 
 import tapeml
 from tapeml import nn, ops
+from tapeml.codegen import split as split_module
 from tapeml.codegen.split import SplitProgram
 from tapeml.transforms.per_example import split
 
@@ -166,3 +168,33 @@ def test_a_small_program_is_not_split(monkeypatch):
     ((_, program),) = step.cache.values()
     assert not isinstance(program, SplitProgram)
 
+
+
+def test_on_one_thread_values_that_leave_the_caches_run_in_small_pieces(monkeypatch):
+    """On one thread, a batch whose largest value passes ONE_THREAD_BYTES (24 images of
+    32 x 64 x 64: 12.6 MB) runs as the smallest pieces SPLIT_FLOPS allows (12 MFLOP an image:
+    two), one after another, with the whole program's bits; a batch of 12 (6.3 MB) stays
+    whole, and so do large weights (each piece would read them all again)."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", "1")
+    x = _images(24)
+    step = tapeml.jit(cnn)
+    got = step(x)
+    ((_, program),) = step.cache.values()
+    assert isinstance(program, SplitProgram) and program.split.pieces == 12
+    assert "run as 12 pieces of batch 2 one after another" in step.explain()
+    monkeypatch.setattr(split_module, "ONE_THREAD_BYTES", 1 << 40)
+    whole = tapeml.jit(cnn)
+    assert_same_bits(got, whole(x))
+    ((_, program),) = whole.cache.values()
+    assert not isinstance(program, SplitProgram)
+    monkeypatch.undo()
+    monkeypatch.setenv("TAPEML_NUM_THREADS", "1")
+    step = tapeml.jit(cnn)
+    step(_images(12))
+    ((_, program),) = step.cache.values()
+    assert not isinstance(program, SplitProgram)
+    w = RNG.standard_normal((2048, 2560)).astype(np.float32)  # 21 MB
+    step = tapeml.jit(lambda x: ops.relu(x @ w) * 2.0)
+    step(RNG.standard_normal((1024, 2048)).astype(np.float32))  # a 10 MB result
+    ((_, program),) = step.cache.values()
+    assert not isinstance(program, SplitProgram)

@@ -570,6 +570,27 @@ class CPUBackend:
         self.fuse = fuse
         self.libm = libm
 
+    @staticmethod
+    def _pieces(module: ModuleOp, threads: int) -> per_example.Split | None:
+        """How `module` runs as pieces of its batch (tapeml/codegen/split.py), if it does: on
+        several threads, one or PER_THREAD pieces per thread; on one, as small pieces as
+        SPLIT_FLOPS allows where its values leave the caches (ONE_THREAD_BYTES)."""
+        small = per_example.constant_bytes(module) <= split.PER_THREAD_WEIGHTS
+        if threads > 1:
+            counts = [split.PER_THREAD * threads, threads][0 if small else 1:]
+        elif small and per_example.largest_value_bytes(module) > split.ONE_THREAD_BYTES:
+            most = per_example.product_flops(module) // split.SPLIT_FLOPS  # (flops per piece)
+            counts = sorted((d for d in per_example.batch_divisors(module) if d <= most),
+                            reverse=True)
+        else:
+            counts = []
+        for count in counts:
+            pieces = per_example.split(module, count)
+            if pieces is not None and \
+                    per_example.product_flops(pieces.module) >= split.SPLIT_FLOPS:
+                return pieces
+        return None
+
     def compile(self, module: ModuleOp, stages: bool = False, profile: bool = False) -> Native:
         """`module`'s tape function (tapeml/codegen/arguments.py) as machine code: from the
         disk cache (tapeml/codegen/disk_cache.py) when it holds it, else compiled, and stored
@@ -578,15 +599,12 @@ class CPUBackend:
         marks' entries, tapeml/codegen/marks.py counts them) and stores nothing."""
         name, inputs, outputs = signature(module)
         threads = host_threads()
-        if threads > 1 and not (stages or profile):
-            more = per_example.constant_bytes(module) <= split.PER_THREAD_WEIGHTS
-            for count in (split.PER_THREAD * threads, threads)[0 if more else 1:]:
-                pieces = per_example.split(module, count)
-                if pieces is not None and \
-                        per_example.product_flops(pieces.module) >= split.SPLIT_FLOPS:
-                    with compiled_for_threads(1):
-                        piece = self.compile(pieces.module)
-                    return split.SplitProgram(piece, pieces, threads, name, inputs, outputs)
+        if not (stages or profile):
+            pieces = self._pieces(module, threads)
+            if pieces is not None:
+                with compiled_for_threads(1):
+                    piece = self.compile(pieces.module)
+                return split.SplitProgram(piece, pieces, threads, name, inputs, outputs)
         cache = None if stages or profile else disk_cache.default()
         key = self.cache_key(module, threads) if cache is not None else ""
         if cache is not None:

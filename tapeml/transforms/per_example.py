@@ -285,6 +285,24 @@ def constant_bytes(module: ModuleOp) -> int:
                for op in module.walk() if isinstance(op, tape.ConstantOp))
 
 
+def largest_value_bytes(module: ModuleOp) -> int:
+    """The bytes of the largest tensor `module`'s ops compute (not its constants)."""
+    return max((math.prod(_shape(r)) * r.type.get_element_type().bitwidth // 8
+                for op in module.walk() if not isinstance(op, tape.ConstantOp)
+                for r in op.results if isinstance(r.type, TensorType)), default=0)
+
+
+def batch_divisors(module: ModuleOp) -> set[int]:
+    """Every piece count above 1 that divides the leading size of one of the function's
+    arguments (`split`'s candidates)."""
+    f = _function(module)
+    if f is None:
+        return set()
+    sizes = {_shape(a)[0] for a in f.body.block.args
+             if isinstance(a.type, TensorType) and _shape(a)}
+    return {d for n in sizes for d in range(2, n + 1) if n % d == 0}
+
+
 def split(module: ModuleOp, pieces: int) -> Split | None:
     """The function of `module` as `pieces` equal pieces of its batch (one per thread: fewer
     would leave threads idle), for the largest batch size among its inputs' that `pieces`
