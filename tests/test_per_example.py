@@ -198,3 +198,19 @@ def test_on_one_thread_values_that_leave_the_caches_run_in_small_pieces(monkeypa
     step(RNG.standard_normal((1024, 2048)).astype(np.float32))  # a 10 MB result
     ((_, program),) = step.cache.values()
     assert not isinstance(program, SplitProgram)
+
+
+def test_a_piece_is_never_split_again(monkeypatch):
+    """On two threads, four pieces of 18 images (9.4 MB values each, past ONE_THREAD_BYTES):
+    each piece is one program, compiled whole, not pieces of its own; the whole program's
+    bits."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", "2")
+    x = _images(72)
+    step = tapeml.jit(cnn)
+    got = step(x)
+    ((_, program),) = step.cache.values()
+    assert isinstance(program, SplitProgram) and program.split.pieces == 4
+    assert not isinstance(program.piece, SplitProgram)
+    monkeypatch.setenv("TAPEML_NUM_THREADS", "1")
+    monkeypatch.setattr(split_module, "ONE_THREAD_BYTES", 1 << 40)
+    assert_same_bits(got, tapeml.jit(cnn)(x))

@@ -591,19 +591,22 @@ class CPUBackend:
                 return pieces
         return None
 
-    def compile(self, module: ModuleOp, stages: bool = False, profile: bool = False) -> Native:
+    def compile(self, module: ModuleOp, stages: bool = False, profile: bool = False,
+                whole: bool = False) -> Native:
         """`module`'s tape function (tapeml/codegen/arguments.py) as machine code: from the
         disk cache (tapeml/codegen/disk_cache.py) when it holds it, else compiled, and stored
-        there. Asked for the stages, it compiles (and stores nothing); asked to `profile`, it
-        compiles with each tape op's loops marked (the program's `profile_labels` name the
-        marks' entries, tapeml/codegen/marks.py counts them) and stores nothing."""
+        there; run as pieces of its batch where that pays (`_pieces`), unless `whole` (a
+        piece itself). Asked for the stages, it compiles (and stores nothing); asked to
+        `profile`, it compiles with each tape op's loops marked (the program's
+        `profile_labels` name the marks' entries, tapeml/codegen/marks.py counts them) and
+        stores nothing."""
         name, inputs, outputs = signature(module)
         threads = host_threads()
-        if not (stages or profile):
+        if not (stages or profile or whole):
             pieces = self._pieces(module, threads)
             if pieces is not None:
                 with compiled_for_threads(1):
-                    piece = self.compile(pieces.module)
+                    piece = self.compile(pieces.module, whole=True)
                 return split.SplitProgram(piece, pieces, threads, name, inputs, outputs)
         cache = None if stages or profile else disk_cache.default()
         key = self.cache_key(module, threads) if cache is not None else ""
