@@ -5,19 +5,21 @@ narrow tile a ragged last panel takes (`.tile.half`)."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 
 import numpy as np
 import pytest
 from bits import assert_same_bits  # tests/bits.py
-from test_gemm import compiled  # tests/test_gemm.py
+from test_gemm import _ENGINES, compiled  # tests/test_gemm.py
 from test_gpu import run_gemm  # tests/test_gpu.py
 from xdsl.builder import Builder, InsertPoint
 from xdsl.dialects import func
 from xdsl.dialects.builtin import MemRefType, ModuleOp, f32, f64
 
 import tapeml
-from tapeml.codegen.gemm import GemmSpec
+from tapeml.codegen.cpu import bind_scratch, target_machine
+from tapeml.codegen.gemm import GemmSpec, Target, definition
 from tapeml.dialects import kernel
 
 EDGE_VALUES = [np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1.5]
@@ -150,3 +152,39 @@ def test_a_ragged_last_panel_takes_the_narrow_tile(n):
     compiled(GemmSpec("f32", 1, m, n + 32, k, (0, k, 1), (0, n + 32, 1), m * (n + 32), False,
                       a_constant="a"))(a.ctypes.data, wide.ctypes.data, whole.ctypes.data)
     assert_same_bits(c.reshape(m, n), whole.reshape(m, n + 32)[:, :n])
+
+
+def _for_target(spec: GemmSpec, target: Target):
+    """`spec`'s caller and kernel compiled for `target` (another CPU family's tile)."""
+    import llvmlite.binding as llvm
+
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(definition(spec, target)),
+                                        target_machine())
+    engine.finalize_object()
+    _ENGINES.append((engine, bind_scratch(engine, [spec.symbol])))
+    return ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (3 + bool(spec.bias) + spec.residual))(
+        engine.get_function_address(spec.symbol))
+
+
+@pytest.mark.parametrize("panel_vectors", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("taps", [False, True])
+def test_every_tile_shape_and_the_windows_kernel_store_c_transposed(panel_vectors, dtype, taps):
+    """The other CPU family's tile (16 x 16 with AVX-512: more rows than a vector has lanes in
+    f64), and the windows kernel (B's rows read in place through a table, here one tap: row
+    p at p * n), with the epilogue: the plain product's bits, transposed."""
+    target = dataclasses.replace(Target.host(), threads=1, panel_vectors=panel_vectors)
+    m, n, k = 37, 45, 300
+    a, b, offsets, start, shortcut = _operands(m, n, k, 1, m * n, dtype, panel_vectors)
+    plain = GemmSpec("f32" if dtype == np.float32 else "f64", 1, m, n, k, (0, k, 1),
+                     (0, n, 1), m * n, True, bias="columns", relu=True, residual=True,
+                     b_taps=(0,) if taps else ())
+    expected = start.copy()
+    _for_target(plain, target)(a.ctypes.data, b.ctypes.data, expected.ctypes.data,
+                               offsets.ctypes.data, shortcut.ctypes.data)
+    out = np.ascontiguousarray(start.transpose(0, 2, 1))
+    shortcut_t = np.ascontiguousarray(shortcut.transpose(0, 2, 1))  # (alive through the call)
+    transposed = dataclasses.replace(plain, c_transposed=True)
+    _for_target(transposed, target)(a.ctypes.data, b.ctypes.data, out.ctypes.data,
+                                    offsets.ctypes.data, shortcut_t.ctypes.data)
+    assert_same_bits(out.transpose(0, 2, 1), expected, context=transposed.symbol)
