@@ -88,11 +88,11 @@ def test_pixels_as_rows_interpret_to_the_traces_values():
     weights transposed, C stored transposed; printed, parsed back and interpreted, the
     trace's values."""
     rng = np.random.default_rng(3)
-    w = rng.standard_normal((40, 32, 3, 3))
+    w = rng.standard_normal((64, 32, 3, 3))
     x = rng.standard_normal((2, 32, 6, 6))
     specs, got, expected = lowered_convolution(w, x, 1, pixel_rows=True)
     assert [(s.m, s.n, s.k, s.a, s.b, s.c0, s.c_transposed) for s in specs] == [
-        (36, 40, 288, (288 * 36, 1, 36), (0, 1, 288), 36 * 40, True)]
+        (36, 64, 288, (288 * 36, 1, 36), (0, 1, 288), 36 * 64, True)]
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
@@ -121,3 +121,21 @@ def test_both_forms_give_the_same_bits(monkeypatch):
             outs.append(step(x, w, b, r))
         monkeypatch.undo()
         assert_same_bits(outs[0], outs[1])
+
+
+def test_the_passes_padding_is_the_kernels():
+    """pixel_rows weighs tiles as the CPU's kernel pads them: `_padded` (the pass cannot ask
+    its backend) against the height `tiles` chooses, on AVX-512's f32 tile, for every row
+    count up to 3000."""
+    import dataclasses
+
+    from tapeml.codegen.gemm import GemmSpec, Target, tiles
+
+    target = dataclasses.replace(Target.host(), vector_bits=512, registers=32,
+                                 panel_vectors=2)
+    rows, _ = convolutions.TILE
+    for m in range(1, 3001):
+        _, mr, nr = tiles(GemmSpec("f32", 1, m, 64, 64, (0, 64, 1), (0, 64, 1), m * 64, False),
+                          target)
+        assert mr <= rows and nr == convolutions.TILE[1]
+        assert convolutions._padded(m, rows) == -(-m // mr) * mr, m

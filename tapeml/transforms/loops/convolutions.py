@@ -548,17 +548,18 @@ core, AVX-512 Xeon, the product alone with its bias and relu, transposed over as
 o x k over P pixels 256 x 1024 over 196, 684 against 772 us; 512 x 4608 over 49, 1.80 against
 2.13 ms; 1024 x 256 over 196, 650 against 726 us; 128 x 512 over 784, 722 against 806 us;
 512 x 128 over 784, 974 against 786; 64 x 576 over 3136, 2.34 against 2.12 ms (tiles padded
-1.09 times as much: 64 rows in tiles of 14)."""
+1.09 times as much then: 64 rows in tiles of 14)."""
 
 
 def _padded(count: int, most: int) -> int:
-    """`count` rows in tiles as the CPU's kernel chooses their height (`tiles`): `most` if that
-    pads by at most a tenth, else the height that pads least."""
+    """`count` rows in tiles as the CPU's kernel chooses their height (its `tiles`): `most`
+    if that pads by at most a twentieth, else the one of `most` and the two around half of
+    it that pads least."""
     if count <= most:
         return count
-    if -(-count // most) * most - count <= count // 10:
+    if -(-count // most) * most - count <= count // 20:
         return -(-count // most) * most
-    return min(-(-count // r) * r for r in range(max(1, most // 2), most + 1))
+    return min(-(-count // r) * r for r in (most, most // 2 + 1, max(1, most // 2)))
 
 
 def _padded_columns(count: int, width: int) -> int:
