@@ -170,6 +170,14 @@ def test_a_small_program_is_not_split(monkeypatch):
 
 
 
+def _run(f, *args):
+    """f jitted and called on args: its result and the program the backend made of it."""
+    step = tapeml.jit(f)
+    got = step(*args)
+    ((_, program),) = step.cache.values()
+    return step, got, program
+
+
 def test_on_one_thread_values_that_leave_the_caches_run_in_small_pieces(monkeypatch):
     """On one thread, a batch whose largest value passes ONE_THREAD_BYTES (24 images of
     32 x 64 x 64: 12.6 MB) runs as the smallest pieces SPLIT_FLOPS allows (12 MFLOP an image:
@@ -177,26 +185,19 @@ def test_on_one_thread_values_that_leave_the_caches_run_in_small_pieces(monkeypa
     whole, and so do large weights (each piece would read them all again)."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", "1")
     x = _images(24)
-    step = tapeml.jit(cnn)
-    got = step(x)
-    ((_, program),) = step.cache.values()
+    step, got, program = _run(cnn, x)
     assert isinstance(program, SplitProgram) and program.split.pieces == 12
     assert "run as 12 pieces of batch 2 one after another" in step.explain()
     monkeypatch.setattr(split_module, "ONE_THREAD_BYTES", 1 << 40)
-    whole = tapeml.jit(cnn)
-    assert_same_bits(got, whole(x))
-    ((_, program),) = whole.cache.values()
+    _, whole, program = _run(cnn, x)
+    assert_same_bits(got, whole)
     assert not isinstance(program, SplitProgram)
     monkeypatch.undo()
     monkeypatch.setenv("TAPEML_NUM_THREADS", "1")
-    step = tapeml.jit(cnn)
-    step(_images(12))
-    ((_, program),) = step.cache.values()
-    assert not isinstance(program, SplitProgram)
+    assert not isinstance(_run(cnn, _images(12))[2], SplitProgram)
     w = RNG.standard_normal((2048, 2560)).astype(np.float32)  # 21 MB
-    step = tapeml.jit(lambda x: ops.relu(x @ w) * 2.0)
-    step(RNG.standard_normal((1024, 2048)).astype(np.float32))  # a 10 MB result
-    ((_, program),) = step.cache.values()
+    _, _, program = _run(lambda x: ops.relu(x @ w) * 2.0,
+                         RNG.standard_normal((1024, 2048)).astype(np.float32))  # a 10 MB result
     assert not isinstance(program, SplitProgram)
 
 
@@ -206,11 +207,9 @@ def test_a_piece_is_never_split_again(monkeypatch):
     bits."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", "2")
     x = _images(72)
-    step = tapeml.jit(cnn)
-    got = step(x)
-    ((_, program),) = step.cache.values()
+    _, got, program = _run(cnn, x)
     assert isinstance(program, SplitProgram) and program.split.pieces == 4
     assert not isinstance(program.piece, SplitProgram)
     monkeypatch.setenv("TAPEML_NUM_THREADS", "1")
     monkeypatch.setattr(split_module, "ONE_THREAD_BYTES", 1 << 40)
-    assert_same_bits(got, tapeml.jit(cnn)(x))
+    assert_same_bits(got, _run(cnn, x)[1])
