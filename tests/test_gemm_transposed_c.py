@@ -188,3 +188,29 @@ def test_every_tile_shape_and_the_windows_kernel_store_c_transposed(panel_vector
     _for_target(transposed, target)(a.ctypes.data, b.ctypes.data, out.ctypes.data,
                                     offsets.ctypes.data, shortcut_t.ctypes.data)
     assert_same_bits(out.transpose(0, 2, 1), expected, context=transposed.symbol)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_blocks_of_c_apart_stored_transposed(monkeypatch, threads):
+    """A batch stride beyond m * n (each image's part of a concat's buffer) with C stored
+    transposed: each block the plain product's bits, transposed, and what lies between the
+    blocks left as it was (NaN here); the residual's blocks m * n apart, as C's own."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    m, n, k, batch = 33, 65, 257, 3
+    a, b, offsets, start, shortcut = _operands(m, n, k, batch, m * n, np.float32, 5)
+    plain = GemmSpec("f32", batch, m, n, k, (m * k, k, 1), (k * n, n, 1), m * n, False,
+                     bias="rows", relu=True, residual=True)
+    expected = np.zeros((batch, m, n), np.float32)
+    compiled(plain)(a.ctypes.data, b.ctypes.data, expected.ctypes.data, offsets.ctypes.data,
+                    shortcut.ctypes.data)
+    apart = m * n + 37
+    transposed = dataclasses.replace(plain, c0=apart, c_transposed=True)
+    shortcut_t = np.ascontiguousarray(shortcut.transpose(0, 2, 1))
+    out = np.full((batch - 1) * apart + m * n + 11, np.nan, np.float32)
+    compiled(transposed)(a.ctypes.data, b.ctypes.data, out.ctypes.data, offsets.ctypes.data,
+                         shortcut_t.ctypes.data)
+    for i in range(batch):
+        block = out[i * apart:i * apart + m * n].reshape(n, m)
+        assert_same_bits(block.T, expected[i], context=f"block {i}")
+        assert np.isnan(out[i * apart + m * n:(i + 1) * apart]).all()
+    assert np.isnan(out[(batch - 1) * apart + m * n:]).all()
