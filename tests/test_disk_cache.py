@@ -288,8 +288,11 @@ def test_two_processes_compiling_one_program_at_once_both_succeed(cache_dir):
     fn, args = _mlp()
     program, loaded = _compile(fn, args)
     assert loaded.origin == "disk cache"
-    entries = list(cache_dir.iterdir())  # the program, its GEMM kernels and the thread pool
-    assert loaded.variants and len(entries) == 2 + len(loaded.variants)  # no temporary file
+    # the program, the thread pool and its GEMM kernels' modules (a kernel, the tiles of each
+    # height: cpu.kernel_modules), and no temporary file
+    entries = list(cache_dir.iterdir())
+    modules = {prefix for v in loaded.variants for prefix in (v.symbol, v.tiles)}
+    assert loaded.variants and len(entries) == 2 + len(modules)
     assert {p.suffix for p in entries} == {disk_cache.SUFFIX}
     assert b"".join(np.asarray(o).tobytes() for o in _run(program, loaded, args)).hex() in bits
 
@@ -396,10 +399,29 @@ def test_a_kernel_is_compiled_once_per_process_then_loaded_from_disk(cache_dir, 
     v = variant(spec, Target.host())
     assert cpu.load_kernel(v) == "compiled"
     assert cpu.load_kernel(v) == "loaded"
-    (entry,) = cache_dir.glob("*" + disk_cache.SUFFIX)
+    assert len(list(cache_dir.glob("*" + disk_cache.SUFFIX))) == 2  # the kernel, its tiles
     fresh_kernels()  # a new process, the same disk
     assert cpu.load_kernel(v) == "disk cache"
     _kernel_computes(spec)
+
+
+def test_a_second_tile_height_compiles_only_its_tiles(cache_dir, fresh_kernels):
+    """Two products whose tiles differ in height (13 rows, and 128 rows in tiles of 8) call one
+    kernel module with two modules of tiles: the second compiles only its tiles, and each
+    computes its product."""
+    from tapeml.codegen.gemm import GemmSpec, Target, variant
+
+    short = _kernel_spec()
+    tall = GemmSpec("f64", 3, 128, 21, 300, (128 * 300, 1, 128), (300 * 21, 21, 1), 128 * 21,
+                    False)
+    first, second = (variant(spec, Target.host()) for spec in (short, tall))
+    assert first.mr != second.mr and first.symbol == second.symbol
+    assert cpu.load_kernel(first) == "compiled"
+    assert cpu.load_kernel(second) == "compiled"
+    assert set(cpu._KERNELS) == {first.symbol, first.tiles, second.tiles}
+    assert len(list(cache_dir.glob("*" + disk_cache.SUFFIX))) == 3
+    _kernel_computes(short)
+    _kernel_computes(tall)
 
 
 @pytest.mark.parametrize("damage", [_damage_truncate, _damage_flip, _damage_other_format],
@@ -410,8 +432,8 @@ def test_a_damaged_kernel_entry_is_recompiled_never_loaded(damage, cache_dir, fr
     spec = _kernel_spec()
     v = variant(spec, Target.host())
     assert cpu.load_kernel(v) == "compiled"
-    (entry,) = cache_dir.glob("*" + disk_cache.SUFFIX)
-    damage(entry)
+    for entry in cache_dir.glob("*" + disk_cache.SUFFIX):  # the kernel's and its tiles'
+        damage(entry)
     fresh_kernels()
     assert cpu.load_kernel(v) == "compiled"
     _kernel_computes(spec)

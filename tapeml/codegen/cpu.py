@@ -35,7 +35,16 @@ from xdsl.utils.target import Target as XTarget
 
 from tapeml.codegen import data, disk_cache, llvm_worker, marks, pool, split
 from tapeml.codegen.arguments import Argument, checked, signature
-from tapeml.codegen.gemm import Target, Variant, caller, host_threads, kernel, variant
+from tapeml.codegen.gemm import (
+    Target,
+    Variant,
+    caller,
+    host_threads,
+    kernel,
+    tiles_module,
+    tiles_of,
+    variant,
+)
 from tapeml.codegen.gemm.target import compiled_for_threads, cores
 from tapeml.codegen.llvm_worker import target_machine
 from tapeml.codegen.outputs import Outputs
@@ -168,9 +177,18 @@ _KERNELS: dict[str, Any] = {}  # kernel symbol -> the engine that holds it (publ
 _KERNELS_LOCK = threading.Lock()
 
 
-def kernel_ir(v: Variant, machine: llvm_binding.TargetMachine, optimized: bool = True) -> Any:
-    """The shape-generic kernel `v`, parsed (and optimized by KERNEL_PASSES)."""
-    return llvm_worker.optimized(kernel(v), machine, KERNEL_PASSES if optimized else None)
+def kernel_modules(v: Variant) -> list[tuple[str, str, list[str]]]:
+    """The two modules of the kernel `v` (gemm.Variant): (prefix, LLVM IR text, the symbols
+    published for callers) of the kernel, then of its tiles."""
+    tiles = [f"{v.tiles}.prepack_a", *(f for f in tiles_of(v) if f)]
+    return [(v.symbol, kernel(v), [v.symbol, *([] if v.windows else [f"{v.symbol}.prepack_b"])]),
+            (v.tiles, tiles_module(v), tiles)]
+
+
+def kernel_ir(text: str, machine: llvm_binding.TargetMachine, optimized: bool = True) -> Any:
+    """A module of a shape-generic kernel (kernel_modules), parsed (and optimized by
+    KERNEL_PASSES)."""
+    return llvm_worker.optimized(text, machine, KERNEL_PASSES if optimized else None)
 
 
 def cached_engine(what: str, source: str, build: Any, symbol: str,
@@ -206,25 +224,36 @@ def load_pool() -> int:
                                            "tapeml_parallel_for")[0])
 
 
+_ORIGINS = ("loaded", "disk cache", "compiled in a worker process", "compiled")
+
+
 def load_kernel(v: Variant, in_worker: bool = False) -> str:
-    """Make the kernel `v` callable from every program MCJIT links from now on: compiled once
-    per process (`in_worker`: by llvm_worker's process, where it can be) and loaded in an
-    engine of its own (or its object code loaded from the disk cache, where it is stored once
-    compiled) and its symbol published; where it came from ("loaded": this process had it)."""
+    """Make the kernel `v` callable from every program MCJIT links from now on: each of its two
+    modules (kernel_modules) compiled once per process (`in_worker`: by llvm_worker's process,
+    where it can be) and loaded in an engine of its own (or its object code loaded from the
+    disk cache, where it is stored once compiled) and its symbols published; where it came
+    from, the costlier of the two's ("loaded": this process had it)."""
     with _KERNELS_LOCK:
-        if v.symbol in _KERNELS:
-            return "loaded"
-        load_pool()  # the kernel's threads are the pool's
-        text = kernel(v)
-        engine, origin = cached_engine(
-            "gemm kernel", f"{text}\n{llvm_worker.spelled(KERNEL_PASSES)}",
-            lambda machine: kernel_ir(v, machine), v.symbol,
-            (lambda: llvm_worker.in_worker(text, KERNEL_PASSES)) if in_worker else None)
-        for symbol in (v.symbol, f"{v.symbol}.prepack_a",
-                       *(() if v.windows else (f"{v.symbol}.prepack_b",))):
-            llvm_binding.add_symbol(symbol, engine.get_function_address(symbol))
-        _KERNELS[v.symbol] = engine
-        return origin
+        origins = ["loaded"]
+        for prefix, text, published in kernel_modules(v):
+            if prefix in _KERNELS:
+                continue
+            load_pool()  # the kernel's threads are the pool's
+            engine, origin = cached_engine(
+                "gemm kernel", f"{text}\n{llvm_worker.spelled(KERNEL_PASSES)}",
+                lambda machine, text=text: kernel_ir(text, machine), published[0],
+                (lambda text=text: llvm_worker.in_worker(text, KERNEL_PASSES))
+                if in_worker else None)
+            for symbol in published:
+                llvm_binding.add_symbol(symbol, engine.get_function_address(symbol))
+            _KERNELS[prefix] = engine
+            origins.append(origin)
+        return max(origins, key=_ORIGINS.index)
+
+
+def loaded(v: Variant) -> bool:
+    """Both of the kernel `v`'s modules are loaded in this process."""
+    return v.symbol in _KERNELS and v.tiles in _KERNELS
 
 
 class Prefetch:
@@ -235,12 +264,12 @@ class Prefetch:
     to run on; with one, nothing starts (load_kernels compiles them in line)."""
 
     def __init__(self, module: Any) -> None:
-        self.origins: dict[str, str] = {}
-        """Each kernel's symbol -> where it came from ("compiled", "disk cache", "loaded")."""
+        self.origins: dict[Variant, str] = {}
+        """Each kernel -> where it came from ("compiled", "disk cache", "loaded")."""
         host = Target.host()
         variants = sorted({variant(op.spec, host) for op in module.walk()
                            if isinstance(op, kernel_dialect.GemmOp)}, key=lambda v: v.symbol)
-        variants = [v for v in variants if v.symbol not in _KERNELS]  # (not loaded yet)
+        variants = [v for v in variants if not loaded(v)]
         self.thread = None
         if variants and cores() > 1:
             self.thread = threading.Thread(target=self._load, args=(variants,), daemon=True,
@@ -250,11 +279,11 @@ class Prefetch:
     def _load(self, variants: list[Variant]) -> None:
         for v in variants:
             try:
-                self.origins[v.symbol] = load_kernel(v, in_worker=True)
+                self.origins[v] = load_kernel(v, in_worker=True)
             except Exception:  # noqa: BLE001 (load_kernels loads it again, and says why not)
                 return
 
-    def join(self) -> dict[str, str]:
+    def join(self) -> dict[Variant, str]:
         """Wait for the thread; each kernel's origin, for those it loaded."""
         if self.thread is not None:
             self.thread.join()
@@ -361,8 +390,9 @@ def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
     kernels = declared_kernels(module)
     variants = sorted({variant(spec, host) for spec in kernels.values()},
                       key=lambda v: v.symbol)
-    for v in variants if standalone else ():
-        parsed.link_in(kernel_ir(v, machine, optimized))
+    modules = {prefix: text for v in variants for prefix, text, _ in kernel_modules(v)}
+    for text in modules.values() if standalone else ():  # (a kernel shared by two heights once)
+        parsed.link_in(kernel_ir(text, machine, optimized))
     for spec in kernels.values():
         parsed.link_in(caller_module(spec, machine, load=False))
     return list(kernels), variants
@@ -373,7 +403,7 @@ def load_kernels(variants: list[Variant], shapes: int, prefetch: Prefetch | None
     Prefetch loaded waited for (it may still be at it), the rest loaded here."""
     started = time.perf_counter()
     found = prefetch.join() if prefetch is not None else {}
-    origins = Counter(found.get(v.symbol) or load_kernel(v) for v in variants)
+    origins = Counter(found.get(v) or load_kernel(v) for v in variants)
     if variants and profiling():
         record("GEMM kernels", len(variants), started,
                f"(kernels) called by {shapes} shapes"

@@ -2,13 +2,15 @@
 
 `kernel.gemm` (tapeml/dialects/kernel.py) becomes a call to a function whose name spells its
 `GemmSpec`, the *caller* (`caller(spec, target)`): its plan (plan.py: the call's sizes,
-strides, and how its work is shared out over threads), its scratch, and a call of the
-*kernel* its `Variant` names (`kernel(variant)`). A variant is what changes the code: the
-element type, the register tile, and whether each operand's inner stride is 1 (the kernel
-packs an operand along its rows or down its columns, whichever the call's strides favour, so
-a product and its transposes share it); a program with forty matmul shapes calls a handful
-of them, each compiled once per
-process (and kept in the disk cache) by the CPU backend. A kernel computes, for b < batch,
+strides, tile height, and how its work is shared out over threads), its scratch, and a call
+of the *kernel* its `Variant` names (`kernel(variant)`), passing it the variant's *tiles*
+(`tiles_module(variant)`: the micro-kernels and A's packing, the code that depends on the
+tile's height MR). A variant is what changes the code: the element type, the register tile,
+and whether each operand's inner stride is 1 (the kernel packs an operand along its rows or
+down its columns, whichever the call's strides favour, so a product and its transposes share
+it); a program with forty matmul shapes calls a handful of them, each module compiled once
+per process (and kept in the disk cache) by the CPU backend, a kernel's once for all its
+heights. A kernel computes, for b < batch,
 
     C[b] (+)= A[b] @ B[b],  A[b][i, p] = A[b*a0 + i*a1 + p*a2],  B[b][p, j] = B[b*b0 + p*b1 + j*b2]
 
@@ -56,14 +58,14 @@ The package, in the order a call runs through it:
                   one call's sizes, strides and parts
     writer.py     Writer: LLVM IR text with fresh value names and counted loops
     routines.py   the leaf functions: the micro-kernel (`.tile`), the epilogue, and the
-                  packing of A and B
+                  packing of A and B (the tiles' module: the micro-kernels, `.edge`, A's)
     driver.py     the entry point (taking the scratch, handing parts to the thread pool) and
                   the loop nest over one part (`.part`, `.range`, `.pack`, `.rows`)
 """
 
 from __future__ import annotations
 
-from tapeml.codegen.gemm.driver import driver
+from tapeml.codegen.gemm.driver import EXTRA, TILES, driver
 from tapeml.codegen.gemm.partition import PARALLEL_FLOPS, batch_groups, partition, shares_b
 from tapeml.codegen.gemm.plan import INDEX, Variant, packed_bytes, plan, variant
 from tapeml.codegen.gemm.routines import edge, epilogue, micro_kernel, neutral_bias, pack_a, pack_b
@@ -72,22 +74,52 @@ from tapeml.codegen.gemm.writer import scalar_loops
 from tapeml.dialects.kernel import GemmSpec
 
 __all__ = ["PARALLEL_FLOPS", "GemmSpec", "Target", "Variant", "batch_groups", "caller",
-           "definition", "host_threads", "kernel", "partition", "shares_b", "tiles", "variant"]
+           "definition", "host_threads", "kernel", "partition", "shares_b", "tiles",
+           "tiles_module", "tiles_of", "variant"]
+
+
+def _header(v: Variant, comment: str) -> list[str]:
+    t = v.element[0]
+    vec = f"<{v.lanes} x {t}>"
+    return [f"; {comment}",
+            "declare i64 @llvm.smin.i64(i64, i64)",
+            f"declare {vec} @llvm.fma.v{v.lanes}{v.dtype}({vec}, {vec}, {vec})",
+            *(line for width in sorted({v.lanes, v.nr}) for line in _masked(width, t, v.dtype)),
+            ""]
 
 
 def kernel(v: Variant) -> str:
-    """The LLVM IR module defining the kernel `v.symbol` (and its internal helpers)."""
-    t = v.element[0]
-    vec = f"<{v.lanes} x {t}>"
-    name = v.symbol
-    out = [f"; {name}: C (+)= A @ B, BLIS-style, {v.mr}x{v.nr} register tile of {vec}",
-           "declare i64 @llvm.smin.i64(i64, i64)",
-           f"declare {vec} @llvm.fma.v{v.lanes}{v.dtype}({vec}, {vec}, {vec})",
-           *(line for width in sorted({v.lanes, v.nr}) for line in _masked(width, t, v.dtype)),
+    """The LLVM IR module defining the kernel `v.symbol` (and its internal helpers): all of it
+    but its tiles (`tiles_module`), which each call passes it."""
+    return scalar_loops(_kernel(v))
+
+
+def tiles_module(v: Variant) -> str:
+    """The LLVM IR module defining the tiles of `v` (`v.tiles`, TILES: the micro-kernels and
+    A's packing, which depend on MR) and `.prepack_a`; its own `.edge` and `.epilogue`."""
+    return scalar_loops(_tiles(v))
+
+
+def _kernel(v: Variant) -> str:
+    t, name = v.element[0], v.symbol
+    out = [*_header(v, f"{name}: C (+)= A @ B, BLIS-style, tiles NR = {v.nr} wide of "
+                       f"<{v.lanes} x {t}>")[:-1],
            "declare ptr @aligned_alloc(i64, i64)", "declare void @free(ptr)",
            "declare i32 @sched_yield()",
            "declare void @tapeml_parallel_for(ptr, ptr, i64, i64)",
            ""]
+    out += neutral_bias(name, t, v)
+    out += epilogue(name, t, v)
+    out += [] if v.windows else pack_b(name, t, v)
+    out += [] if v.windows else _prepack(name, "b")
+    out += driver(v)
+    return "\n".join(out) + "\n"
+
+
+def _tiles(v: Variant) -> str:
+    t, name = v.element[0], v.tiles
+    vec = f"<{v.lanes} x {t}>"
+    out = _header(v, f"{name}: the {v.mr}x{v.nr} register tiles of {v.symbol}")
     out += neutral_bias(name, t, v)
     if v.windows:  # (B read in place through the caller's table of rows: never packed)
         out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, windows=True)
@@ -98,31 +130,34 @@ def kernel(v: Variant) -> str:
             out += micro_kernel(name, t, vec, v.lanes, v.mr, v.lanes, v.dtype, panel=v.nr)
     out += epilogue(name, t, v)
     out += edge(name, t, v)
-    out += [] if v.windows else pack_b(name, t, v)
     out += pack_a(name, t, v)
-    out += _prepack(name, v.windows)
-    out += driver(v)
-    return scalar_loops("\n".join(out) + "\n")
+    out += _prepack(name, "a")
+    return "\n".join(out) + "\n"
+
+
+def tiles_of(v: Variant) -> tuple[str, ...]:
+    """The functions of `v.tiles` a call passes the kernel, in TILES' order ("" where the
+    variant has none)."""
+    present = {"tile.rows"} if v.windows else {"tile", "tile.direct"} | (
+        {"tile.half"} if v.nr > v.lanes else set())
+    return tuple(f"{v.tiles}.{f}" if f in present or f == "pack_a" else "" for f in TILES)
 
 
 PREPACK_ARGS = "ptr %src, ptr %dst, i64 %rows, i64 %columns, i64 %s1, i64 %s2"
-"""`@<kernel>.prepack_a` and `.prepack_b`'s parameters: the operand (rows x columns, strides
-s1 and s2) and where its whole packing goes (plan.packed_bytes)."""
+"""`@<tiles>.prepack_a` and `@<kernel>.prepack_b`'s parameters: the operand (rows x columns,
+strides s1 and s2) and where its whole packing goes (plan.packed_bytes)."""
+PREPACK_TYPES = "ptr, ptr, i64, i64, i64, i64"
 
 
-def _prepack(name: str, windows: bool) -> list[str]:
+def _prepack(name: str, operand: str) -> list[str]:
     """The whole of a constant operand packed, for a caller to keep (plan.packed_a): A (m x k)
-    as [m/MR][k][MR], B (k x n) as [n/NR][k][NR] (not a windows kernel's: it reads B in
-    place), by the packing routines run over all of it."""
-    out = [f"define void @{name}.prepack_a({PREPACK_ARGS}) {{",
-           f"  call void @{name}.pack_a(ptr %src, ptr %dst, i64 0, i64 %rows, i64 0, "
-           "i64 %columns, i64 %rows, i64 %s1, i64 %s2)",
-           "  ret void", "}", ""]
-    if windows:
-        return out
-    return [*out, f"define void @{name}.prepack_b({PREPACK_ARGS}) {{",
-            f"  call void @{name}.pack_b(ptr %src, ptr %dst, i64 0, i64 %rows, i64 0, "
-            "i64 %columns, i64 %s1, i64 %s2)",
+    as [m/MR][k][MR] (`.prepack_a`, in the tiles' module), B (k x n) as [n/NR][k][NR]
+    (`.prepack_b`, the kernel's; not a windows kernel's: it reads B in place), by the packing
+    routines run over all of it."""
+    start = "i64 %rows, " if operand == "a" else ""
+    return [f"define void @{name}.prepack_{operand}({PREPACK_ARGS}) {{",
+            f"  call void @{name}.pack_{operand}(ptr %src, ptr %dst, i64 0, i64 %rows, i64 0, "
+            f"i64 %columns, {start}i64 %s1, i64 %s2)",
             "  ret void", "}", ""]
 
 
@@ -152,10 +187,12 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
     if a_bytes + b_bytes:
         out += [f"@{name}.state = internal global i8 0  ; 0, 1: packing, 2: packed",
                 _table(f"@{name}.plan.packed", whole)]
+    passed = tiles_of(v)
     if declare:
         out.append(f"declare void @{v.symbol}(ptr, ptr, ptr, ptr, ptr, ptr, ptr)")
-        out += [f"declare void @{v.symbol}.prepack_{x}(ptr, ptr, i64, i64, i64, i64)"
-                for x in ("a" if v.windows else "ab")]
+        out += [f"declare void @{v.symbol}.prepack_b({PREPACK_TYPES})"] * (not v.windows)
+        out += [f"declare void @{v.tiles}.prepack_a({PREPACK_TYPES})"]
+        out += [f"declare void @{f}()" for f in passed if f]  # (only their addresses)
     extra = [x for x, used in (("bias", spec.bias), ("residual", spec.residual)) if used]
     params = "".join(f", ptr noalias %{x}" for x in extra)
     if spec.b_taps:  # where each row of B starts (kernel.gemm's b_taps)
@@ -163,14 +200,18 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
         out.append(f"@{name}.rows = internal constant [{spec.k} x i64] "
                    f"{f'[{rows}]' if rows else 'zeroinitializer'}, align 64")
     out.append(f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C{params}) {{")
-    out.append("  %extra = alloca [3 x ptr], align 8  ; the epilogue's operands and B's rows, "
-               "or null")
-    for i, x in enumerate(("bias", "residual", "rows")):
-        value = (f"@{name}.rows" if spec.b_taps else "null") if x == "rows" else \
-            "%" + x if x in extra else "null"
-        out.append(f"  store ptr {value}, ptr {'%extra' if i == 0 else f'%extra.{i}'}, align 8")
-        if i < 2:
-            out.append(f"  %extra.{i + 1} = getelementptr ptr, ptr %extra, i64 {i + 1}")
+    out.append(f"  %extra = alloca [{len(EXTRA)} x ptr], align 8  ; the epilogue's operands, "
+               "B's rows, the tiles (null where there are none)")
+    values = {"bias": "%bias" if spec.bias else "null",
+              "residual": "%residual" if spec.residual else "null",
+              "rows": f"@{name}.rows" if spec.b_taps else "null",
+              **{f: f"@{symbol}" if symbol else "null"
+                 for f, symbol in zip(TILES, passed, strict=True)}}
+    for i, x in enumerate(EXTRA):
+        slot = "%extra" if i == 0 else f"%extra.{i}"
+        if i:
+            out.append(f"  {slot} = getelementptr ptr, ptr %extra, i64 {i}")
+        out.append(f"  store ptr {values[x]}, ptr {slot}, align 8")
     call = (f"call void @{v.symbol}(ptr %A, ptr %B, ptr %C, ptr %extra, ptr @{name}.plan, "
             f"ptr @{name}.scratch, ptr @{name}.busy)")
     if a_bytes + b_bytes == 0:
@@ -179,7 +220,7 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
     # packed from then on (plan.packed_a); a call while another packs passes it as it is
     packs = []
     if a_bytes:
-        packs.append(f"  call void @{v.symbol}.prepack_a(ptr %A, ptr %kept, i64 {spec.m}, "
+        packs.append(f"  call void @{v.tiles}.prepack_a(ptr %A, ptr %kept, i64 {spec.m}, "
                      f"i64 {spec.k}, i64 {spec.a[1]}, i64 {spec.a[2]})")
     if b_bytes:
         packs.append(f"  call void @{v.symbol}.prepack_b(ptr %B, ptr %kept.b, i64 {spec.k}, "
@@ -211,5 +252,14 @@ def _table(symbol: str, values: list[int]) -> str:
 
 
 def definition(spec: GemmSpec, target: Target) -> str:
-    """One LLVM IR module defining `spec.symbol` and the kernel it calls."""
-    return kernel(variant(spec, target)) + "\n" + caller(spec, target, declare=False)
+    """One LLVM IR module defining `spec.symbol`, the kernel it calls and its tiles."""
+    v = variant(spec, target)
+    seen: set[str] = set()
+    lines = []
+    for line in f"{_kernel(v)}\n{_tiles(v)}\n{caller(spec, target, declare=False)}".split("\n"):
+        if line.startswith("declare "):
+            if line in seen:
+                continue
+            seen.add(line)
+        lines.append(line)
+    return scalar_loops("\n".join(lines))

@@ -17,10 +17,23 @@ _PART_ARGS = ("ptr %A, ptr %B, ptr %C, ptr %extra, i64 %b0, i64 %b1, i64 %m0, i6
               "i64 %n0, i64 %n1, ptr %scratch, i1 %first, ptr %plan")
 ENTRY_ARGS = ("ptr noalias %A, ptr noalias %B, ptr noalias %C, ptr %extra, ptr %plan, "
               "ptr %slot, ptr %busy")
-"""The kernel's parameters: the three buffers, the epilogue's (`%extra`: the addresses of the
-bias and the residual, each null where the call has none), the call's plan, where the caller
-keeps its scratch's address (bound by the loader) and the flag that says the scratch is
+"""The kernel's parameters: the three buffers, `%extra` (EXTRA), the call's plan, where the
+caller keeps its scratch's address (bound by the loader) and the flag that says the scratch is
 taken."""
+TILES = ("tile", "tile.half", "tile.direct", "tile.rows", "pack_a")
+"""The functions of a variant's tiles (Variant.tiles, routines.py) the kernel calls: the
+micro-kernels and A's packing, which depend on MR."""
+EXTRA = ("bias", "residual", "rows", *TILES)
+"""What `%extra` points at, in order: the bias and the residual (null where the call has
+none), the table of B's rows (a windows kernel's), the tiles (TILES; null where the variant
+has none)."""
+
+
+def _tiles(w: Writer, extra: str) -> dict[str, str]:
+    """The tiles' addresses, loaded from `%extra`."""
+    return {f: w(f"load ptr, ptr {w(f'getelementptr ptr, ptr {extra}, i64 {EXTRA.index(f)}')}",
+                 f"{f.replace('.', '_')}.")
+            for f in TILES}
 
 
 def _fields(w: Writer, plan: str, *names: str) -> list[str]:
@@ -225,7 +238,9 @@ def _shared(w: Writer, v: Variant, k: str, m: str, n: str, threads: str) -> None
                      (7, "%extra")):
         w.do(f"store ptr {value}, ptr {slots[i]}")
     panels = w(f"sdiv i64 {w(f'add i64 {n}, {v.nr - 1}')}, {v.nr}")
-    tiles = w(f"sdiv i64 {w(f'add i64 {m}, {v.mr - 1}')}, {v.mr}")
+    mr, = _fields(w, "%plan", "mr")
+    rounded = w.add(m, w(f"sub i64 {mr}, 1"))
+    tiles = w(f"sdiv i64 {rounded}, {mr}")
 
     def block(pc: str) -> None:
         w.do(f"store i64 {pc}, ptr {slots[4]}")
@@ -265,8 +280,8 @@ def _pack_job(v: Variant) -> list[str]:
     return w.end()
 
 
-def _macro_kernel(w: Writer, v: Variant, c_shape: tuple[str, str, str],
-                  buffers: tuple[str, str, str],
+def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
+                  c_shape: tuple[str, str, str], buffers: tuple[str, str, str],
                   rows: tuple[str, str], columns: tuple[str, str], depth: str,
                   load: str, epilogue: Epilogue, direct: tuple[str, str] | None = None,
                   direct_b: tuple[str, str, str] | None = None,
@@ -275,7 +290,8 @@ def _macro_kernel(w: Writer, v: Variant, c_shape: tuple[str, str, str],
     """Rows [ic, ic + height) of C (`c_shape`: m, n, and whether C is stored transposed),
     columns [j0, j1), against one packed block of A
     (`ap`, from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR
-    tile. `direct` = (flag, lda): where the flag holds, `ap` is A itself at row ic (and the
+    tile (`tiles`: their addresses, `_tiles`; `mr`: their height). `direct` = (flag, lda):
+    where the flag holds, `ap` is A itself at row ic (and the
     block's first k), read in place by `.tile.direct` with rows lda apart. `direct_b` =
     (flag, B at the block's first k, ldb): where the flag holds, B is read in place. `steps`:
     elements from one panel of A's block to the next, and of B's (the block's depth, or all
@@ -283,7 +299,7 @@ def _macro_kernel(w: Writer, v: Variant, c_shape: tuple[str, str, str],
     table of its rows from the block's first k): a windows kernel's (Variant.windows), whose
     tiles read B's windows in place (`.tile.rows`), A packed. `epilogue`: each tile applies
     it as it stores, where its first flag holds (the last block of k)."""
-    name, t, mr, nr = v.symbol, v.element[0], v.mr, v.nr
+    t, nr = v.element[0], v.nr
     ap, bp, c = buffers
     a_step, b_step = steps or (depth, depth)
     ic, height = rows
@@ -303,7 +319,7 @@ def _macro_kernel(w: Writer, v: Variant, c_shape: tuple[str, str, str],
             ldb = w(f"select i1 {flag}, i64 {b_row}, i64 {nr}")
 
         def tile(ir: str) -> None:
-            tall = w.min(str(mr), w(f"sub i64 {height}, {ir}"))
+            tall = w.min(mr, w(f"sub i64 {height}, {ir}"))
             last, rb, rs, cb, cs, relu, res, rf = epilogue
             row = w.add(ic, ir)
             offset = w(f"select i1 {transposed}, i64 {w.add(w(f'mul i64 {jr}, {ldc}'), row)}, "
@@ -320,14 +336,14 @@ def _macro_kernel(w: Writer, v: Variant, c_shape: tuple[str, str, str],
                 args = (f"(i64 {depth}, ptr {a_panel}, ptr {b_panel}, ptr {c_tile}, "
                         f"i64 {ldc}, i64 {tall}, i64 {width}, i1 {load}, {finish})")
                 if nr == v.lanes:
-                    w.do(f"call void @{name}.tile{args}")
+                    w.do(f"call void {tiles['tile']}{args}")
                     return
-                w.choose(narrow, lambda: w.do(f"call void @{name}.tile.half{args}"),
-                         lambda: w.do(f"call void @{name}.tile{args}"))
+                w.choose(narrow, lambda: w.do(f"call void {tiles['tile.half']}{args}"),
+                         lambda: w.do(f"call void {tiles['tile']}{args}"))
 
             if windows is not None:  # B's rows are windows
                 b, table = windows
-                w.do(f"call void @{name}.tile.rows(i64 {depth}, "
+                w.do(f"call void {tiles['tile.rows']}(i64 {depth}, "
                      f"ptr {w.gep(t, ap, w(f'mul i64 {ir}, {a_step}'))}, ptr {w.gep(t, b, jr)}, "
                      f"ptr {table}, ptr {c_tile}, i64 {ldc}, i64 {tall}, i64 {width}, i1 {load}, "
                      f"{finish})")
@@ -339,7 +355,7 @@ def _macro_kernel(w: Writer, v: Variant, c_shape: tuple[str, str, str],
 
             def in_place() -> None:
                 a_rows = w.gep(t, ap, w(f"mul i64 {ir}, {lda}"))
-                w.do(f"call void @{name}.tile.direct(i64 {depth}, ptr {a_rows}, "
+                w.do(f"call void {tiles['tile.direct']}(i64 {depth}, ptr {a_rows}, "
                      f"ptr {b_here}, i64 {ldb}, ptr {c_tile}, i64 {ldc}, i64 {tall}, "
                      f"i64 {width}, i1 {load}, i64 {lda}, {finish})")
 
@@ -355,22 +371,23 @@ def _rows_job(v: Variant) -> list[str]:
     in a buffer on this thread's stack."""
     t = v.element[0]
     w, (a, _, c, bp), pc, depth, plan, extra = _job(v.symbol, "rows")
-    m, n, k, acc, a1, a2, transposed = _fields(w, plan, "m", "n", "k", "accumulate", "a1",
-                                               "a2", "transposed")
+    m, n, k, acc, a1, a2, transposed, mr, mc = _fields(
+        w, plan, "m", "n", "k", "accumulate", "a1", "a2", "transposed", "mr", "mc")
+    tiles = _tiles(w, extra)
     epilogue = _epilogue(w, v.symbol, plan, extra)
     last = w(f"and i1 {epilogue[0]}, {w(f'icmp eq i64 {w.add(pc, depth)}, {k}')}")
-    ap = w(f"alloca {t}, i64 {w(f'mul i64 {v.mc}, {depth}')}, align 64", "ap")
+    ap = w(f"alloca {t}, i64 {w(f'mul i64 {mc}, {depth}')}, align 64", "ap")
     load = w(f"or i1 {_true(w, acc)}, {w(f'icmp sgt i64 {pc}, 0')}")
-    r1 = w.min(w(f"mul i64 %end, {v.mr}"), m)
+    r1 = w.min(w(f"mul i64 %end, {mr}"), m)
 
     def rows(ic: str) -> None:
-        height = w.min(str(v.mc), w(f"sub i64 {r1}, {ic}"))
-        w.do(f"call void @{v.symbol}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
+        height = w.min(mc, w(f"sub i64 {r1}, {ic}"))
+        w.do(f"call void {tiles['pack_a']}(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
              f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})")
-        _macro_kernel(w, v, (m, n, _true(w, transposed)), (ap, bp, c), (ic, height),
-                      ("0", n), depth, load, (last, *epilogue[1:]))
+        _macro_kernel(w, v, tiles, mr, (m, n, _true(w, transposed)), (ap, bp, c),
+                      (ic, height), ("0", n), depth, load, (last, *epilogue[1:]))
 
-    w.loop(w(f"mul i64 %start, {v.mr}"), r1, v.mc, rows, "ic")
+    w.loop(w(f"mul i64 %start, {mr}"), r1, mc, rows, "ic")
     return w.end()
 
 
@@ -415,14 +432,15 @@ def _part(v: Variant) -> list[str]:
     block of k adds into what C holds (C (+)= ...) rather than overwriting it. Per block of k,
     the columns in chunks of the plan's `nc` (plan.chunk_columns): each chunk's block of B
     packed, then used by every row of the part."""
-    name, t, mc = v.symbol, v.element[0], v.mc
+    name, t = v.symbol, v.element[0]
     w = Writer()
     w.lines.append(f"define internal void @{name}.part({_PART_ARGS}) {WIDE} {{")
     w.label("%entry")
     m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset, direct_a, direct_b, packed_a, packed_b, nc, \
-        transposed = _fields(w, "%plan", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0",
-                             "a_offset", "direct_a", "direct_b", "packed_a", "packed_b", "nc",
-                             "transposed")
+        transposed, mr, mc = _fields(
+            w, "%plan", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "a_offset",
+            "direct_a", "direct_b", "packed_a", "packed_b", "nc", "transposed", "mr", "mc")
+    tiles = _tiles(w, "%extra")
     c_shape = (m, n, _true(w, transposed))
     several_blocks = w(f"icmp sgt i64 {w('sub i64 %m1, %m0')}, {mc}")  # of A's rows
     bp = "%scratch"
@@ -441,7 +459,7 @@ def _part(v: Variant) -> list[str]:
     shared_a = w(f"and i1 {shared_a}, {w(f'xor i1 {direct}, true')}")
     shared_a = w(f"and i1 {shared_a}, {not_whole_a}")
     w.when(shared_a, lambda: w.do(
-        f"call void @{name}.pack_a(ptr %A, ptr {ap}, i64 %m0, i64 {w('sub i64 %m1, %m0')}, "
+        f"call void {tiles['pack_a']}(ptr %A, ptr {ap}, i64 %m0, i64 {w('sub i64 %m1, %m0')}, "
         f"i64 0, i64 {k}, i64 {m}, i64 {a1}, i64 {a2})"))
     own_a = w(f"and i1 {w(f'xor i1 {shared_a}, true')}, {w(f'xor i1 {direct}, true')}")
     own_a = w(f"and i1 {own_a}, {not_whole_a}")
@@ -484,17 +502,18 @@ def _part(v: Variant) -> list[str]:
                 pack_a_here = w(f"and i1 {own_a}, {again}")
 
                 def rows(ic: str) -> None:
-                    height = w.min(str(mc), w(f"sub i64 %m1, {ic}"))
+                    height = w.min(mc, w(f"sub i64 %m1, {ic}"))
                     w.when(pack_a_here, lambda: w.do(
-                        f"call void @{name}.pack_a(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
+                        f"call void {tiles['pack_a']}(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
                         f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})"))
                     in_place = w.gep(t, a, w.add(w(f"mul i64 {ic}, {a1}"), pc))
                     # A packed whole: rows ic.. of [m/MR][k][MR], from this block's first k
                     a_whole = w.gep(t, a, w.add(w(f"mul i64 {ic}, {k}"),
-                                                w(f"mul i64 {pc}, {v.mr}")))
+                                                w(f"mul i64 {pc}, {mr}")))
                     a_packed = w(f"select i1 {whole_a}, ptr {a_whole}, ptr {ap}")
                     a_here = w(f"select i1 {direct}, ptr {in_place}, ptr {a_packed}")
-                    _macro_kernel(w, v, c_shape, (a_here, b_here, c), (ic, height), (jc, j1),
+                    _macro_kernel(w, v, tiles, mr, c_shape, (a_here, b_here, c), (ic, height),
+                                  (jc, j1),
                                   depth, load, (last, *epilogue[1:6], res, epilogue[7]),
                                   (direct, a1),
                                   (in_place_b, b_block, b1), (a_step, b_step),

@@ -34,6 +34,8 @@ rows and columns of C, as `partition.Part`):
                        C at the end (the groups' sums are added first)
     residual           1: the epilogue adds a residual (C's shape, its blocks m * n apart)
     transposed         1: C (and the residual) stored transposed (GemmSpec.c_transposed)
+    mr                 the register tile's rows (the variant's: its tiles' module)
+    mc                 rows of A packed at once (Variant.mc)
 
 A product whose B's rows are windows (GemmSpec.b_taps) calls a kernel of its own
 (`Variant.windows`): its tiles read B in place, row k at B + the caller's table of rows[k]
@@ -51,13 +53,19 @@ from tapeml.dialects.kernel import GemmSpec
 FIELDS = ("batch", "m", "n", "k", "a0", "a1", "a2", "b0", "b1", "b2", "c0", "accumulate",
           "threads", "shared", "groups", "parts", "part_bytes", "a_offset", "sums", "total",
           "direct_a", "direct_b", "packed_a", "packed_b", "nc", "bias", "relu", "epilogue",
-          "residual", "transposed")
+          "residual", "transposed", "mr", "mc")
 INDEX = {name: i for i, name in enumerate(FIELDS)}
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One shape-generic kernel: what its code depends on. Packing walks an operand along its
+    """One shape-generic kernel: what its code depends on, in two modules compiled apart.
+    The kernel (`symbol`: the entry point, the loop nest, B's packing, the epilogue) does not
+    depend on MR; its tiles (`tiles`: the micro-kernels, their stores, A's packing) do, and
+    the caller passes them to the kernel (the addresses in `%extra`, MR in the plan), so a
+    program whose products take two tile heights compiles one kernel and two sets of tiles
+    (the second height cost W4's, the GPT step's and squeezenet's first calls a whole kernel,
+    0.22 s on one core). Packing an operand along its
     rows or, a transposed operand, down its columns, whichever has the smaller stride: the
     kernel holds both walks and takes one per call by the strides, so a matmul and its
     transposes in the backward pass share a kernel. `a_unit`, `b_unit`: that operand's inner
@@ -76,9 +84,16 @@ class Variant:
 
     @property
     def symbol(self) -> str:
-        a, b = (1 if unit else "s" for unit in (self.a_unit, self.b_unit))
-        return (f"tapeml_gemm_{self.dtype}_{self.mr}x{self.nr}_l{self.lanes}_a{a}_b{b}"
-                f"{'_w' * self.windows}")
+        """The kernel's entry point (and its module's prefix): all but MR and A's stride."""
+        b = 1 if self.b_unit else "s"
+        return f"tapeml_gemm_{self.dtype}_n{self.nr}_l{self.lanes}_b{b}{'_w' * self.windows}"
+
+    @property
+    def tiles(self) -> str:
+        """The prefix of the tiles' module (TILES: the functions the caller passes on)."""
+        a = 1 if self.a_unit else "s"
+        return (f"tapeml_gemm_{self.dtype}_{self.mr}x{self.nr}_l{self.lanes}_a{a}"
+                f"{'_w' * self.windows}.tiles")
 
     @property
     def mc(self) -> int:
@@ -228,5 +243,5 @@ def plan(spec: GemmSpec, target: Target, packed: bool = False) -> list[int]:
               "bias": {"": 0, "rows": 1, "columns": 2}[spec.bias], "relu": int(spec.relu),
               "epilogue": 0 if not (spec.bias or spec.relu or spec.residual)
               else 1 if groups == 1 else 2, "residual": int(spec.residual),
-              "transposed": int(spec.c_transposed)}
+              "transposed": int(spec.c_transposed), "mr": v.mr, "mc": v.mc}
     return [values[name] for name in FIELDS] + [x for part in parts for x in part]

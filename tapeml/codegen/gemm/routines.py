@@ -37,7 +37,7 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     b_param = ("ptr noalias %b, i64 %ldb" if direct else
                "ptr noalias %b, ptr noalias %rows" if windows else "ptr noalias align 64 %b")
     suffix = ".direct" if direct else ".rows" if windows else ".half" if panel else ""
-    w.lines.append(f"define internal void @{name}.tile{suffix}(i64 %kc, "
+    w.lines.append(f"define void @{name}.tile{suffix}(i64 %kc, "
                    f"ptr noalias{a_align} %a, {b_param}, ptr noalias %c, "
                    f"i64 %ldc, i64 %mr, i64 %nr, i1 %load{', i64 %lda' if direct else ''}, "
                    f"{TILE_EPILOGUE}) noinline {WIDE} {{")
@@ -354,11 +354,11 @@ def _strides(order: str, unit: bool) -> tuple[str, str]:
     return ("%s1", "1") if order == "rows" else ("1", "%s2")
 
 
-def _by_strides(routine: str, params: str, args: str) -> list[str]:
+def _by_strides(routine: str, params: str, args: str, linkage: str = "internal ") -> list[str]:
     """`routine`(params): the walk along rows when the column stride %s2 is at most the row
     stride %s1 (plan.along_rows), else down columns; `args` passes the parameters on."""
     w = Writer()
-    w.lines.append(f"define internal void @{routine}({params}) {WIDE} {{")
+    w.lines.append(f"define {linkage}void @{routine}({params}) {WIDE} {{")
     w.label("%entry")
     w.choose(w("icmp sle i64 %s2, %s1"),
              lambda: w.do(f"call void @{routine}.rows({args})"),
@@ -384,8 +384,9 @@ def pack_b(name: str, t: str, v: Variant) -> list[str]:
 
 
 def pack_a(name: str, t: str, v: Variant) -> list[str]:
-    """`.pack_a` and its two walks (`_pack_a`)."""
-    return [*_by_strides(f"{name}.pack_a", _PACK_A, _arguments(_PACK_A)),
+    """`.pack_a` (one of the tiles the caller passes the kernel) and its two walks
+    (`_pack_a`)."""
+    return [*_by_strides(f"{name}.pack_a", _PACK_A, _arguments(_PACK_A), linkage=""),
             *_pack_a(name, t, v, "rows"), *_pack_a(name, t, v, "columns")]
 
 

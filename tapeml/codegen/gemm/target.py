@@ -99,13 +99,14 @@ def tiles(spec: GemmSpec, target: Target) -> tuple[int, int, int]:
     of the two around half of that and that one (HEIGHTS), that pads them least (a
     convolution's 64 or 128 out channels: 8, where 14 padded them by 9%; 49 pixels: 7), so
     a program calls at most three heights (and those of products of at most MR rows, each
-    its own). A tile of 8 rows runs at 172 GFLOP/s where one of 14 runs at 177 (the
-    micro-kernel alone, A from L2, AVX-512 Xeon). Against a tenth and every height from
-    half to MR, one core, alternating processes: squeezenet 7.25-7.31 -> 6.97-7.01 ms (and
-    a kernel fewer: its 48 channels took one of 12), the GPT step (2 layers) 35.6-35.9 ->
-    34.6-35.1 ms, W4 and ResNet-50 the same (W4's kernels the same two; ResNet-50's 64 and
-    128 channels a kernel of 8 more). A twentieth and every height from half to MR
-    compiled W4 a kernel of 12 for its 144 rows: its first call 0.22 s longer."""
+    its own), each a module of tiles beside the one kernel (Variant). A tile of 8 rows runs
+    at 172 GFLOP/s where one of 14 runs at 177 (the micro-kernel alone, A from L2, AVX-512
+    Xeon). Against a tenth and every height from half to MR, one core, alternating
+    processes: squeezenet 7.25-7.31 -> 6.97-7.01 ms (and a height fewer: its 48 channels
+    took one of 12), the GPT step (2 layers) 35.6-35.9 -> 34.6-35.1 ms, W4 and ResNet-50 the
+    same (W4's heights the same two; ResNet-50's 64 and 128 channels a height of 8 more). A
+    twentieth and every height from half to MR compiled W4 a kernel of 12 for its 144 rows:
+    its first call 0.22 s longer (before a height was a module of tiles of its own)."""
     lanes = target.vector_bits // (32 if spec.dtype == "f32" else 64)
     vectors = target.panel_vectors
     wide = target.registers >= 32
