@@ -58,7 +58,7 @@ The package, in the order a call runs through it:
                   one call's sizes, strides and parts
     writer.py     Writer: LLVM IR text with fresh value names and counted loops
     routines.py   the leaf functions: the micro-kernel (`.tile`), the epilogue, and the
-                  packing of A and B (the tiles' module: the micro-kernels, `.edge`, A's)
+                  packing of A and B (the tiles' module: the micro-kernels and A's)
     driver.py     the entry point (taking the scratch, handing parts to the thread pool) and
                   the loop nest over one part (`.part`, `.range`, `.pack`, `.rows`)
 """
@@ -68,7 +68,15 @@ from __future__ import annotations
 from tapeml.codegen.gemm.driver import EXTRA, TILES, driver
 from tapeml.codegen.gemm.partition import PARALLEL_FLOPS, batch_groups, partition, shares_b
 from tapeml.codegen.gemm.plan import INDEX, Variant, packed_bytes, plan, variant
-from tapeml.codegen.gemm.routines import edge, epilogue, micro_kernel, neutral_bias, pack_a, pack_b
+from tapeml.codegen.gemm.routines import (
+    MOST_ROWS,
+    edge,
+    epilogue,
+    micro_kernel,
+    neutral_bias,
+    pack_a,
+    pack_b,
+)
 from tapeml.codegen.gemm.target import Target, host_threads, tiles
 from tapeml.codegen.gemm.writer import scalar_loops
 from tapeml.dialects.kernel import GemmSpec
@@ -96,7 +104,8 @@ def kernel(v: Variant) -> str:
 
 def tiles_module(v: Variant) -> str:
     """The LLVM IR module defining the tiles of `v` (`v.tiles`, TILES: the micro-kernels and
-    A's packing, which depend on MR) and `.prepack_a`; its own `.edge` and `.epilogue`."""
+    A's packing, which depend on MR) and `.prepack_a`. Its tiles store an edge tile, and
+    every tile of a C stored transposed, through the kernel's `.edge` (passed them)."""
     return scalar_loops(_tiles(v))
 
 
@@ -110,6 +119,7 @@ def _kernel(v: Variant) -> str:
            ""]
     out += neutral_bias(name, t, v)
     out += epilogue(name, t, v)
+    out += edge(name, t, v)
     out += [] if v.windows else pack_b(name, t, v)
     out += [] if v.windows else _prepack(name, "b")
     out += driver(v)
@@ -119,8 +129,8 @@ def _kernel(v: Variant) -> str:
 def _tiles(v: Variant) -> str:
     t, name = v.element[0], v.tiles
     vec = f"<{v.lanes} x {t}>"
+    assert v.mr <= MOST_ROWS, v  # (the kernel's `.edge` serves at most that many rows)
     out = _header(v, f"{name}: the {v.mr}x{v.nr} register tiles of {v.symbol}")
-    out += neutral_bias(name, t, v)
     if v.windows:  # (B read in place through the caller's table of rows: never packed)
         out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, windows=True)
     else:
@@ -128,8 +138,6 @@ def _tiles(v: Variant) -> str:
         out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True)
         if v.nr > v.lanes:  # (the narrow tile of a ragged last panel)
             out += micro_kernel(name, t, vec, v.lanes, v.mr, v.lanes, v.dtype, panel=v.nr)
-    out += epilogue(name, t, v)
-    out += edge(name, t, v)
     out += pack_a(name, t, v)
     out += _prepack(name, "a")
     return "\n".join(out) + "\n"

@@ -329,7 +329,7 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
             finish = (f"ptr {w.gep(t, rb, w(f'mul i64 {row}, {rs}'))}, i64 {rs}, "
                       f"ptr {w.gep(t, cb, w(f'mul i64 {jr}, {cs}'))}, i1 {relu}, "
                       f"ptr {w.gep(t, res, at)}, i64 {w(f'mul i64 {ldc}, {rf}')}, i1 {last}, "
-                      f"i1 {transposed}")
+                      f"i1 {transposed}, ptr @{v.symbol}.edge")
 
             def packed() -> None:
                 a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {a_step}"))

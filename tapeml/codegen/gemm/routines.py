@@ -40,7 +40,7 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     w.lines.append(f"define void @{name}.tile{suffix}(i64 %kc, "
                    f"ptr noalias{a_align} %a, {b_param}, ptr noalias %c, "
                    f"i64 %ldc, i64 %mr, i64 %nr, i1 %load{', i64 %lda' if direct else ''}, "
-                   f"{TILE_EPILOGUE}) noinline {WIDE} {{")
+                   f"{TILE_EPILOGUE}, ptr %edge) noinline {WIDE} {{")
     w.label("%entry")
     w.do(f"%spill = alloca [{mr * row_length} x {t}], align 64")  # (an edge tile's sums)
     if direct:
@@ -98,13 +98,13 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
         w.choose("%load", lambda: _store_tile(w, vec, acc, lanes, align, True, epilogue),
                  lambda: _store_tile(w, vec, acc, lanes, align, False, epilogue))
 
-    def edge() -> None:  # through the stack: one `.edge` serves every tile
+    def edge() -> None:  # through the stack: the kernel's `.edge` (%edge) serves every tile
         for i in range(mr):
             for v in range(vectors):
                 p = w.gep(t, "%spill", str(i * row_length + v * lanes))
                 w.do(f"store {vec} {acc[i][v]}, ptr {p}, align 64")
-        w.do(f"call void @{name}.edge(ptr %spill, ptr %c, i64 %ldc, i64 %mr, i64 %nr, "
-             f"i1 %load, ptr %rb, i64 %rs, ptr %cb, i1 %relu, ptr %res, i64 %ldr, "
+        w.do("call void %edge(ptr %spill, ptr %c, i64 %ldc, i64 %mr, i64 %nr, "
+             "i1 %load, ptr %rb, i64 %rs, ptr %cb, i1 %relu, ptr %res, i64 %ldr, "
              "i1 %epilogue, i1 %transposed)")
 
     if panel:  # (one panel per product at most: its tiles through `.edge`, the code small)
@@ -163,10 +163,15 @@ def _added(w: Writer, vec: str, lanes: int, dtype: str, align: int, p: str, mask
     return w(f"select i1 %load, {vec} {w(f'fadd {vec} {old}, {x}')}, {vec} {x}")
 
 
+MOST_ROWS = 16
+"""The most rows a tile has (target.tiles' MR, any height: 14 or 16 with AVX-512): `.edge`, in
+the kernel's module, serves the tiles of every height."""
+
+
 def _transposed_tile(w: Writer, name: str, t: str, v: Variant) -> None:
     """`.edge`'s tile into a C stored transposed (GemmSpec.c_transposed: the tile's column j
     is C's row j, %ldc apart): per lanes x lanes block of the spilled sums (a loop over the
-    tile's vectors), the block transposed in registers (`_transpose`; rows past MR zero)
+    tile's vectors), the block transposed in registers (`_transpose`; rows past %mr .no_bias's)
     into a stack buffer, then per column below %nr, its first %mr lanes added to what C
     holds where %load, through the epilogue (`_store_tile`'s steps in its order: the rows'
     bias a vector here, the column's a broadcast), and stored. One straight path: where
@@ -187,7 +192,7 @@ def _transposed_tile(w: Writer, name: str, t: str, v: Variant) -> None:
         return w(f"call {vec} @llvm.masked.load.v{lanes}{dtype}.p0(ptr {p}, i32 {align}, "
                  f"{mask_type} {mask}, {vec} zeroinitializer)")
 
-    for first in range(0, v.mr, lanes):  # the tile's rows first.. (lanes of them)
+    def rows_from(first: int) -> None:  # the tile's rows first.. (lanes of them)
         inside = _lanes_below(w, lanes, first, "%mr")
         rows_bias = masked_load(w.gep(t, rb, w(f"mul i64 {rs}, {first}")), inside)
         # (no residual: .no_bias, %ldr 0, read from its start)
@@ -212,9 +217,11 @@ def _transposed_tile(w: Writer, name: str, t: str, v: Variant) -> None:
 
         def block(j0: str, first=first, column=column) -> None:  # columns j0 .. j0 + lanes
             rows = []
-            for r in range(lanes):
-                if first + r < v.mr:
+            for r in range(lanes):  # (a row past %mr: .no_bias read instead, never stored)
+                if first + r < MOST_ROWS:
                     at = w.gep(t, "%tile", w.add(j0, str((first + r) * v.nr)))
+                    at = w(f"select i1 {w(f'icmp slt i64 {first + r}, %mr')}, ptr {at}, "
+                           f"ptr {none}")
                     rows.append(w(f"load {vec}, ptr {at}, align {align}"))
                 else:
                     rows.append("zeroinitializer")
@@ -225,6 +232,9 @@ def _transposed_tile(w: Writer, name: str, t: str, v: Variant) -> None:
                                 f", align 64")), "column", scalar=True)
 
         w.loop("0", "%nr", lanes, block, "block", scalar=True)
+
+    for first in range(0, MOST_ROWS, lanes):
+        w.when(w(f"icmp slt i64 {first}, %mr"), lambda first=first: rows_from(first))
 
 
 def _splat_i1(w: Writer, lanes: int, flag: str) -> str:
