@@ -91,6 +91,7 @@ def _header(v: Variant, comment: str) -> list[str]:
     vec = f"<{v.lanes} x {t}>"
     return [f"; {comment}",
             "declare i64 @llvm.smin.i64(i64, i64)",
+            "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
             f"declare {vec} @llvm.fma.v{v.lanes}{v.dtype}({vec}, {vec}, {vec})",
             *(line for width in sorted({v.lanes, v.nr}) for line in _masked(width, t, v.dtype)),
             ""]

@@ -27,7 +27,9 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     the first columns of packed panels `panel` wide, its sums spilled `panel` apart as a
     whole tile's: the last panel of a product whose columns end at most a vector into it
     (196 = 6 * 32 + 4) costs half a tile, not a whole one; its sums always stored through
-    `.edge`."""
+    `.edge`. The packed tiles (`.tile`, `.tile.half`) also fetch into L2 the line at
+    %pf + k * %pfs at each k: the driver's share of the next panel's block of B
+    (driver._prefetched; %pfs 0 where there is nothing to fetch)."""
     w = Writer()
     vectors = nr // lanes
     row_length = panel or nr  # of B's packed rows, and of the spilled sums
@@ -37,9 +39,11 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     b_param = ("ptr noalias %b, i64 %ldb" if direct else
                "ptr noalias %b, ptr noalias %rows" if windows else "ptr noalias align 64 %b")
     suffix = ".direct" if direct else ".rows" if windows else ".half" if panel else ""
+    prefetch = not (direct or windows)
     w.lines.append(f"define void @{name}.tile{suffix}(i64 %kc, "
                    f"ptr noalias{a_align} %a, {b_param}, ptr noalias %c, "
                    f"i64 %ldc, i64 %mr, i64 %nr, i1 %load{', i64 %lda' if direct else ''}, "
+                   f"{'ptr %pf, i64 %pfs, ' if prefetch else ''}"
                    f"{TILE_EPILOGUE}, ptr %edge) noinline {WIDE} {{")
     w.label("%entry")
     w.do(f"%spill = alloca [{mr * row_length} x {t}], align 64")  # (an edge tile's sums)
@@ -73,6 +77,9 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
         else:
             bs.append(w(f"load {vec}, ptr {p}, align {b_align}", "b"))
     ap = None if direct else w.gep(t, "%a", w(f"mul i64 %k, {mr}"))
+    if prefetch:
+        ahead = w(f"getelementptr i8, ptr %pf, i64 {w('mul i64 %k, %pfs')}")  # (may pass the end)
+        w.do(f"call void @llvm.prefetch.p0(ptr {ahead}, i32 0, i32 2, i32 1)")  # read, L2
 
     def a_at(i: int) -> str:  # A[i, k]: in place along row i, or packed: MR per k
         if direct:
