@@ -33,7 +33,7 @@ from xdsl.dialects import func, llvm
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target as XTarget
 
-from tapeml.codegen import data, disk_cache, llvm_worker, marks, pool, split
+from tapeml.codegen import data, disk_cache, llvm_worker, marks, perf_map, pool, split
 from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.gemm import (
     Target,
@@ -431,6 +431,9 @@ def _object_engine(*objects: bytes) -> Any:
     for code in objects:
         engine.add_object_file(llvm_binding.ObjectFileRef.from_data(code))
     engine.finalize_object()
+    if perf_map.enabled():
+        for code in objects:
+            perf_map.record(code, engine.get_function_address)
     return engine
 
 
