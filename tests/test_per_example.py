@@ -13,6 +13,7 @@ import tapeml
 from tapeml import nn, ops
 from tapeml.codegen import split as split_module
 from tapeml.codegen.split import SplitProgram
+from tapeml.transforms import per_example
 from tapeml.transforms.per_example import split
 
 RNG = np.random.default_rng(11)
@@ -182,7 +183,8 @@ def test_on_one_thread_values_that_leave_the_caches_run_in_small_pieces(monkeypa
     """On one thread, a batch whose largest value passes ONE_THREAD_BYTES (24 images of
     32 x 64 x 64: 12.6 MB) runs as the smallest pieces SPLIT_FLOPS allows (12 MFLOP an image:
     two), one after another, with the whole program's bits; a batch of 12 (6.3 MB) stays
-    whole, and so do large weights (each piece would read them all again)."""
+    whole, and so does one matmul against large weights (each piece would read them all
+    again, and its values are not four times as large: VALUE_TRAFFIC)."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", "1")
     x = _images(24)
     step, got, program = _run(cnn, x)
@@ -199,6 +201,27 @@ def test_on_one_thread_values_that_leave_the_caches_run_in_small_pieces(monkeypa
     _, _, program = _run(lambda x: ops.relu(x @ w) * 2.0,
                          RNG.standard_normal((1024, 2048)).astype(np.float32))  # a 10 MB result
     assert not isinstance(program, SplitProgram)
+
+
+def test_on_one_thread_large_weights_bound_the_pieces_by_the_values(monkeypatch):
+    """Large weights (past PER_THREAD_WEIGHTS) are read again by every piece after the first:
+    on one thread the pieces are at most 1 + (the values' bytes) / (VALUE_TRAFFIC times the
+    weights' bytes), still the smallest SPLIT_FLOPS allows within that, with the whole
+    program's bits; values no larger than that many weights keep the program whole."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", "1")
+    monkeypatch.setattr(split_module, "PER_THREAD_WEIGHTS", 0)  # every weight counts large
+    x = _images(24)
+    _, whole, _ = _run(cnn, x)
+    weights = per_example.constant_bytes
+    for times, pieces in ((1000, 12), (2, 3), (0, None)):
+        monkeypatch.setattr(per_example, "value_bytes",
+                            lambda m, t=times: t * split_module.VALUE_TRAFFIC * weights(m))
+        _, got, program = _run(cnn, x)
+        if pieces is None:
+            assert not isinstance(program, SplitProgram)
+        else:
+            assert isinstance(program, SplitProgram) and program.split.pieces == pieces
+        assert_same_bits(got, whole)
 
 
 def test_a_piece_is_never_split_again(monkeypatch):

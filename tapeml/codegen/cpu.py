@@ -607,12 +607,18 @@ class CPUBackend:
     def _pieces(module: ModuleOp, threads: int) -> per_example.Split | None:
         """How `module` runs as pieces of its batch (tapeml/codegen/split.py), if it does: on
         several threads, one or PER_THREAD pieces per thread; on one, as small pieces as
-        SPLIT_FLOPS allows where its values leave the caches (ONE_THREAD_BYTES)."""
-        small = per_example.constant_bytes(module) <= split.PER_THREAD_WEIGHTS
+        SPLIT_FLOPS and, where the weights are large, VALUE_TRAFFIC allow where its values
+        leave the caches (ONE_THREAD_BYTES)."""
+        weights = per_example.constant_bytes(module)
+        small = weights <= split.PER_THREAD_WEIGHTS
         if threads > 1:
             counts = [split.PER_THREAD * threads, threads][0 if small else 1:]
-        elif small and per_example.largest_value_bytes(module) > split.ONE_THREAD_BYTES:
-            most = per_example.product_flops(module) // split.SPLIT_FLOPS  # (flops per piece)
+        elif per_example.largest_value_bytes(module) > split.ONE_THREAD_BYTES:
+            flops = per_example.product_flops(module)
+            most = flops // split.SPLIT_FLOPS  # (flops per piece)
+            if not small:  # (each piece reads every weight)
+                values = per_example.value_bytes(module)
+                most = min(most, 1 + values // (split.VALUE_TRAFFIC * weights))
             counts = sorted((d for d in per_example.batch_divisors(module) if d <= most),
                             reverse=True)
         else:

@@ -33,11 +33,21 @@ pieces, 430-459 as four; squeezenet's 5 MB)."""
 
 ONE_THREAD_BYTES = 8 << 20
 """On one thread, a program whose largest value (an activation of the whole batch) takes more
-than this, and whose weights are small (PER_THREAD_WEIGHTS), runs as pieces of its batch one
-after another, as small as SPLIT_FLOPS lets them be: each piece's activations stay in the
-core's caches from one op to the next, where the whole batch's go out to memory and back
+than this runs as pieces of its batch one after another, as small as SPLIT_FLOPS (and, for
+large weights, VALUE_TRAFFIC) lets them be: each piece's activations stay in the core's
+caches from one op to the next, where the whole batch's go out to memory and back
 (squeezenet at batch 8, one core of an AVX-512 Xeon: its first convolution's output is 25 MB;
 as eight pieces 55.8-56.2 ms, whole 58.4-61.4 ms, eight batches of one 56 ms)."""
+
+VALUE_TRAFFIC = 4
+"""...: where the weights are large (PER_THREAD_WEIGHTS), each piece past the first reads them
+all from memory once more, so the pieces are at most so many that this many times the
+weights' bytes read again stays within the bytes of the whole program's values (the traffic
+the pieces keep in the caches, or some of it). ResNet-50 at batch 8 (100 MB of weights, its
+values 50 times as large), one core: as eight pieces 501-527 ms, as four 536-538, whole
+538-558 (alternating processes); one large matmul and its relu (1024 x 2048 @ 2048 x 2560,
+21 MB of weights, values 1.5 times as large) stays whole (as four pieces it ran 1% slower)."""
+
 
 SPLIT_FLOPS = 16_000_000
 """A piece does at least this many FLOPs of products (matmuls, convolutions), or the program

@@ -20,7 +20,7 @@ op's result type inferred again from its operands' new types.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import func
@@ -285,11 +285,21 @@ def constant_bytes(module: ModuleOp) -> int:
                for op in module.walk() if isinstance(op, tape.ConstantOp))
 
 
+def _value_sizes(module: ModuleOp) -> Iterator[int]:
+    """The bytes of each tensor `module`'s ops compute (not its constants)."""
+    return (math.prod(_shape(r)) * r.type.get_element_type().bitwidth // 8
+            for op in module.walk() if not isinstance(op, tape.ConstantOp)
+            for r in op.results if isinstance(r.type, TensorType))
+
+
 def largest_value_bytes(module: ModuleOp) -> int:
     """The bytes of the largest tensor `module`'s ops compute (not its constants)."""
-    return max((math.prod(_shape(r)) * r.type.get_element_type().bitwidth // 8
-                for op in module.walk() if not isinstance(op, tape.ConstantOp)
-                for r in op.results if isinstance(r.type, TensorType)), default=0)
+    return max(_value_sizes(module), default=0)
+
+
+def value_bytes(module: ModuleOp) -> int:
+    """The bytes of every tensor `module`'s ops compute (not its constants), all together."""
+    return sum(_value_sizes(module))
 
 
 def batch_divisors(module: ModuleOp) -> set[int]:
