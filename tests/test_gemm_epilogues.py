@@ -189,3 +189,48 @@ def test_what_does_not_fold_is_computed_as_it_was():
         expected = flatten(tapeml.jit(f, backend="interp")(*args))[0]
         for g, e in zip(got, expected, strict=True):
             np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
+TWO_PRODUCTS = {  # name: (the first product, the second, its operands' shapes, a bias shape)
+    "convolutions": (lambda x, w: nn.conv2d(x, w, padding=1),
+                     lambda x, w: nn.conv2d(x, w, stride=2),
+                     [(2, 5, 9, 9), (7, 5, 3, 3), (2, 6, 17, 17), (7, 6, 1, 1)], (7, 1, 1)),
+    "matmuls": (ops.matmul, ops.matmul, [(33, 40), (40, 50), (33, 20), (20, 50)], (50,)),
+}
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", list(TWO_PRODUCTS))
+@pytest.mark.parametrize("activation", [None, _relu, _max0])
+def test_two_products_summed_fold_into_both(monkeypatch, threads, dtype, name, activation):
+    """Two products' biased results summed (a ResNet block that projects its shortcut), then
+    relu or not: the first made with its bias, the second's kernel adding its own, then the
+    first's result, then the activation; no loops of their own for the sum. The bits of the
+    ops apart (the products then also returned), with biases holding NaN, ±inf and ±0 and sums
+    that overflow, at 1 and 2 threads."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    first, second, shapes, bias_shape = TWO_PRODUCTS[name]
+    x, w, y, v = (_values(s, dtype, seed) for seed, s in enumerate(shapes))
+    x.reshape(-1)[::7] *= 1e30
+    b, c = _values(bias_shape, dtype, 5, edges=True), _values(bias_shape, dtype, 6, edges=True)
+
+    def summed(p, q, b, c):
+        z = (p + b) + (q + c)
+        return activation(z) if activation else z
+
+    def folded(x, w, y, v, b, c):
+        return summed(first(x, w), second(y, v), b, c)
+
+    def apart(x, w, y, v, b, c):
+        p, q = first(x, w), second(y, v)
+        return summed(p, q, b, c), p, q
+
+    args = (x, w, y, v, b, c)
+    step = tapeml.jit(folded)
+    loops = step.lower(*args)["loops"]
+    assert loops.count('bias = "') == 2 and loops.count("residual = true") == 1
+    assert ("relu = true" in loops) == (activation is not None)
+    assert "tape.fused" not in loops
+    assert "residual = true" not in tapeml.jit(apart).lower(*args)["loops"]
+    assert_same_bits(step(*args), tapeml.jit(apart)(*args)[0])

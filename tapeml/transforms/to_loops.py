@@ -154,8 +154,10 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     cx = Context(module, report, views, row_reductions,
                  lambda: f"{f.sym_name.data}_constant_{next(counter)}", weight_runs, image_group,
                  window_convs, pixel_rows)
-    folded = epilogues.gemm_epilogues(block, views, set(direct)) if gemm_epilogues else {}
-    products = set()  # lowered where the op that folds into them is (and a reshape between)
+    folded, firsts = epilogues.gemm_epilogues(block, views, set(direct)) if gemm_epilogues \
+        else ({}, {})
+    products = {first for first, _ in firsts.values()}  # lowered where the op that folds
+    # into them is (and a reshape between)
     for op, (product, _) in folded.items():
         products.add(product)
         products.update(o.owner for o in op.operands if isinstance(o.owner, tape.ReshapeOp)
@@ -215,6 +217,14 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
             if result not in direct and op not in placed:
                 allocated.append(out)
             continue
+        if op in firsts:  # its first product, with its bias: the second's residual
+            first, epilogue = firsts[op]
+            made = e.insert(alloc(buffer_type(first.results[0].type)))
+            lower = LOWERINGS[type(first)]
+            lower(e, first, [env[o] for o in first.operands], made,
+                  replace(cx, epilogue=replace(epilogue, bias=env[epilogue.bias])))
+            env[first.results[0]] = made
+            allocated.append(made)
         if op in folded:  # the product, writing this op's result with its epilogue
             product, epilogue = folded[op]
             buffers = replace(epilogue, **{name: env[value] for name in ("bias", "residual")

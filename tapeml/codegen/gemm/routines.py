@@ -127,7 +127,7 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     return w.end()
 
 
-SHORT_K = 128
+SHORT_K = 192
 """A tile whose block of k is at most this deep fetches its rows of C, and of the residual
 where it applies the epilogue, into L1 before its loop (`_fetch_tile_of_c`)."""
 
@@ -141,8 +141,9 @@ def _fetch_tile_of_c(w: Writer, t: str, mr: int, width: int) -> None:
     stream, MR streams at once, which the hardware's prefetchers do not follow). ResNet-50
     at batch 8 (one core): its k = 64 convolutions over 56 x 56 (a 25 MB output, the
     residual as large) 15-22% faster, those of k = 128 over 28 x 28 10-15%, the model 3%
-    (batch 1: 4%, squeezenet 2%; W3, W4 and the GPT step the same). Against deeper
-    blocks it cost a little (W2 n = 1024 1% slower): their loop is long beside the stores."""
+    (batch 1: 4%, squeezenet 2%; W3, W4 and the GPT step the same); its 7 x 7 stem (k = 147)
+    6% faster at 192 than at 128. Against whole blocks (KC) it cost a little (W2 n = 1024 1%
+    slower): their loop is long beside the stores."""
     size = 4 if t == "float" else 8
     last = width * size - size
     lines = sorted({0, min(64, last), last})

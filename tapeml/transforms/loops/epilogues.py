@@ -15,6 +15,9 @@ each optional (at least one; the residual may be the first add's), where the pro
 (conv2d with groups = 1, matmul) is used by it alone, the bias varies along one axis of the
 result only (a convolution's channels: a row of each image's C; a matmul's last axis: a
 column of C, or its second-last: a row), and the residual is a tensor of the result's type.
+Two products' biased results summed (then relu or not: `_two_products`), as a ResNet block
+that projects its shortcut adds them, fold into both: the first made with its bias, the
+second's epilogue adding its own bias, then the first's result as its residual.
 """
 
 from __future__ import annotations
@@ -55,16 +58,22 @@ def gemm(e: Emitter, a: SSAValue, b: SSAValue, c: SSAValue, spec: GemmSpec,
     e.insert(kernel.GemmOp(a, b, c, spec, epilogue.bias, epilogue.residual))
 
 
-def gemm_epilogues(block: Block, views: dict[SSAValue, list[int]],
-                   kept: set[SSAValue]) -> dict[Operation, tuple[Operation, Epilogue]]:
+def gemm_epilogues(block: Block, views: dict[SSAValue, list[int]], kept: set[SSAValue]
+                   ) -> tuple[dict[Operation, tuple[Operation, Epilogue]],
+                              dict[Operation, tuple[Operation, Epilogue]]]:
     """The ops of `block` that fold into their product (the module doc): op -> (the product,
-    the epilogue, its tensors the tape's). `views`: transposes read in place (not a bias
-    nor a residual); `kept`: values the caller's buffers hold (a product returned is not
+    the epilogue, its tensors the tape's); and, of those, the ops that fold into two
+    (`_two_products`): op -> (the first product, made just before the other with its own
+    epilogue, the other's residual). `views`: transposes read in place (not a bias nor a
+    residual); `kept`: values the caller's buffers hold (a product returned is not
     folded)."""
-    folded = {}
+    folded, firsts = {}, {}
     for op in block.ops:
         found = _match(op)
         if found is None:
+            two = _two_products(op, block, views, kept)
+            if two is not None:
+                firsts[op], folded[op] = two
             continue
         seen, added, relu = found  # the product's value (or a reshape of it), what is added
         product = _product(seen)
@@ -82,7 +91,54 @@ def gemm_epilogues(block: Block, views: dict[SSAValue, list[int]],
             if not kind or added:  # (two biases, or a residual first: not a kernel.gemm's)
                 continue
         folded[op] = (product, Epilogue(bias, kind, relu, residual))
-    return folded
+    return folded, firsts
+
+
+def _two_products(op: Operation, block: Block, views: dict[SSAValue, list[int]],
+                  kept: set[SSAValue]) -> tuple[tuple[Operation, Epilogue],
+                                                tuple[Operation, Epilogue]] | None:
+    """Two products' biased results summed, then relu(·) or maximum(·, +0) or nothing: a
+    tape.fused whose ops are add(p, b), add(q, c), add(·, ·) of those two (each either way
+    round), then the activation, p and q products (conv2d with groups = 1, matmul) it alone
+    uses (a ResNet block that projects its shortcut). ((p's product, its epilogue: + b),
+    (q's product, its epilogue: + c, + p's result as the residual, the activation)): p is
+    made with its bias (p + b in p's buffer), then q, whose kernel adds c, then p + b (IEEE
+    addition is commutative: the fused op's bits), then the activation. None where it is
+    not so."""
+    if not isinstance(op, tape.FusedOp) or len(op.operands) != 4:
+        return None
+    body = op.body.block
+    outer = dict(zip(body.args, op.operands, strict=True))
+    steps = [o for o in body.ops if not isinstance(o, tape.ConstantOp | tape.YieldOp)]
+    if len(steps) not in (3, 4) or body.last_op is None or \
+            body.last_op.operands[0] is not steps[-1].results[0]:
+        return None
+    first, second, total = steps[:3]
+    if not all(isinstance(s, tape.AddOp) for s in (first, second, total)) or \
+            set(total.operands) != {first.results[0], second.results[0]} or \
+            not first.results[0].has_one_use() or not second.results[0].has_one_use():
+        return None
+    relu = len(steps) == 4
+    if relu and _relu_operand(steps[3]) is not total.results[0]:
+        return None
+    result = op.results[0].type
+    halves = []
+    for step in (first, second):
+        x, y = (outer.get(v) for v in step.operands)
+        if x is None or y is None:
+            return None
+        value, bias = (x, y) if _product(x) is not None else (y, x)
+        product = _product(value)
+        if product is None or _product(bias) is not None or value.owner is not product \
+                or product.parent_block() is not block or value in kept or value in views \
+                or bias in views or value.type != result:
+            return None
+        kind = _bias_kind(product, value, bias)
+        if not kind:
+            return None
+        halves.append((product, value, bias, kind))
+    (p, p_value, b, b_kind), (q, _, c, c_kind) = halves
+    return (p, Epilogue(b, b_kind, False)), (q, Epilogue(c, c_kind, relu, p_value))
 
 
 def _product(value: SSAValue) -> Operation | None:
