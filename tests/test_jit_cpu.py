@@ -3,6 +3,7 @@ the cache and its explanations, every stage as text."""
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -16,6 +17,7 @@ import tapeml
 from tapeml import Spec, nn, ops
 from tapeml.codegen.gemm import host_threads
 from tapeml.tracing.pytree import flatten
+from tapeml.transforms.loops import reductions
 
 RNG = np.random.default_rng(11)
 
@@ -281,20 +283,37 @@ def test_static_argnums_take_an_int_or_count_from_the_end():
                                         ((6, 4, 9, 16), (0, 2)), ((300, 7), (0,)),
                                         ((4, 130), (1,)), ((3, 5, 40), (0, 1)),
                                         ((19, 64), (1,)), ((2, 11, 6, 5), (0, 2, 3)),
-                                        ((16, 4, 8, 64), (3,))])
-def test_sums_and_maxes_add_in_order_whatever_the_loop_nest(dtype, shape, axes):
+                                        ((16, 4, 8, 64), (3,)), ((16, 64, 128), (0, 1)),
+                                        ((4, 300, 24), (1,)), ((97, 40), (0,)),
+                                        ((40, 3, 16), (0, 1))])
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_sums_and_maxes_add_in_order_whatever_the_loop_nest(monkeypatch, threads, dtype, shape,
+                                                           axes):
     """The CPU folds a row of accumulators at a time when the last axes are kept (a bias
     gradient), else one accumulator per output, eight outputs side by side where there are
     eight (and the rest one by one): either way each output is its terms added one after
     another in row-major order (f32 in f64, rounded once), the same bits as a sequential sum,
-    and the max is numpy's."""
+    and the max is numpy's. Where such rows are few, the terms are added in groups of
+    consecutive ones (`row_groups`, a function of the shape alone) and the groups' sums then
+    in order: the same bits at any thread count."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     x = RNG.standard_normal(shape).astype(dtype)
     sums, maxes = tapeml.jit(lambda x: (tapeml.sum(x, axes), tapeml.max(x, axes)))(x)
     kept = [i for i in range(len(shape)) if i not in axes]
     terms = np.transpose(x, [*axes, *kept]).reshape(-1, *[shape[i] for i in kept])
-    sequential = np.cumsum(terms.astype(np.float64), axis=0)[-1].astype(dtype)
-    assert_same_bits(sums, sequential)
+    last = max(axes)
+    first_run = [a for i, a in enumerate(axes) if axes[:i + 1] == tuple(range(axes[0], a + 1))]
+    groups = 1 if math.prod(shape[last + 1:]) < reductions.ROW_WIDTH else reductions.row_groups(
+        math.prod(shape[i] for i in kept if i < last), math.prod(shape[a] for a in first_run),
+        math.prod(shape[last + 1:]))
+    total = None
+    for group in np.split(terms.astype(np.float64), groups):
+        partial = np.cumsum(group, axis=0)[-1]
+        total = partial if total is None else total + partial
+    assert_same_bits(sums, total.astype(dtype))
     assert_same_bits(maxes, x.max(axis=axes))
+    if shape in ((256, 512), (16, 64, 128), (4, 300, 24)):
+        assert groups > 1  # the cases that fold their rows in groups
 
 
 POOLS = [  # (input shape, kernel, stride, padding): rows inside the input 4 to 55 wide

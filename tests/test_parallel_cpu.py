@@ -69,6 +69,37 @@ def test_the_pool_covers_the_range_once_in_contiguous_chunks(threads, total):
     assert not broken and len(arrived) == taking_part
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("total", [2, 8, 1000])
+def test_the_caller_takes_the_front_of_the_range_and_the_workers_its_back(threads, total):
+    """So that loops over the same range one after another give each core about the same
+    rows each time. Each thread's first chunk waits at a barrier for the others', so every
+    thread takes one before any takes a second: the caller's first is the range's first
+    chunk, and the workers' are the last ones."""
+    parallel_for = PARALLEL_FOR(load_pool())
+    caller = threading.get_ident()
+    firsts: dict[int, tuple[int, int]] = {}
+    lock = threading.Lock()
+    taking_part = min(threads, total)
+    barrier = threading.Barrier(taking_part, timeout=20)
+
+    def part(context, start, end):
+        with lock:
+            first = threading.get_ident() not in firsts
+            firsts.setdefault(threading.get_ident(), (start, end))
+        if first:
+            barrier.wait()
+
+    callback = PART(part)
+    for _ in range(3):
+        firsts.clear()
+        parallel_for(ctypes.cast(callback, ctypes.c_void_p), None, total, threads)
+        assert firsts[caller][0] == 0
+        workers = sorted(span for thread, span in firsts.items() if thread != caller)
+        assert len(workers) == taking_part - 1 and workers[-1][1] == total
+        assert all(a[1] == b[0] for a, b in zip(workers[:-1], workers[1:], strict=True))
+
+
 def test_outlined_loops_interpret_to_the_same_values():
     params = nn.mlp_init(RNG, [4, 8, 3], dtype=np.float64)
     x, y = RNG.standard_normal((6, 4)), np.eye(3)[[0, 1, 2, 0, 1, 2]]

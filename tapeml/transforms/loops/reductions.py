@@ -1,5 +1,5 @@
 """sum and max as one accumulator per output folded in row-major order, or (the CPU's
-row_reductions) a row of accumulators at a time."""
+row_reductions) a row of accumulators at a time, a few rows in groups of consecutive terms."""
 
 from __future__ import annotations
 
@@ -30,6 +30,21 @@ SIDE_BY_SIDE = 8
 many at a time, side by side: independent chains of adds, where one output's chain waits on
 each add's latency (a softmax's row sums, a conv's bias gradient)."""
 
+ROW_GROUPS = 8
+"""`row_reductions` folds the reduced rows of a reduction with fewer than GROUPED_BELOW rows
+of outputs (a bias gradient: one) in up to this many groups of consecutive rows, each into a
+row of accumulators of its own, then combines the groups' rows in order (`row_groups`: the
+most groups that divide the rows, each at least GROUP_ROWS rows, all of them at most
+GROUPS_ELEMENTS accumulators). One row of accumulators is one loop, one thread's: the GPT
+step's bias gradients (16 x 64 x 128, 384 and 512 -> one row) ran slower on two threads than
+on one (their input is in both cores' caches); in groups its sums took 1.28 against 1.64 ms
+on two threads (`step.profile`, AVX-512 Xeon; 2.2-2.3 ms on one either way). The groups are
+a function of the shape alone, so a sum adds its terms in the same order at any thread count
+(an f64 sum, or an f32 one in f64 that rounds, may differ from a sequential sum's bits)."""
+GROUPED_BELOW = 64
+GROUP_ROWS = 16
+GROUPS_ELEMENTS = 1 << 15
+
 
 @lowering(tape.SumOp, tape.MaxOp)
 def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue],
@@ -38,7 +53,8 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
     `rows` (the CPU's row_reductions; the report takes the scratch), when the input's last
     axes are kept (a bias gradient: a sum over the batch), a whole row of accumulators is
     folded at a time instead, so the innermost loop runs along contiguous memory and
-    vectorizes. Every output still adds the same terms in the same order."""
+    vectorizes; every output adds the same terms in the same order, or, where such rows are
+    few, in groups of consecutive terms (ROW_GROUPS), the groups' sums then in order."""
     rows = cx.report if cx.row_reductions else None
     shape = shape_of(op.input)
     axes = op.params["axes"]
@@ -112,21 +128,30 @@ def _combine(op: tape.SumOp | tape.MaxOp, t: Attribute) -> tuple[type[Operation]
     return (arith.AddfOp, 0.0) if isinstance(op, tape.SumOp) else (arith.MaximumfOp, -np.inf)
 
 
+def row_groups(outer: int, rows: int, width: int) -> int:
+    """How many groups of consecutive rows `row_reductions` folds `rows` reduced rows of
+    `width` accumulators in, for each of `outer` rows of outputs (ROW_GROUPS)."""
+    if outer >= GROUPED_BELOW:
+        return 1
+    return max((g for g in range(2, ROW_GROUPS + 1) if rows % g == 0
+                and rows // g >= GROUP_ROWS and g * outer * width <= GROUPS_ELEMENTS), default=1)
+
+
 def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SSAValue,
                    report: PlanReport, wide: Attribute, combine: type[Operation],
                    init: float | int) -> None:
     """`lower_reduction` with rows: for each index of the kept axes before the last reduced
     one (in parallel), a row of accumulators over the trailing kept axes (contiguous in x and
-    in out), folded over the reduced indices in row-major order, then stored."""
+    in out), folded over the reduced indices in row-major order, then stored. Where those
+    rows are few (`row_groups`: a bias gradient's one), the reduced indices are folded in
+    groups of consecutive ones instead, each group's row of its own (in parallel), and then
+    the groups' rows combined in order: the same groups at any thread count."""
     shape = shape_of(op.input)
     axes = op.params["axes"]
     last = max(axes)
     width = math.prod(shape[last + 1:])
     outer = [i for i in range(last) if i not in axes]
     t = op.result.type.get_element_type()
-    size = math.prod(shape[i] for i in outer) * width
-    acc = e.insert(alloc(MemRefType(wide, [size])))
-    report.scratch_bytes = max(report.scratch_bytes, size * (wide.bitwidth // 8))
     src = strides(shape)
     # the outer dims and the reduced ones each merged where the input runs on across them
     # (coalesce: the same rows folded in the same order, in fewer loops)
@@ -135,11 +160,19 @@ def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SS
         [[src[i] for i in outer], [s * width for s in strides([shape[i] for i in outer])]])
     reduced_shape, (reduced_src,), _ = coalesce([shape[a] for a in axes],
                                                 [[src[a] for a in axes]])
+    size = math.prod(outer_shape) * width
+    groups = row_groups(math.prod(outer_shape), reduced_shape[0], width) if reduced_shape else 1
+    acc = e.insert(alloc(MemRefType(wide, [groups * size])))
+    report.scratch_bytes = max(report.scratch_bytes, groups * size * (wide.bitwidth // 8))
+    per_group = [reduced_shape[0] // groups, *reduced_shape[1:]] if reduced_shape else []
 
-    def row(e: Emitter, outer_ivs: list[SSAValue]) -> None:
-        start = e.linear(outer_ivs, outer_rows)
+    def row(e: Emitter, outer_ivs: list[SSAValue], group: SSAValue) -> None:
+        start = e.addi(e.linear(outer_ivs, outer_rows), e.muli(group, e.index(size)))
 
         def fold(e: Emitter, reduced: list[SSAValue]) -> None:
+            if groups > 1:  # the group's reduced indices from its first
+                reduced = [e.addi(e.muli(group, e.index(per_group[0])), reduced[0]),
+                           *reduced[1:]]
             base = e.linear([*outer_ivs, *reduced], [*outer_src, *reduced_src])
 
             def one(e: Emitter, w: list[SSAValue]) -> None:
@@ -153,14 +186,29 @@ def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SS
 
         e.loops([width], lambda e, w: e.store(e.scalar(init, wide), acc,
                                               e.insert(arith.AddiOp(start, w[0]))))
-        e.loops(reduced_shape, fold)
+        e.loops(per_group, fold)
 
-        def store(e: Emitter, w: list[SSAValue]) -> None:
-            at = e.insert(arith.AddiOp(start, w[0]))
-            value = e.load(acc, at)
-            e.store(e.insert(arith.TruncFOp(value, t)) if wide != t else value, out, at)
+    def store(e: Emitter, at: SSAValue, total: SSAValue) -> None:
+        e.store(e.insert(arith.TruncFOp(total, t)) if wide != t else total, out, at)
 
-        e.loops([width], store)
+    if groups == 1:
+        def whole(e: Emitter, outer_ivs: list[SSAValue]) -> None:
+            row(e, outer_ivs, e.index(0))
+            start = e.linear(outer_ivs, outer_rows)
+            e.loops([width], lambda e, w: (lambda at: store(e, at, e.load(acc, at)))(
+                e.insert(arith.AddiOp(start, w[0]))))
 
-    e.loops(outer_shape, row, parallel=True)
+        e.loops(outer_shape, whole, parallel=True)
+    else:
+        e.loops([*outer_shape, groups], lambda e, ivs: row(e, ivs[:-1], ivs[-1]),
+                parallel=True)
+
+        def combined(e: Emitter, ivs: list[SSAValue]) -> None:  # the groups' rows, in order
+            at = e.addi(e.linear(ivs[:-1], outer_rows), ivs[-1])
+            total = e.reduce([groups - 1], e.load(acc, at), lambda e, g, total: e.insert(
+                combine(total, e.load(acc, e.addi(at, e.muli(e.addi(g[0], e.index(1)),
+                                                             e.index(size)))))))
+            store(e, at, total)
+
+        e.loops([*outer_shape, width], combined, parallel=True)
     e.insert(dealloc(acc))
