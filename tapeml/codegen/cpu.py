@@ -73,7 +73,7 @@ def optimize(module: Any, machine: llvm_binding.TargetMachine, detached: Sequenc
 
 def optimize_program(parsed: Any, machine: llvm_binding.TargetMachine) -> None:
     passes = llvm_binding.create_pass_builder(
-        machine, llvm_binding.create_pipeline_tuning_options(speed_level=PROGRAM_LEVEL))
+        machine, llvm_worker.pipeline_options(PROGRAM_LEVEL))
     passes.getModulePassManager().run(parsed, passes)
 
 
