@@ -78,7 +78,7 @@ from tapeml.codegen.gemm.routines import (
     pack_b,
 )
 from tapeml.codegen.gemm.target import Target, host_threads, tiles
-from tapeml.codegen.gemm.writer import scalar_loops
+from tapeml.codegen.gemm.writer import loop_metadata
 from tapeml.dialects.kernel import GemmSpec
 
 __all__ = ["PARALLEL_FLOPS", "GemmSpec", "Target", "Variant", "batch_groups", "caller",
@@ -100,14 +100,14 @@ def _header(v: Variant, comment: str) -> list[str]:
 def kernel(v: Variant) -> str:
     """The LLVM IR module defining the kernel `v.symbol` (and its internal helpers): all of it
     but its tiles (`tiles_module`), which each call passes it."""
-    return scalar_loops(_kernel(v))
+    return loop_metadata(_kernel(v))
 
 
 def tiles_module(v: Variant) -> str:
     """The LLVM IR module defining the tiles of `v` (`v.tiles`, TILES: the micro-kernels and
     A's packing, which depend on MR) and `.prepack_a`. Its tiles store an edge tile, and
     every tile of a C stored transposed, through the kernel's `.edge` (passed them)."""
-    return scalar_loops(_tiles(v))
+    return loop_metadata(_tiles(v))
 
 
 def _kernel(v: Variant) -> str:
@@ -271,4 +271,4 @@ def definition(spec: GemmSpec, target: Target) -> str:
                 continue
             seen.add(line)
         lines.append(line)
-    return scalar_loops("\n".join(lines))
+    return loop_metadata("\n".join(lines))
