@@ -21,6 +21,7 @@ import tapeml
 from tapeml.codegen.cpu import bind_scratch, target_machine
 from tapeml.codegen.gemm import GemmSpec, Target, definition
 from tapeml.dialects import kernel
+from tapeml.dialects.kernel import A_TAPS_SLACK
 
 EDGE_VALUES = [np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1.5]
 
@@ -171,14 +172,16 @@ def _for_target(spec: GemmSpec, target: Target):
 @pytest.mark.parametrize("taps", [False, True])
 def test_every_tile_shape_and_the_windows_kernel_store_c_transposed(panel_vectors, dtype, taps):
     """The other CPU family's tile (16 x 16 with AVX-512: more rows than a vector has lanes in
-    f64), and the windows kernel (B's rows read in place through a table, here one tap: row
-    p at p * n), with the epilogue: the plain product's bits, transposed."""
+    f64), and the windows kernel (A's columns read in place through a table, here one tap:
+    column p at p * m), with the epilogue: the product's bits, transposed."""
     target = dataclasses.replace(Target.host(), threads=1, panel_vectors=panel_vectors)
     m, n, k = 37, 45, 300
     a, b, offsets, start, shortcut = _operands(m, n, k, 1, m * n, dtype, panel_vectors)
-    plain = GemmSpec("f32" if dtype == np.float32 else "f64", 1, m, n, k, (0, k, 1),
-                     (0, n, 1), m * n, True, bias="columns", relu=True, residual=True,
-                     b_taps=(0,) if taps else ())
+    if taps:  # A's columns contiguous, and the slack the windows kernel's tiles read
+        a = np.concatenate([a.reshape(m, k).T.reshape(-1), np.zeros(A_TAPS_SLACK, dtype)])
+    plain = GemmSpec("f32" if dtype == np.float32 else "f64", 1, m, n, k,
+                     (0, 1, m) if taps else (0, k, 1), (0, n, 1), m * n, True, bias="columns",
+                     relu=True, residual=True, a_taps=(0,) if taps else ())
     expected = start.copy()
     _for_target(plain, target)(a.ctypes.data, b.ctypes.data, expected.ctypes.data,
                                offsets.ctypes.data, shortcut.ctypes.data)

@@ -1,9 +1,11 @@
-"""kernel.gemm's `b_taps`: B's rows are a convolution's windows over zero-padded images, row
-p = (c * kh + i) * kw + j at c * b1 + i * rs + j * cs. The CPU kernel reads them in place
-(`.tile.rows`, a kernel of its own: Variant.windows) and must give the bits of the plain
-kernel over the same B written out (the same products, summed in the same order); the
-verifier bounds its reads; the interpreter and the emulated GPU compute it too; and
-tape-to-loops{window_convs} lowers convolutions to it."""
+"""kernel.gemm's `a_taps`: A's columns are a convolution's windows over zero-padded images,
+column p = (c * kh + i) * kw + j at c * a2 + i * rs + j * cs, its rows (the pixels) 1 apart.
+The CPU kernel reads them in place (`.tile.direct` through a table, a kernel of its own:
+Variant.windows, all of k in one block) and must give the bits of the plain kernel over the
+same A written out where k is one block (KC) and its values where it is more (the blocks of k
+are summed apart there); the verifier bounds its reads (A_TAPS_SLACK past the furthest); the
+interpreter and the emulated GPU compute it too; and tape-to-loops{window_convs} lowers
+convolutions to it."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import tapeml
 from tapeml import nn
 from tapeml.codegen.gemm import GemmSpec, Target
 from tapeml.codegen.gemm.plan import INDEX, plan, variant
-from tapeml.dialects.kernel import Kernel
+from tapeml.codegen.gemm.target import KC
+from tapeml.dialects.kernel import A_TAPS_SLACK, Kernel
 from tapeml.transforms.loops import convolutions
 from tapeml.transforms.loops.epilogues import Epilogue
 
@@ -31,74 +34,83 @@ from tapeml.transforms.loops.epilogues import Epilogue
 def _windows(batch: int, channels: int, hp: int, wp: int, kh: int, kw: int, dh: int, dw: int,
              dtype: type, rng: np.random.Generator, order: int = 1
              ) -> tuple[GemmSpec, np.ndarray, np.ndarray]:
-    """A windowed B over `batch` images of `channels` x hp x wp (any values: NaN, inf and -0
-    among them) and its tail, with the spec of m = 0 (the caller sets m and A), its taps in
-    order (`order` 1) or reversed (-1), and the same B written out, batch x k x n."""
+    """A windowed A over `batch` images of `channels` x hp x wp (any values: NaN, inf and -0
+    among them) and its tail, with the spec of n = 0 (the caller sets n and B), its taps in
+    order (`order` 1) or reversed (-1), and the same A written out, batch x m x k."""
     oh = hp - (kh - 1) * dh
-    n, k = oh * wp, channels * kh * kw
-    size = batch * channels * hp * wp + (kw - 1) * dw
+    m, k = oh * wp, channels * kh * kw
+    size = batch * channels * hp * wp + (kw - 1) * dw + A_TAPS_SLACK
     flat = rng.standard_normal(size).astype(dtype)
     flat[rng.integers(0, size, 3)] = [np.nan, np.inf, -0.0]
     taps = [i * dh * wp + j * dw for i in range(kh) for j in range(kw)]
-    spec = GemmSpec("f32" if dtype == np.float32 else "f64", batch, 0, n, k, (0, k, 1),
-                    (channels * hp * wp, hp * wp, 1), 0, False, b_taps=tuple(taps[::order]))
-    rows = np.array([spec.b_row(p) for p in range(k)])
-    written = flat[spec.b[0] * np.arange(batch)[:, None, None] + rows[None, :, None]
-                   + np.arange(n)[None, None, :]]
+    spec = GemmSpec("f32" if dtype == np.float32 else "f64", batch, m, 0, k,
+                    (channels * hp * wp, 1, hp * wp), (0, 0, 1), 0, False,
+                    a_taps=tuple(taps[::order]))
+    columns = np.array([spec.a_column(p) for p in range(k)])
+    written = flat[spec.a[0] * np.arange(batch)[:, None, None] + columns[None, None, :]
+                   + np.arange(m)[None, :, None]]
     return spec, flat, np.ascontiguousarray(written)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("threads", ["1", "2"])
-@pytest.mark.parametrize("batch,channels,hp,wp,o,kh,kw,dh,dw,accumulate,epilogue,constant,order", [
-    (1, 3, 8, 9, 5, 3, 3, 1, 1, False, False, False, 1),    # edges of the tile's rows, columns
-    (2, 4, 12, 14, 30, 3, 3, 1, 1, False, True, True, 1),   # tile rows, bias + relu, A kept
-    (3, 2, 9, 11, 16, 3, 2, 2, 1, True, False, False, -1),  # dilated rows, 3 x 2, C +=, taps
-    (1, 40, 10, 10, 7, 3, 3, 1, 1, False, True, False, 1),  # k = 360: two blocks of k
-    (2, 1, 5, 40, 33, 1, 5, 1, 2, False, False, True, -1),  # 1 x 5, dilated columns
-])
-def test_windows_read_in_place_give_the_bits_of_b_written_out(
+@pytest.mark.parametrize(
+    "batch,channels,hp,wp,o,kh,kw,dh,dw,accumulate,epilogue,constant,order,transposed", [
+        (1, 3, 8, 9, 5, 3, 3, 1, 1, False, False, False, 1, True),   # edges of rows, columns
+        (2, 4, 12, 14, 30, 3, 3, 1, 1, False, True, True, 1, True),  # bias + relu, B kept
+        (3, 2, 9, 11, 16, 3, 2, 2, 1, True, False, False, -1, False),  # dilated, 3 x 2, C +=
+        (1, 40, 10, 10, 7, 3, 3, 1, 1, False, True, False, 1, True),  # k = 360: one block
+        (2, 1, 5, 40, 33, 1, 5, 1, 2, False, False, True, -1, False),  # 1 x 5, dilated columns
+    ])
+def test_windows_read_in_place_give_the_plain_products_bits(
         monkeypatch, dtype, threads, batch, channels, hp, wp, o, kh, kw, dh, dw, accumulate,
-        epilogue, constant, order):
-    """The kernel over windows (a windows kernel: no packing of B, no direct A or B, no
-    shared B) against the plain kernel over the same B written out, batch by batch: the same bits,
-    NaN, inf and -0 in A and B, at 1 and 2 threads, f32 and f64."""
+        epilogue, constant, order, transposed):
+    """The kernel over windows (a windows kernel: A read in place, never packed, no shared B)
+    against the plain kernel over the same A written out, batch by batch: the same bits where
+    k is one block (its values beyond: the plain kernel sums blocks of KC apart), NaN, inf and
+    -0 in A and B, at 1 and 2 threads, f32 and f64, C as it lies or stored transposed."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     rng = np.random.default_rng(batch * 1000 + channels * 10 + o)
     windows, flat, written = _windows(batch, channels, hp, wp, kh, kw, dh, dw, dtype, rng,
                                       order)
-    k, n = windows.k, windows.n
+    m, k = windows.m, windows.k
     windows = dataclasses.replace(
-        windows, m=o, c0=o * n, accumulate=accumulate, bias="rows" if epilogue else "",
-        relu=epilogue, a_constant="weights" if constant else "")
-    plain = dataclasses.replace(windows, b=(k * n, n, 1), b_taps=())
+        windows, n=o, b=(0, 1, k), c0=o * m, accumulate=accumulate,
+        bias="columns" if epilogue else "", relu=epilogue,
+        b_constant="weights" if constant else "", c_transposed=transposed)
+    plain = dataclasses.replace(windows, a=(m * k, k, 1), a_taps=())
     host = dataclasses.replace(Target.host(), threads=int(threads))
     table = plan(windows, host)
     assert variant(windows, host).windows and not variant(plain, host).windows
-    assert table[INDEX["direct_a"]] == table[INDEX["direct_b"]] == table[INDEX["shared"]] == 0
-    a = rng.standard_normal(o * k).astype(dtype)
-    a[rng.integers(0, a.size, 2)] = [np.inf, -0.0]
+    assert table[INDEX["direct_a"]] == 1 and table[INDEX["shared"]] == 0
+    b = rng.standard_normal(o * k).astype(dtype)  # w[o][k]: B = w^T
+    b[rng.integers(0, b.size, 2)] = [np.inf, -0.0]
     bias = rng.standard_normal(o).astype(dtype)
-    start = rng.standard_normal(batch * o * n).astype(dtype)
+    start = rng.standard_normal(batch * o * m).astype(dtype)
     outs = []
-    for spec, b in ((windows, flat), (plain, written)):
+    for spec, a in ((windows, flat), (plain, written)):
         out = start.copy()
         extra = [bias.ctypes.data] if epilogue else []
         compiled(spec)(a.ctypes.data, b.ctypes.data, out.ctypes.data, *extra)
         outs.append(out)
-    assert_same_bits(outs[0], outs[1])
+    if k <= KC:
+        assert_same_bits(outs[0], outs[1])
+    else:
+        tight = 1e-5 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(outs[0], outs[1], rtol=tight, atol=tight)
+        assert np.array_equal(np.isnan(outs[0]), np.isnan(outs[1]))
 
 
 def test_the_verifier_bounds_a_windows_reads():
-    """The furthest tap of the last channel, read to its n-th element, must lie in B; the taps
-    divide k, none negative, their elements contiguous."""
-    def module(size: int, taps: str, k: int = 18, b2: int = 1):
+    """The furthest tap of the last channel, read to its m-th element and A_TAPS_SLACK past
+    it, must lie in A; the taps divide k, none negative, their elements contiguous."""
+    def module(size: int, taps: str, k: int = 18, a1: int = 1):
         text = f"""
-        func.func @f(%a: memref<{2 * k}xf32>, %b: memref<{size}xf32>, %c: memref<20xf32>) {{
-          kernel.gemm %a, %b, %c {{batch = 1 : i64, m = 2 : i64, n = 10 : i64, k = {k} : i64,
-            a_strides = array<i64: 0, {k}, 1>, b_strides = array<i64: 0, 36, {b2}>,
-            c_batch_stride = 20 : i64, accumulate = false, b_taps = array<i64: {taps}>}}
-            : memref<{2 * k}xf32>, memref<{size}xf32>, memref<20xf32>
+        func.func @f(%a: memref<{size}xf32>, %b: memref<{2 * k}xf32>, %c: memref<20xf32>) {{
+          kernel.gemm %a, %b, %c {{batch = 1 : i64, m = 10 : i64, n = 2 : i64, k = {k} : i64,
+            a_strides = array<i64: 0, {a1}, 36>, b_strides = array<i64: 0, 1, {k}>,
+            c_batch_stride = 20 : i64, accumulate = false, a_taps = array<i64: {taps}>}}
+            : memref<{size}xf32>, memref<{2 * k}xf32>, memref<20xf32>
           func.return
         }}"""
         ctx = Context()
@@ -107,25 +119,27 @@ def test_the_verifier_bounds_a_windows_reads():
         return Parser(ctx, text).parse_module()
 
     # 2 channels of 6 x 6, 3 x 3 taps (the furthest first): the last channel's furthest tap
-    # starts at 36 + 14 = 50 and is read to 59
+    # starts at 36 + 14 = 50 and is read to 59, and the slack past it
     taps = "14, 0, 1, 2, 6, 7, 8, 12, 13"
-    module(60, taps).verify()
-    with pytest.raises(VerifyException, match="b is read up to element 59, past its 59"):
-        module(59, taps).verify()
-    with pytest.raises(VerifyException, match="9 taps \\(b_taps\\) must divide k = 16"):
-        module(60, taps, k=16).verify()
+    last = 59 + A_TAPS_SLACK
+    module(last + 1, taps).verify()
+    with pytest.raises(VerifyException, match=f"a is read up to element {last}, past its "
+                                              f"{last}"):
+        module(last, taps).verify()
+    with pytest.raises(VerifyException, match="9 taps \\(a_taps\\) must divide k = 16"):
+        module(last + 1, taps, k=16).verify()
     with pytest.raises(VerifyException, match="non-negative"):
-        module(60, "14, 0, 1, 2, 6, 7, 8, 12, -1").verify()
+        module(last + 1, "14, 0, 1, 2, 6, 7, 8, 12, -1").verify()
     with pytest.raises(VerifyException, match="contiguous"):
-        module(200, taps, b2=2).verify()
+        module(200, taps, a1=2).verify()
 
 
 def test_windows_on_the_emulated_gpu_and_the_interpreter():
-    """The GPU's tiled kernel reads a window's rows as the interpreter does."""
+    """The GPU's tiled kernel reads a window's columns as the interpreter does."""
     from test_gpu import run_gemm
 
-    spec = GemmSpec("f32", 2, 5, 7 * 4, 2 * 3 * 3, (0, 18, 1), (2 * 9 * 7, 9 * 7, 1), 5 * 28,
-                    False, b_taps=tuple(i * 7 + j for i in range(3) for j in range(3))[::-1])
+    spec = GemmSpec("f32", 2, 7 * 4, 5, 2 * 3 * 3, (2 * 9 * 7, 1, 9 * 7), (0, 1, 18), 5 * 28,
+                    False, a_taps=tuple(i * 7 + j for i in range(3) for j in range(3))[::-1])
     got, expected = run_gemm(spec, tile=4)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
@@ -144,7 +158,7 @@ def test_a_convolution_over_windows_interprets_to_the_traces_values(monkeypatch,
     x = rng.standard_normal((4, 2, 6, 7))
     specs, got, expected = lowered_convolution(w, x, 1, image_group=image_group,
                                                window_convs=True)
-    assert [s.b_taps for s in specs] == [tuple(i * 9 + j for i in range(3) for j in range(3))]
+    assert [s.a_taps for s in specs] == [tuple(i * 9 + j for i in range(3) for j in range(3))]
     assert specs[0].batch == (image_group or 4)
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
@@ -192,7 +206,7 @@ def test_compiled_convolutions_over_windows(monkeypatch, threads, batch, pad, di
 
     step = tapeml.jit(f)
     got = step(x, w, b)
-    assert "b_taps" in step.lower(x, w, b)["loops"]
+    assert "a_taps" in step.lower(x, w, b)["loops"]
     expected = tapeml.trace(f, x, w, b)(x, w, b)
     np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
     assert np.array_equal(np.isnan(got), np.isnan(expected))

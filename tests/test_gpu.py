@@ -13,6 +13,7 @@ from xdsl.dialects.builtin import MemRefType, ModuleOp, f32, f64
 import tapeml
 from tapeml.codegen.gemm import GemmSpec
 from tapeml.dialects import kernel
+from tapeml.dialects.kernel import A_TAPS_SLACK
 from tapeml.transforms.to_gpu import outline_module
 
 RNG = np.random.default_rng(7)
@@ -31,8 +32,9 @@ def gemm_module(spec: GemmSpec, sizes: tuple[int, int, int]) -> ModuleOp:
 def run_gemm(spec: GemmSpec, tile: int) -> tuple[np.ndarray, np.ndarray]:
     """C from the GPU kernel (emulated) and from the interpreter's numpy kernel.gemm."""
     dtype = np.float32 if spec.dtype == "f32" else np.float64
-    last_a = sum(s * (n - 1) for s, n in zip(spec.a, (spec.batch, spec.m, spec.k), strict=True))
-    last_b = spec.b[0] * (spec.batch - 1) + spec.b_last_row() + spec.b[2] * (spec.n - 1)
+    last_a = (spec.a[0] * (spec.batch - 1) + spec.a[1] * (spec.m - 1) + spec.a_last_column()
+              + A_TAPS_SLACK * bool(spec.a_taps))
+    last_b = sum(s * (n - 1) for s, n in zip(spec.b, (spec.batch, spec.k, spec.n), strict=True))
     c_size = spec.m * spec.n * (spec.batch if spec.c0 else 1)
     a = RNG.standard_normal(last_a + 1).astype(dtype)
     b = RNG.standard_normal(last_b + 1).astype(dtype)

@@ -433,7 +433,7 @@ def test_a_batch_of_convolutions_written_into_their_concat(monkeypatch, threads,
     # copied into the concat)
     assert loops.count(f"c_batch_stride = {16 * 12 * 12} : i64") == 3
     assert loops.count(f"c_batch_stride = {32 * 40 * 42} : i64") == 2
-    assert loops.count("b_taps") == 2
+    assert loops.count("a_taps") == 2
     got, expected = both(f, *args)
     close([got[i] for i in (0, 1, 3)], [expected[i] for i in (0, 1, 3)])
     # the sums of 1600 terms that cancel: within the bound of two summation orders

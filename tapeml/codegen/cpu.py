@@ -181,7 +181,7 @@ def kernel_modules(v: Variant) -> list[tuple[str, str, list[str]]]:
     """The two modules of the kernel `v` (gemm.Variant): (prefix, LLVM IR text, the symbols
     published for callers) of the kernel, then of its tiles."""
     tiles = [f"{v.tiles}.prepack_a", *(f for f in tiles_of(v) if f)]
-    return [(v.symbol, kernel(v), [v.symbol, *([] if v.windows else [f"{v.symbol}.prepack_b"])]),
+    return [(v.symbol, kernel(v), [v.symbol, f"{v.symbol}.prepack_b"]),
             (v.tiles, tiles_module(v), tiles)]
 
 

@@ -13,11 +13,13 @@ more than m * n: the blocks lie apart, each image's part of a concat's buffer). 
 `c_transposed`, C[b] is stored transposed: element (i, j) at c[b * c_batch_stride + j*m + i],
 an n x m block (a convolution's product with its pixels as rows, written in the image's
 channel-major layout; the residual's blocks likewise).
-Strides let a transposed operand be read in place. With `b_taps = array<i64: t0, t1, ...>`
-(T of them), B's rows are a convolution's taps over an image: row p = c * T + t of B[b] starts
-at b0*b + c*b1 + t_t (its elements b2 = 1 apart), so B[b][p, j] is tap t of channel c at
-position j of a zero-padded image read in place (no im2col matrix; tape-to-loops{window_convs},
-the CPU's). An epilogue may follow the sum, on every
+Strides let a transposed operand be read in place. With `a_taps = array<i64: t0, t1, ...>`
+(T of them), A's columns are a convolution's taps over an image: column p = c * T + t of A[b]
+starts at a0*b + c*a2 + t_t (its elements, the rows i, a1 = 1 apart), so A[b][i, p] is tap t
+of channel c at position i of a zero-padded image read in place (no im2col matrix; the
+product with the pixels as C's rows, tape-to-loops{window_convs}, the CPU's). A's buffer then
+holds A_TAPS_SLACK elements past the furthest the product reads. An epilogue may
+follow the sum, on every
 element of C once it holds its whole sum:
 
     kernel.gemm %w, %x, %y, %bias, %r {..., bias = "rows", residual, relu = true}
@@ -123,23 +125,23 @@ class GemmSpec:
     residual: bool = False
     """The epilogue adds a residual: a buffer of C's shape (blocks m * n apart), after the
     bias, the call's last buffer."""
-    b_taps: tuple[int, ...] = ()
-    """Where each of a window's taps starts in a channel: B's rows are windows (the dialect
-    doc), or () for B[p, j] at p * b1 + j * b2."""
     c_transposed: bool = False
     """C[b] (and the residual's blocks) stored transposed: (i, j) at j * m + i."""
+    a_taps: tuple[int, ...] = ()
+    """Where each of a window's taps starts in a channel: A's columns are windows (the dialect
+    doc), A[b][i, p] at b * a0 + i * a1 + `a_column(p)`; or () for p * a2."""
 
-    def b_row(self, p: int) -> int:
-        """Where row p of B[0] starts: p * b1, or its channel's tap (`b_taps`)."""
-        if not self.b_taps:
-            return p * self.b[1]
-        return p // len(self.b_taps) * self.b[1] + self.b_taps[p % len(self.b_taps)]
+    def a_column(self, p: int) -> int:
+        """Where column p of A[0] starts: p * a2, or its channel's tap (`a_taps`)."""
+        if not self.a_taps:
+            return p * self.a[2]
+        return p // len(self.a_taps) * self.a[2] + self.a_taps[p % len(self.a_taps)]
 
-    def b_last_row(self) -> int:
-        """Where B[0]'s furthest row starts (k > 0)."""
-        if not self.b_taps:
-            return self.b_row(self.k - 1)
-        return (self.k // len(self.b_taps) - 1) * self.b[1] + max(self.b_taps)
+    def a_last_column(self) -> int:
+        """Where A[0]'s furthest column starts (k > 0)."""
+        if not self.a_taps:
+            return self.a_column(self.k - 1)
+        return (self.k // len(self.a_taps) - 1) * self.a[2] + max(self.a_taps)
 
     @property
     def bias_length(self) -> int:
@@ -153,9 +155,9 @@ class GemmSpec:
                        (("a", self.a_constant), ("b", self.b_constant)) if name)
         epilogue = (f"_bias{self.bias}" * bool(self.bias) + "_res" * self.residual
                     + "_relu" * self.relu)
-        if self.b_taps:  # (many taps: a digest of them)
-            taps = "x".join(map(str, self.b_taps))
-            b += "_t" + (taps if len(self.b_taps) <= 9 else
+        if self.a_taps:  # (many taps: a digest of them)
+            taps = "x".join(map(str, self.a_taps))
+            a += "_t" + (taps if len(self.a_taps) <= 9 else
                          "h" + hashlib.sha256(taps.encode()).hexdigest()[:16])
         return (f"tapeml_gemm_{self.dtype}_b{self.batch}_m{self.m}_n{self.n}_k{self.k}"
                 f"_a{a}_b{b}_c{self.c0}{'t' * self.c_transposed}_"
@@ -171,8 +173,8 @@ class GemmSpec:
             epilogue["residual"] = BoolAttr.from_bool(True)
         if self.relu:
             epilogue["relu"] = BoolAttr.from_bool(True)
-        if self.b_taps:
-            epilogue["b_taps"] = DenseArrayBase.from_list(i64, self.b_taps)
+        if self.a_taps:
+            epilogue["a_taps"] = DenseArrayBase.from_list(i64, self.a_taps)
         if self.c_transposed:
             epilogue["c_transposed"] = BoolAttr.from_bool(True)
         return {"batch": _i64(self.batch), "m": _i64(self.m), "n": _i64(self.n),
@@ -194,7 +196,7 @@ class GemmSpec:
             return value.data if isinstance(value, StringAttr) else ""
 
         relu, residual = attributes.get("relu"), attributes.get("residual")
-        taps, transposed = attributes.get("b_taps"), attributes.get("c_transposed")
+        taps, transposed = attributes.get("a_taps"), attributes.get("c_transposed")
         return GemmSpec(dtype=dtype, batch=integer("batch"), m=integer("m"), n=integer("n"),
                         k=integer("k"), a=strides("a_strides"), b=strides("b_strides"),
                         c0=integer("c_batch_stride"),
@@ -203,7 +205,7 @@ class GemmSpec:
                         bias=constant("bias"),
                         relu=isinstance(relu, IntegerAttr) and bool(relu.value.data),
                         residual=isinstance(residual, IntegerAttr) and bool(residual.value.data),
-                        b_taps=tuple(taps.get_values())  # type: ignore[union-attr]
+                        a_taps=tuple(taps.get_values())  # type: ignore[union-attr]
                         if isinstance(taps, DenseArrayBase) else (),
                         c_transposed=isinstance(transposed, IntegerAttr)
                         and bool(transposed.value.data))
@@ -215,6 +217,12 @@ class GemmSpec:
                     for name in ("a_constant", "b_constant") if getattr(self, name)}
         return DictionaryAttr({"dtype": StringAttr(self.dtype), **self.attributes(),
                                **constant})
+
+
+A_TAPS_SLACK = 16
+"""With `a_taps`, a kernel may read this many elements of A past the furthest the product
+uses (the CPU's micro-kernel reads an edge tile's rows whole, at constant offsets, and drops
+those past the product's last row), so A's buffer must hold them."""
 
 
 def _symbol_part(name: str) -> str:
@@ -293,22 +301,23 @@ class GemmOp(IRDLOperation):
             if len(getattr(self, name).get_values()) != 3:
                 raise VerifyException(f"kernel.gemm: {name} must have 3 entries (batch, row, "
                                       "column)")
-        if min(s.batch, s.m, s.n, s.k, *s.a, *s.b, s.c0, *s.b_taps) < 0:
+        if min(s.batch, s.m, s.n, s.k, *s.a, *s.b, s.c0, *s.a_taps) < 0:
             raise VerifyException("kernel.gemm: sizes and strides must be non-negative")
-        if s.b_taps and s.k % len(s.b_taps):
-            raise VerifyException(f"kernel.gemm: {len(s.b_taps)} taps (b_taps) must divide "
+        if s.a_taps and s.k % len(s.a_taps):
+            raise VerifyException(f"kernel.gemm: {len(s.a_taps)} taps (a_taps) must divide "
                                   f"k = {s.k}")
-        if s.b_taps and s.b[2] != 1:
+        if s.a_taps and s.a[1] != 1:
             raise VerifyException(f"kernel.gemm: a window's elements are contiguous "
-                                  f"(b_strides[2] = 1), got {s.b[2]}")
+                                  f"(a_strides[1] = 1), got {s.a[1]}")
         if s.batch and s.m and s.n and 0 < s.c0 < s.m * s.n:
             raise VerifyException(f"kernel.gemm: c_batch_stride must be 0 or at least m*n = "
                                   f"{s.m * s.n} (the blocks of C must not overlap), got {s.c0}")
         if s.batch and s.m and s.n and s.k:
             reads = {"a": (s.a, (s.m, s.k), types[0]), "b": (s.b, (s.k, s.n), types[1])}
             for operand, (steps, (rows, columns), t) in reads.items():
-                row = s.b_last_row() if operand == "b" else steps[1] * (rows - 1)
-                last = steps[0] * (s.batch - 1) + row + steps[2] * (columns - 1)
+                last = steps[0] * (s.batch - 1) + steps[1] * (rows - 1) + (
+                    s.a_last_column() + A_TAPS_SLACK * bool(s.a_taps) if operand == "a"
+                    else steps[2] * (columns - 1))
                 if last >= t.get_shape()[0]:
                     raise VerifyException(f"kernel.gemm: {operand} is read up to element {last}, "
                                           f"past its {t.get_shape()[0]} elements")

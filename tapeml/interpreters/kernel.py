@@ -51,15 +51,15 @@ class KernelFunctions(InterpreterFunctions):
         if not (s.batch and s.m and s.n):
             return ()
         item = dtype.itemsize
-        lhs = np.lib.stride_tricks.as_strided(a, (s.batch, s.m, s.k),
-                                              [x * item for x in s.a], writeable=False)
-        if s.b_taps:  # each row of B a window's tap (kernel.gemm's b_taps)
-            rows = np.array([s.b_row(p) for p in range(s.k)], np.int64)
-            rhs = b[s.b[0] * np.arange(s.batch)[:, None, None] + rows[None, :, None]
-                    + s.b[2] * np.arange(s.n)[None, None, :]]
+        if s.a_taps:  # each column of A a window's tap (kernel.gemm's a_taps)
+            columns = np.array([s.a_column(p) for p in range(s.k)], np.int64)
+            lhs = a[s.a[0] * np.arange(s.batch)[:, None, None] + columns[None, None, :]
+                    + s.a[1] * np.arange(s.m)[None, :, None]]
         else:
-            rhs = np.lib.stride_tricks.as_strided(b, (s.batch, s.k, s.n),
-                                                  [x * item for x in s.b], writeable=False)
+            lhs = np.lib.stride_tricks.as_strided(a, (s.batch, s.m, s.k),
+                                                  [x * item for x in s.a], writeable=False)
+        rhs = np.lib.stride_tricks.as_strided(b, (s.batch, s.k, s.n),
+                                              [x * item for x in s.b], writeable=False)
         product = np.matmul(lhs, rhs)
         steps = (item, s.m * item) if s.c_transposed else (s.n * item, item)  # (i, j)
         blocks = np.lib.stride_tricks.as_strided(

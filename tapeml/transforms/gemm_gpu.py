@@ -64,8 +64,8 @@ def gemm_kernel(name: str, spec: GemmSpec, a_type: MemRefType, b_type: MemRefTyp
             q = e.linear([kt, ty], [tile, 1])
             a_ok = e.insert(arith.AndIOp(e.in_range(row, spec.m), e.in_range(p, spec.k)))
             b_ok = e.insert(arith.AndIOp(e.in_range(q, spec.k), e.in_range(col, spec.n)))
-            a_at = e.linear([batch, e.clamp(row, spec.m), e.clamp(p, spec.k)], list(spec.a))
-            b_at = _b_at(e, spec, batch, e.clamp(q, spec.k), e.clamp(col, spec.n))
+            a_at = _a_at(e, spec, batch, e.clamp(row, spec.m), e.clamp(p, spec.k))
+            b_at = e.linear([batch, e.clamp(q, spec.k), e.clamp(col, spec.n)], list(spec.b))
             e.store(e.insert(arith.SelectOp(a_ok, e.load(a, a_at), zero)), a_tile, mine)
             e.store(e.insert(arith.SelectOp(b_ok, e.load(b, b_at), zero)), b_tile, mine)
             e.insert(gpu.BarrierOp())
@@ -101,17 +101,17 @@ def gemm_kernel(name: str, spec: GemmSpec, a_type: MemRefType, b_type: MemRefTyp
     return f
 
 
-def _b_at(e: Emitter, spec: GemmSpec, batch: SSAValue | int, q: SSAValue,
-          col: SSAValue) -> SSAValue:
-    """Where B[batch][q, col] is: by its strides, or, with taps (kernel.gemm's b_taps),
-    q = c * T + t read at c * b1 + taps[t] (the tap chosen by a select per tap)."""
-    if not spec.b_taps:
-        return e.linear([batch, q, col], list(spec.b))
-    count = len(spec.b_taps)
-    c = e.insert(arith.DivSIOp(q, e.index(count)))
-    t = e.insert(arith.RemSIOp(q, e.index(count)))
-    tap = e.index(spec.b_taps[0])
-    for i, offset in enumerate(spec.b_taps[1:], 1):
+def _a_at(e: Emitter, spec: GemmSpec, batch: SSAValue | int, row: SSAValue,
+          p: SSAValue) -> SSAValue:
+    """Where A[batch][row, p] is: by its strides, or, with taps (kernel.gemm's a_taps),
+    p = c * T + t read at c * a2 + taps[t] (the tap chosen by a select per tap)."""
+    if not spec.a_taps:
+        return e.linear([batch, row, p], list(spec.a))
+    count = len(spec.a_taps)
+    c = e.insert(arith.DivSIOp(p, e.index(count)))
+    t = e.insert(arith.RemSIOp(p, e.index(count)))
+    tap = e.index(spec.a_taps[0])
+    for i, offset in enumerate(spec.a_taps[1:], 1):
         here = e.insert(arith.CmpiOp(t, e.index(i), "eq"))
         tap = e.insert(arith.SelectOp(here, e.index(offset), tap))
-    return e.addi(e.linear([batch, c, col], [spec.b[0], spec.b[1], spec.b[2]]), tap)
+    return e.addi(e.linear([batch, row, c], list(spec.a)), tap)

@@ -406,7 +406,7 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     that adds a bias to a convolution's or a matmul's result, or takes its relu, is that
     product's kernel.gemm epilogue (loops/epilogues.py; the CPU's). `window_convs`: a
     stride-1 convolution of few output channels reads its zero-padded input's windows in place
-    (kernel.gemm's b_taps) instead of an im2col matrix (lower_conv2d_gemm; the CPU's).
+    (kernel.gemm's a_taps) instead of an im2col matrix (lower_conv2d_gemm; the CPU's).
     `pixel_rows`: a forward convolution whose product pads fewer tiles with the pixels as C's
     rows is that product, stored transposed into the output (kernel.gemm's c_transposed;
     lower_conv2d_gemm; the CPU's)."""
@@ -445,7 +445,7 @@ class ToLoopsPass(ModulePass):
     kernel.gemm epilogue (the CPU's)."""
     window_convs: bool = False
     """A stride-1 convolution of few output channels reads its zero-padded input's windows in
-    place (kernel.gemm's b_taps), not an im2col matrix (the CPU's)."""
+    place (kernel.gemm's a_taps), not an im2col matrix (the CPU's)."""
     pixel_rows: bool = False
     """A forward convolution whose product pads fewer tiles with the pixels as C's rows is that
     product, stored transposed into the output (kernel.gemm's c_transposed; the CPU's)."""

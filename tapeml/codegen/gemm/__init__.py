@@ -29,9 +29,10 @@ The loop nest (Goto/BLIS; measured in ../shared/reference/cpu-codegen-measuremen
                                                     MR * NR / lanes vector registers, one FMA
                                                     per register per k
 
-A product whose B's rows are a convolution's windows (GemmSpec.b_taps) calls a kernel of its
-own (`Variant.windows`): its tiles (`.tile.rows`) read B in place, row k at B plus the
-caller's table `@<symbol>.rows`[k], the lanes past n masked off, and it packs only A.
+A product whose A's columns are a convolution's windows (GemmSpec.a_taps) calls a kernel of
+its own (`Variant.windows`): its tile (`.tile.direct`) reads A in place, column k at A plus
+the caller's table `@<symbol>.rows`[k], and it packs only B (a convolution's weights: packed
+once, `.prepack_b`), all of k in one block.
 
 The packed panels are zero-padded at the n edge and clamp rows at the m edge, so the
 micro-kernel always runs a full tile (a last panel holding at most a vector of columns a tile
@@ -39,7 +40,8 @@ one vector wide, `.tile.half`); an edge tile is written through a small stack ti
 every tile of a C stored transposed (GemmSpec.c_transposed: a convolution's product with the
 pixels as rows, written in the image's layout), its sums transposed in registers there.
 Every element of C sums its k products in the same order whatever the tiling (each tile owns
-its elements; blocks of KC are added in order), so results do not depend on threads.
+its elements; blocks of KC are added in order; a windows kernel sums all of k as one block),
+so results do not depend on threads.
 
 A caller packs into `@<symbol>.scratch`, a buffer of `@<symbol>.scratch_bytes` bytes (a
 multiple of 64; 0: the call packs nothing) that whoever loads it allocates, 64-aligned, and
@@ -121,8 +123,8 @@ def _kernel(v: Variant) -> str:
     out += neutral_bias(name, t, v)
     out += epilogue(name, t, v)
     out += edge(name, t, v)
-    out += [] if v.windows else pack_b(name, t, v)
-    out += [] if v.windows else _prepack(name, "b")
+    out += pack_b(name, t, v)
+    out += _prepack(name, "b")
     out += driver(v)
     return "\n".join(out) + "\n"
 
@@ -132,8 +134,9 @@ def _tiles(v: Variant) -> str:
     vec = f"<{v.lanes} x {t}>"
     assert v.mr <= MOST_ROWS, v  # (the kernel's `.edge` serves at most that many rows)
     out = _header(v, f"{name}: the {v.mr}x{v.nr} register tiles of {v.symbol}")
-    if v.windows:  # (B read in place through the caller's table of rows: never packed)
-        out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, windows=True)
+    if v.windows:  # (A read in place through the caller's table of columns)
+        out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True,
+                            windows=True)
     else:
         out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype)
         out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True)
@@ -147,7 +150,7 @@ def _tiles(v: Variant) -> str:
 def tiles_of(v: Variant) -> tuple[str, ...]:
     """The functions of `v.tiles` a call passes the kernel, in TILES' order ("" where the
     variant has none)."""
-    present = {"tile.rows"} if v.windows else {"tile", "tile.direct"} | (
+    present = {"tile.direct"} if v.windows else {"tile", "tile.direct"} | (
         {"tile.half"} if v.nr > v.lanes else set())
     return tuple(f"{v.tiles}.{f}" if f in present or f == "pack_a" else "" for f in TILES)
 
@@ -199,13 +202,13 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
     passed = tiles_of(v)
     if declare:
         out.append(f"declare void @{v.symbol}(ptr, ptr, ptr, ptr, ptr, ptr, ptr)")
-        out += [f"declare void @{v.symbol}.prepack_b({PREPACK_TYPES})"] * (not v.windows)
+        out.append(f"declare void @{v.symbol}.prepack_b({PREPACK_TYPES})")
         out += [f"declare void @{v.tiles}.prepack_a({PREPACK_TYPES})"]
         out += [f"declare void @{f}()" for f in passed if f]  # (only their addresses)
     extra = [x for x, used in (("bias", spec.bias), ("residual", spec.residual)) if used]
     params = "".join(f", ptr noalias %{x}" for x in extra)
-    if spec.b_taps:  # where each row of B starts (kernel.gemm's b_taps)
-        rows = ", ".join(f"i64 {spec.b_row(p)}" for p in range(spec.k))
+    if spec.a_taps:  # where each column of A starts (kernel.gemm's a_taps)
+        rows = ", ".join(f"i64 {spec.a_column(p)}" for p in range(spec.k))
         out.append(f"@{name}.rows = internal constant [{spec.k} x i64] "
                    f"{f'[{rows}]' if rows else 'zeroinitializer'}, align 64")
     out.append(f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C{params}) {{")
@@ -213,7 +216,7 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
                "B's rows, the tiles (null where there are none)")
     values = {"bias": "%bias" if spec.bias else "null",
               "residual": "%residual" if spec.residual else "null",
-              "rows": f"@{name}.rows" if spec.b_taps else "null",
+              "rows": f"@{name}.rows" if spec.a_taps else "null",
               **{f: f"@{symbol}" if symbol else "null"
                  for f, symbol in zip(TILES, passed, strict=True)}}
     for i, x in enumerate(EXTRA):

@@ -20,12 +20,12 @@ ENTRY_ARGS = ("ptr noalias %A, ptr noalias %B, ptr noalias %C, ptr %extra, ptr %
 """The kernel's parameters: the three buffers, `%extra` (EXTRA), the call's plan, where the
 caller keeps its scratch's address (bound by the loader) and the flag that says the scratch is
 taken."""
-TILES = ("tile", "tile.half", "tile.direct", "tile.rows", "pack_a")
+TILES = ("tile", "tile.half", "tile.direct", "pack_a")
 """The functions of a variant's tiles (Variant.tiles, routines.py) the kernel calls: the
 micro-kernels and A's packing, which depend on MR."""
 EXTRA = ("bias", "residual", "rows", *TILES)
 """What `%extra` points at, in order: the bias and the residual (null where the call has
-none), the table of B's rows (a windows kernel's), the tiles (TILES; null where the variant
+none), the table of A's columns (a windows kernel's), the tiles (TILES; null where the variant
 has none)."""
 
 
@@ -171,7 +171,7 @@ def driver(v: Variant) -> list[str]:
     w.label("%run")
     w.do("%scratch = phi ptr [ %bound, %kept ], [ %own, %heap ]")
     w.do("%mine = phi i1 [ true, %kept ], [ false, %heap ]")
-    if v.windows:  # (never shared: B is not packed)
+    if v.windows:  # (never shared: A is read in place)
         w.do("br label %parts")
     else:
         w.do(f"br i1 {_true(w, shared)}, label %shared, label %parts")
@@ -286,7 +286,7 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
                   load: str, epilogue: Epilogue, direct: tuple[str, str] | None = None,
                   direct_b: tuple[str, str, str] | None = None,
                   steps: tuple[str, str] | None = None,
-                  windows: tuple[str, str] | None = None, prefetch: str = "false") -> None:
+                  prefetch: str = "false", windows: str | None = None) -> None:
     """Rows [ic, ic + height) of C (`c_shape`: m, n, and whether C is stored transposed),
     columns [j0, j1), against one packed block of A
     (`ap`, from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR
@@ -295,13 +295,13 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
     block's first k), read in place by `.tile.direct` with rows lda apart. `direct_b` =
     (flag, B at the block's first k, ldb): where the flag holds, B is read in place. `steps`:
     elements from one panel of A's block to the next, and of B's (the block's depth, or all
-    of k where the caller packed the operand whole: plan.packed_a). `windows` = (B, the
-    table of its rows from the block's first k): a windows kernel's (Variant.windows), whose
-    tiles read B's windows in place (`.tile.rows`), A packed. `epilogue`: each tile applies
+    of k where the caller packed the operand whole: plan.packed_a). `epilogue`: each tile applies
     it as it stores, where its first flag holds (the last block of k). `prefetch` (an i1):
     B's panels come from memory (packed whole by the caller: a model's weights, read once
     per call), so the tiles of each panel fetch the next panel's block into L2 as they go
-    (`_prefetched`)."""
+    (`_prefetched`). `windows`: A's columns are windows (Variant.windows): the table of where
+    each starts, from the block's first k, which `.tile.direct` takes in place of A's row
+    stride."""
     t, nr = v.element[0], v.nr
     ap, bp, c = buffers
     a_step, b_step = steps or (depth, depth)
@@ -349,13 +349,6 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
                 w.choose(narrow, lambda: w.do(f"call void {tiles['tile.half']}{args}"),
                          lambda: w.do(f"call void {tiles['tile']}{args}"))
 
-            if windows is not None:  # B's rows are windows
-                b, table = windows
-                w.do(f"call void {tiles['tile.rows']}(i64 {depth}, "
-                     f"ptr {w.gep(t, ap, w(f'mul i64 {ir}, {a_step}'))}, ptr {w.gep(t, b, jr)}, "
-                     f"ptr {table}, ptr {c_tile}, i64 {ldc}, i64 {tall}, i64 {width}, i1 {load}, "
-                     f"{finish})")
-                return
             if direct is None:
                 packed()
                 return
@@ -365,7 +358,8 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
                 a_rows = w.gep(t, ap, w(f"mul i64 {ir}, {lda}"))
                 w.do(f"call void {tiles['tile.direct']}(i64 {depth}, ptr {a_rows}, "
                      f"ptr {b_here}, i64 {ldb}, ptr {c_tile}, i64 {ldc}, i64 {tall}, "
-                     f"i64 {width}, i1 {load}, i64 {lda}, {finish})")
+                     f"i64 {width}, i1 {load}, "
+                     f"{f'ptr {windows}' if windows else f'i64 {lda}'}, {finish})")
 
             w.choose(flag, in_place, packed)
 
@@ -472,8 +466,10 @@ def _part(v: Variant) -> list[str]:
     direct = _true(w, direct_a)
     in_place_b = _true(w, direct_b)
     whole_a, whole_b = _true(w, packed_a), _true(w, packed_b)  # packed by the caller
-    # a windows kernel's: where each row of B starts (kernel.gemm's b_taps), the caller's
-    table = w(f"load ptr, ptr {w('getelementptr ptr, ptr %extra, i64 2')}") if v.windows else ""
+    # a windows kernel's: where each column of A starts (kernel.gemm's a_taps), the caller's
+    # (or where each column of A starts: a_taps)
+    table = (w(f"load ptr, ptr {w('getelementptr ptr, ptr %extra, i64 2')}")
+             if v.windows else "")
     pack_b_here = w(f"and i1 {w(f'xor i1 {in_place_b}, true')}, {w(f'xor i1 {whole_b}, true')}")
     not_whole_a = w(f"xor i1 {whole_a}, true")
     # one A for every batch (a convolution's weights), in one block of rows and of k: packed
@@ -504,7 +500,7 @@ def _part(v: Variant) -> list[str]:
         res = w.gep(t, epilogue[6], w(f"mul i64 {b}, {res_step}"))
 
         def block(pc: str) -> None:
-            depth = w.min(str(KC), w(f"sub i64 {k}, {pc}"))
+            depth = k if v.windows else w.min(str(KC), w(f"sub i64 {k}, {pc}"))
             b_block = w.gep(t, bb, w(f"mul i64 {pc}, {b1}"))
             b_step = w(f"select i1 {whole_b}, i64 {k}, i64 {depth}")
             a_step = w(f"select i1 {whole_a}, i64 {k}, i64 {depth}")
@@ -514,10 +510,9 @@ def _part(v: Variant) -> list[str]:
 
             def chunk(jc: str) -> None:  # columns [jc, j1): their block of B packed, then used
                 j1 = w.min(w(f"add i64 {jc}, {nc}"), "%n1")
-                if not v.windows:
-                    w.when(pack_b_here, lambda: w.do(
-                        f"call void @{name}.pack_b(ptr {bb}, ptr {bp}, i64 {pc}, i64 {depth}, "
-                        f"i64 {jc}, i64 {j1}, i64 {b1}, i64 {b2})"))
+                w.when(pack_b_here, lambda: w.do(
+                    f"call void @{name}.pack_b(ptr {bb}, ptr {bp}, i64 {pc}, i64 {depth}, "
+                    f"i64 {jc}, i64 {j1}, i64 {b1}, i64 {b2})"))
                 # B packed whole: panel jr / NR of [n/NR][k][NR], from this block's first k
                 b_whole = w.gep(t, bb, w.add(w(f"mul i64 {jc}, {k}"), w(f"mul i64 {pc}, {v.nr}")))
                 b_here = w(f"select i1 {whole_b}, ptr {b_whole}, ptr {bp}")
@@ -530,7 +525,9 @@ def _part(v: Variant) -> list[str]:
                     w.when(pack_a_here, lambda: w.do(
                         f"call void {tiles['pack_a']}(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
                         f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})"))
-                    in_place = w.gep(t, a, w.add(w(f"mul i64 {ic}, {a1}"), pc))
+                    in_place = w.gep(t, a, w(f"mul i64 {ic}, {a1}") if v.windows else
+                                     w.add(w(f"mul i64 {ic}, {a1}"), pc))  # (a_taps: the
+                    # block's first k through the table)
                     # A packed whole: rows ic.. of [m/MR][k][MR], from this block's first k
                     a_whole = w.gep(t, a, w.add(w(f"mul i64 {ic}, {k}"),
                                                 w(f"mul i64 {pc}, {mr}")))
@@ -541,14 +538,17 @@ def _part(v: Variant) -> list[str]:
                                   depth, load, (last, *epilogue[1:6], res, epilogue[7]),
                                   (direct, a1),
                                   (in_place_b, b_block, b1), (a_step, b_step),
-                                  (bb, w.gep("i64", table, pc)) if v.windows else None,
-                                  whole_b)
+                                  whole_b, w.gep("i64", table, pc) if v.windows else None)
 
                 w.loop("%m0", "%m1", mc, rows, "ic")
 
             w.loop("%n0", "%n1", nc, chunk, "jc")
 
-        w.loop("0", k, KC, block, "pc")
+        if v.windows:  # all of k at once: its tiles are stored transposed, which cost them
+            w.when(w(f"icmp sgt i64 {k}, 0"), lambda: block("0"))  # 3-14% per block of k
+            # (plan.scratch_bytes: B's block as deep)
+        else:
+            w.loop("0", k, KC, block, "pc")
 
     w.loop("%b0", "%b1", 1, batch, "batch")
     return w.end()[:-1]  # the module's last function: no blank line after it

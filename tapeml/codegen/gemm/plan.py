@@ -37,9 +37,10 @@ rows and columns of C, as `partition.Part`):
     mr                 the register tile's rows (the variant's: its tiles' module)
     mc                 rows of A packed at once (Variant.mc)
 
-A product whose B's rows are windows (GemmSpec.b_taps) calls a kernel of its own
-(`Variant.windows`): its tiles read B in place, row k at B + the caller's table of rows[k]
-(`.tile.rows`), and it packs only A: no direct A or B, no packed B, B never shared.
+A product whose A's columns are windows (GemmSpec.a_taps) calls a kernel of its own
+(`Variant.windows`): its tiles read A in place through the caller's table (`.tile.direct`:
+column k at A + rows[k], row i at + i), all of k in one block (the driver): A always direct,
+never packed, B never shared.
 """
 
 from __future__ import annotations
@@ -78,9 +79,9 @@ class Variant:
     a_unit: bool
     b_unit: bool
     windows: bool = False
-    """B's rows are windows (GemmSpec.b_taps): the kernel reads B in place through the
-    caller's table of rows (`.tile.rows`) and holds no other tile nor B's packing; a kernel
-    of its own, so a program without such a product compiles none of it."""
+    """A's columns are windows (GemmSpec.a_taps): its `.tile.direct` reads A in place through
+    the caller's table of columns, the only micro-kernel it holds; a kernel of its own, so a
+    program without such a product compiles none of it."""
 
     @property
     def symbol(self) -> str:
@@ -120,16 +121,16 @@ def _unit(row: int, column: int) -> bool:
 def variant(spec: GemmSpec, target: Target) -> Variant:
     lanes, mr, nr = tiles(spec, target)
     return Variant(spec.dtype, lanes, mr, nr, _unit(*spec.a[1:]), _unit(*spec.b[1:]),
-                   bool(spec.b_taps))
+                   bool(spec.a_taps))
 
 
 def scratch_bytes(spec: GemmSpec, v: Variant) -> tuple[int, int]:
     """Bytes of one part's packing buffers: B's block ([n/NR][KC][NR]), then A's; each a
     multiple of 64."""
-    kc = min(KC, max(spec.k, 1))
+    kc = max(spec.k, 1) if spec.a_taps else min(KC, max(spec.k, 1))  # (driver: one block)
     size = v.element[1]
-    b_bytes = 0 if spec.b_taps else -(-spec.n // v.nr) * v.nr * kc * size
-    a_bytes = v.mc * kc * size
+    b_bytes = -(-spec.n // v.nr) * v.nr * kc * size
+    a_bytes = 0 if spec.a_taps else v.mc * kc * size
     return -(-b_bytes // 64) * 64, -(-a_bytes // 64) * 64
 
 
@@ -149,10 +150,10 @@ def direct_a(spec: GemmSpec, v: Variant, shared: bool) -> bool:
     """The micro-kernel reads A where it is (row i of a tile at A + i * a1, k along the row):
     a narrow product (n <= DIRECT_A_COLUMNS) whose A runs along k with stride 1, unless the
     threads share one packed B (their rows jobs pack A on their stacks) or A's rows alias
-    (ALIASED_ROWS)."""
-    return (not shared and not spec.b_taps and spec.n <= DIRECT_A_COLUMNS and v.a_unit
-            and along_rows(spec.a[1], spec.a[2])
-            and (spec.a[1] * v.element[1]) % ALIASED_ROWS != 0)
+    (ALIASED_ROWS); always where A's columns are windows (a_taps: never packed)."""
+    return bool(spec.a_taps) or (
+        not shared and spec.n <= DIRECT_A_COLUMNS and v.a_unit
+        and along_rows(spec.a[1], spec.a[2]) and (spec.a[1] * v.element[1]) % ALIASED_ROWS != 0)
 
 
 DIRECT_B_BYTES = 32 << 10
@@ -182,7 +183,7 @@ def packed_a(spec: GemmSpec, v: Variant, shared: bool) -> bool:
 
 def packed_b(spec: GemmSpec, v: Variant, shared: bool) -> bool:
     """`packed_a`, for B: a layer's weights on the right (x @ W)."""
-    return (bool(spec.b_constant) and spec.b[0] == 0 and not shared and not spec.b_taps
+    return (bool(spec.b_constant) and spec.b[0] == 0 and not shared
             and not direct_b(spec, v, shared) and 0 not in (spec.m, spec.n, spec.k, spec.batch))
 
 
@@ -219,7 +220,7 @@ def plan(spec: GemmSpec, target: Target, packed: bool = False) -> list[int]:
     `packed`: for the calls that pass the operands `packed_a` and `packed_b` choose packed."""
     v = variant(spec, target)
     threads = target.threads
-    shared = shares_b(spec, v.mr, threads) and not spec.b_taps  # (B is not packed)
+    shared = shares_b(spec, v.mr, threads) and not spec.a_taps  # (A read in place)
     parts = [] if shared else partition(spec, v.mr, v.nr, threads)
     groups = batch_groups(spec)
     b_bytes, a_bytes = scratch_bytes(spec, v)

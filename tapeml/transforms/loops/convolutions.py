@@ -1,7 +1,7 @@
 """conv2d and its two cotangents: GEMMs over an im2col matrix when groups = 1, direct loops over
 the taps that read inside the input otherwise (what the padded taps add is added apart). The
 CPU's forward convolutions may instead be a GEMM over the padded input's windows read in place
-(`{window_convs}`: `_windowed`, kernel.gemm's b_taps) or the GEMM with the pixels as C's rows
+(`{window_convs}`: `_windowed`, kernel.gemm's a_taps) or the GEMM with the pixels as C's rows
 (`{pixel_rows}`: `_pixels_as_rows`); `lower_conv2d_gemm` says which takes what."""
 
 from __future__ import annotations
@@ -276,13 +276,12 @@ out a product of fewer flops as a batch, not within one), and their im2col too."
 
 WINDOW_ROWS = 128
 """`window_convs` reads the padded input's windows in place for a convolution of at most this
-many output channels (the kernel's tile rows that read each panel of B): packing B, or
-writing an im2col matrix, costs most against the few rows that read it. One core (AVX-512
-Xeon), the product alone: 64 x 144 over 55 x 55, 382 us over the windows against 456 us over
-the im2col matrix (which costs its writing besides); 64 x 576 over 56 x 56, 1.58 against 2.05
-ms; 128 x 288 over 27 x 27 and 128 x 1152 over 28 x 28 the same either way; 256 channels
-and more slower over the windows (rows 3 cache lines wide, unaligned, where a packed
-panel's are 2)."""
+many output channels: its weights (B, packed whole) then stay in L2 beside the windows its
+tiles read, all of k in one block. One core (AVX-512 Xeon), the product alone: 64 x 144 over
+55 x 55, 382 us over the windows against 456 us over the im2col matrix (which costs its
+writing besides); 64 x 576 over 56 x 56, 1.58 against 2.05 ms (with B's rows the windows;
+5-15% faster since A's columns are). In ResNet-50, 256 and 512 channels over 14 x 14 ran
+8-36% slower over the windows than as the pixel-rows product of the im2col matrix."""
 
 WINDOW_WIDENING = 1.1
 """... and whose windows' rows (a padded row, or a phase's: see `_Phases`) are at most this
@@ -599,13 +598,15 @@ def _pixels_as_rows(e: Emitter, geo: _ConvGeometry, source: SSAValue, weights: S
 def _windowed(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue], out: SSAValue,
               epilogue: Epilogue | None, out_images: int, image_group: int, report: PlanReport,
               t: Any, dtype: str) -> None:
-    """A forward convolution as a product over windows (kernel.gemm's b_taps): the input
+    """A forward convolution as a product over windows (kernel.gemm's a_taps): the input
     copied into its zero-padded phases xq[b][c][py][px][hq][wq] (`_Phases`; zeroed once,
     only the input's own positions written), then out'[b][o][y * wq + x] = sum over (c, i,
     j) of w[o, c, i, j] * (the phase of tap (i, j) of xq[b][c], read at its shift + y * wq +
-    x) for every y < OH and x < wq, whose B (row (c, i, j), column y * wq + x) is xq itself
-    read at a shift per row: the columns x >= OW read across a row's end (the last ones past
-    the images: the buffer's tail) and are dropped as out' is copied into out. A group of
+    x) for every y < OH and x < wq, as the product with the pixels as its rows (stored
+    transposed into out', the bias one per column), whose A (row y * wq + x, column (c, i,
+    j)) is xq itself read at a shift per column: the pixels x >= OW read across a row's end
+    (the last ones past the images: the buffer's tail, A_TAPS_SLACK longer for the kernel's
+    whole tiles) and are dropped as out' is copied into out. A group of
     `image_group` images (a divisor of N; all of them without one) at a time, so the buffers
     stay in cache."""
     phases = _Phases(geo)
@@ -614,13 +615,17 @@ def _windowed(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue], out: SSAValue
     taps, channel = phases.taps(), phases.channel
     wide_plane, ckk = geo.oh * wq, geo.c * geo.kh * geo.kw
     images = max(d for d in range(1, min(image_group or geo.n, geo.n) + 1) if geo.n % d == 0)
-    padded_size = images * geo.c * channel + max(0, max(taps) + wide_plane - channel)
+    padded_size = (images * geo.c * channel + max(0, max(taps) + wide_plane - channel)
+                   + kernel.A_TAPS_SLACK)  # (read, never used)
     padded = e.insert(alloc(MemRefType(t, [padded_size])))
     wide = e.insert(alloc(MemRefType(t, [images * geo.o * wide_plane])))
     report.scratch_bytes = max(report.scratch_bytes,
                                (padded_size + images * geo.o * wide_plane) * (t.bitwidth // 8))
     zero(e, padded, padded_size, t)
     chw, stride = geo.c * geo.h * geo.w, out_images or geo.o * geo.oh * geo.ow
+    by_columns = epilogue  # (the bias: one per output channel, a column of the product)
+    if epilogue is not None and epilogue.bias is not None:
+        by_columns = replace(epilogue, kind="columns")
 
     def phase_in(e: Emitter, x: SSAValue, py: int, px: int) -> None:
         """The input's positions that phase (py, px) holds, copied into it."""
@@ -643,10 +648,11 @@ def _windowed(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue], out: SSAValue
         for py in range(sh):
             for px in range(sw):
                 phase_in(e, x, py, px)
-        gemm(e, ins[1], padded, wide, GemmSpec(  # out'[n] = w @ windows of xq[n]
-            dtype=dtype, batch=images, m=geo.o, n=wide_plane, k=ckk, a=(0, ckk, 1),
-            b=(geo.c * channel, channel, 1), c0=geo.o * wide_plane, accumulate=False,
-            b_taps=tuple(taps)), epilogue)
+        # out'[n]^T = windows of xq[n] (its columns) @ w^T, stored transposed
+        gemm(e, padded, ins[1], wide, GemmSpec(
+            dtype=dtype, batch=images, m=wide_plane, n=geo.o, k=ckk,
+            a=(geo.c * channel, 1, channel), b=(0, 1, ckk), c0=geo.o * wide_plane,
+            accumulate=False, a_taps=tuple(taps), c_transposed=True), by_columns)
         e.loops([images, geo.o, geo.oh, geo.ow], lambda e, v: e.store(
             e.load(wide, e.linear(v, [geo.o * wide_plane, wide_plane, wq, 1])), y,
             e.linear(v, [stride, geo.oh * geo.ow, geo.ow, 1])), parallel=True)

@@ -38,7 +38,7 @@ class Context:
     loop over the images (see lower_conv2d_gemm; 0: all at once; the CPU's: its threads)."""
     window_convs: bool = False
     """A stride-1 convolution of few output channels as a product over its zero-padded input's
-    windows read in place (kernel.gemm's b_taps; see lower_conv2d_gemm), not over an im2col
+    windows read in place (kernel.gemm's a_taps; see lower_conv2d_gemm), not over an im2col
     matrix (the CPU's)."""
     pixel_rows: bool = False
     """A forward convolution whose product pads fewer tiles with the pixels as C's rows as
