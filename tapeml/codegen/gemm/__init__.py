@@ -80,7 +80,7 @@ from tapeml.codegen.gemm.routines import (
     pack_b,
 )
 from tapeml.codegen.gemm.target import Target, host_threads, tiles
-from tapeml.codegen.gemm.writer import loop_metadata
+from tapeml.codegen.gemm.writer import COLD, loop_metadata
 from tapeml.dialects.kernel import GemmSpec
 
 __all__ = ["PARALLEL_FLOPS", "GemmSpec", "Target", "Variant", "batch_groups", "caller",
@@ -167,7 +167,7 @@ def _prepack(name: str, operand: str) -> list[str]:
     (`.prepack_b`, the kernel's; not a windows kernel's: it reads B in place), by the packing
     routines run over all of it."""
     start = "i64 %rows, " if operand == "a" else ""
-    return [f"define void @{name}.prepack_{operand}({PREPACK_ARGS}) {{",
+    return [f"define void @{name}.prepack_{operand}({PREPACK_ARGS}) {COLD} {{",
             f"  call void @{name}.pack_{operand}(ptr %src, ptr %dst, i64 0, i64 %rows, i64 0, "
             f"i64 %columns, {start}i64 %s1, i64 %s2)",
             "  ret void", "}", ""]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tapeml.codegen.gemm.plan import FIELDS, INDEX, Variant
 from tapeml.codegen.gemm.target import KC
-from tapeml.codegen.gemm.writer import WIDE, Writer
+from tapeml.codegen.gemm.writer import COLD, WIDE, Writer
 
 _PART_ARGS = ("ptr %A, ptr %B, ptr %C, ptr %extra, i64 %b0, i64 %b1, i64 %m0, i64 %m1, "
               "i64 %n0, i64 %n1, ptr %scratch, i1 %first, ptr %plan")
@@ -93,7 +93,7 @@ def _finish(v: Variant) -> list[str]:
     tiles (an empty sum, k = 0)."""
     w = Writer()
     w.lines.append(f"define internal void @{v.symbol}.finish(ptr %C, ptr %plan, ptr %extra) "
-                   f"{WIDE} {{")
+                   f"{COLD} {WIDE} {{")
     w.label("%entry")
     t = v.element[0]
     batch, m, n, c0, transposed = _fields(w, "%plan", "batch", "m", "n", "c0", "transposed")
@@ -128,7 +128,7 @@ def driver(v: Variant) -> list[str]:
     scratch."""
     name, (t, _) = v.symbol, v.element
     w = Writer()
-    w.lines.append(f"define void @{name}({ENTRY_ARGS}) {WIDE} {{")
+    w.lines.append(f"define void @{name}({ENTRY_ARGS}) {COLD} {WIDE} {{")
     w.label("%entry")
     batch, m, n, k, c0, acc, threads, shared, groups, parts, total, epilogue = _fields(
         w, "%plan", "batch", "m", "n", "k", "c0", "accumulate", "threads", "shared", "groups",
@@ -259,7 +259,7 @@ def _job(name: str, job: str) -> tuple[Writer, list[str], str, str, str, str]:
     operands."""
     w = Writer()
     w.lines.append(f"define internal void @{name}.{job}(ptr %ctx, i64 %start, i64 %end) "
-                   f"{WIDE} {{")
+                   f"{COLD} {WIDE} {{")
     w.label("%entry")
     fields = [w(f"getelementptr i64, ptr %ctx, i64 {i}") for i in range(8)]
     pointers = [w(f"load ptr, ptr {f}") for f in fields[:4]]
@@ -419,7 +419,8 @@ def _range(v: Variant) -> list[str]:
     batches (`groups` > 1) write group 0's sum into C, group g's into the g-th of the sums."""
     name, t = v.symbol, v.element[0]
     w = Writer()
-    w.lines.append(f"define internal void @{name}.range(ptr %ctx, i64 %start, i64 %end) {{")
+    w.lines.append(f"define internal void @{name}.range(ptr %ctx, i64 %start, i64 %end) "
+                   f"{COLD} {{")
     w.label("%entry")
     a, b, c, scratch, plan, extra = [
         w(f"load ptr, ptr {w(f'getelementptr ptr, ptr %ctx, i64 {i}')}") for i in range(6)]
@@ -452,7 +453,7 @@ def _part(v: Variant) -> list[str]:
     packed, then used by every row of the part."""
     name, t = v.symbol, v.element[0]
     w = Writer()
-    w.lines.append(f"define internal void @{name}.part({_PART_ARGS}) {WIDE} {{")
+    w.lines.append(f"define internal void @{name}.part({_PART_ARGS}) {COLD} {WIDE} {{")
     w.label("%entry")
     m, n, k, a0, a1, a2, b0, b1, b2, c0, a_offset, direct_a, direct_b, packed_a, packed_b, nc, \
         transposed, mr, mc = _fields(

@@ -9,7 +9,7 @@ and B's are the walks). The driver (driver.py) calls them.
 from __future__ import annotations
 
 from tapeml.codegen.gemm.plan import Variant
-from tapeml.codegen.gemm.writer import PAIRED_LOOP, WIDE, Writer
+from tapeml.codegen.gemm.writer import COLD, PAIRED_LOOP, WIDE, Writer
 
 
 def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
@@ -413,7 +413,7 @@ def _by_strides(routine: str, params: str, args: str, linkage: str = "internal "
     """`routine`(params): the walk along rows when the column stride %s2 is at most the row
     stride %s1 (plan.along_rows), else down columns; `args` passes the parameters on."""
     w = Writer()
-    w.lines.append(f"define {linkage}void @{routine}({params}) {WIDE} {{")
+    w.lines.append(f"define {linkage}void @{routine}({params}) {COLD} {WIDE} {{")
     w.label("%entry")
     w.choose(w("icmp sle i64 %s2, %s1"),
              lambda: w.do(f"call void @{routine}.rows({args})"),

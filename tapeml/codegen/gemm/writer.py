@@ -1,10 +1,21 @@
 """`Writer`: LLVM IR text with fresh value names, the current block's label (for phis),
 counted loops and the function's end; what every function of a GEMM kernel is written with.
-`WIDE`: the function attributes they all carry."""
+`WIDE`: the function attributes they all carry; `COLD`: those of the functions run once per
+call or per part, not per tile."""
 
 from __future__ import annotations
 
 WIDE = '"prefer-vector-width"="512"'  # the host tunings prefer 256 bits; packing loops want 512
+
+COLD = "optnone noinline"
+"""A kernel's functions that run once per call, per part or per block, not per tile or per
+element (its entry, the pool's jobs, the loop nest over blocks and tiles, the packing
+routines' choice of walk, the prepacks): LLVM leaves them as written and compiles them at
+O0 (fast instruction selection and register allocation). Of W3's kernel (its two modules,
+0.28 s on one Zen 4 core) that took 35-50 ms off, and W2 (n = 128 and 512), W3 and W4 ran the
+same at one and two threads (the kernels alternated call by call in one process): their
+time is in the tiles and the packing loops, which stay optimized, as do `.edge` and
+`.epilogue` (every tile of a C stored transposed goes through them)."""
 
 
 SCALAR_LOOP = "!scalar.loop"
