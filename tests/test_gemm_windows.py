@@ -2,7 +2,7 @@
 column p = (c * kh + i) * kw + j at c * a2 + i * rs + j * cs, its rows (the pixels) 1 apart.
 The CPU kernel reads them in place (`.tile.direct` through a table, a kernel of its own:
 Variant.windows, all of k in one block) and must give the bits of the plain kernel over the
-same A written out where k is one block (KC) and its values where it is more (the blocks of k
+same A written out where k is one block (Target.kc) and its values where it is more (the blocks of k
 are summed apart there); the verifier bounds its reads (A_TAPS_SLACK past the furthest); the
 interpreter and the emulated GPU compute it too; and tape-to-loops{window_convs} lowers
 convolutions to it."""
@@ -25,7 +25,6 @@ import tapeml
 from tapeml import nn
 from tapeml.codegen.gemm import GemmSpec, Target
 from tapeml.codegen.gemm.plan import INDEX, plan, variant
-from tapeml.codegen.gemm.target import KC
 from tapeml.dialects.kernel import A_TAPS_SLACK, Kernel
 from tapeml.transforms.loops import convolutions
 from tapeml.transforms.loops.epilogues import Epilogue
@@ -67,7 +66,7 @@ def test_windows_read_in_place_give_the_plain_products_bits(
         epilogue, constant, order, transposed):
     """The kernel over windows (a windows kernel: A read in place, never packed, no shared B)
     against the plain kernel over the same A written out, batch by batch: the same bits where
-    k is one block (its values beyond: the plain kernel sums blocks of KC apart), NaN, inf and
+    k is one block (its values beyond: the plain kernel sums blocks of kc apart), NaN, inf and
     -0 in A and B, at 1 and 2 threads, f32 and f64, C as it lies or stored transposed."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     rng = np.random.default_rng(batch * 1000 + channels * 10 + o)
@@ -93,7 +92,7 @@ def test_windows_read_in_place_give_the_plain_products_bits(
         extra = [bias.ctypes.data] if epilogue else []
         compiled(spec)(a.ctypes.data, b.ctypes.data, out.ctypes.data, *extra)
         outs.append(out)
-    if k <= KC:
+    if k <= Target.host().kc:
         assert_same_bits(outs[0], outs[1])
     else:
         tight = 1e-5 if dtype == np.float32 else 1e-12

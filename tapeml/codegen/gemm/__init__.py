@@ -52,8 +52,8 @@ packs into the heap; where the heap has no room, it waits for the scratch.
 
 The package, in the order a call runs through it:
 
-    target.py     Target (the host's vector unit and threads), host_threads(), tiles(): the
-                  MR x NR register tile and KC, the depth of a packed block
+    target.py     Target (the host's vector unit, threads and KC, the depth of a packed
+                  block of k), host_threads(), tiles(): the MR x NR register tile
     partition.py  how one call's work is shared out over threads: partition(), batch_groups(),
                   shares_b(), PARALLEL_FLOPS
     plan.py       Variant (what a kernel's code depends on), variant(), plan(): the table of

@@ -10,7 +10,6 @@ routines.py.
 from __future__ import annotations
 
 from tapeml.codegen.gemm.plan import FIELDS, INDEX, Variant
-from tapeml.codegen.gemm.target import KC
 from tapeml.codegen.gemm.writer import COLD, WIDE, Writer
 
 _PART_ARGS = ("ptr %A, ptr %B, ptr %C, ptr %extra, i64 %b0, i64 %b1, i64 %m0, i64 %m1, "
@@ -244,12 +243,12 @@ def _shared(w: Writer, v: Variant, k: str, m: str, n: str, threads: str) -> None
 
     def block(pc: str) -> None:
         w.do(f"store i64 {pc}, ptr {slots[4]}")
-        w.do(f"store i64 {w.min(str(KC), w(f'sub i64 {k}, {pc}'))}, ptr {slots[5]}")
+        w.do(f"store i64 {w.min(str(v.kc), w(f'sub i64 {k}, {pc}'))}, ptr {slots[5]}")
         for job, jobs in (("pack", panels), ("rows", tiles)):
             w.do(f"call void @tapeml_parallel_for(ptr @{name}.{job}, ptr {context}, "
                  f"i64 {jobs}, i64 {threads})")
 
-    w.loop("0", k, KC, block, "pc")
+    w.loop("0", k, v.kc, block, "pc")
     w.do("br label %finish")
 
 
@@ -475,7 +474,7 @@ def _part(v: Variant) -> list[str]:
     not_whole_a = w(f"xor i1 {whole_a}, true")
     # one A for every batch (a convolution's weights), in one block of rows and of k: packed
     # once here, not once per batch
-    one_block = w(f"and i1 {w(f'icmp sle i64 {m}, {mc}')}, {w(f'icmp sle i64 {k}, {KC}')}")
+    one_block = w(f"and i1 {w(f'icmp sle i64 {m}, {mc}')}, {w(f'icmp sle i64 {k}, {v.kc}')}")
     shared_a = w(f"and i1 {w(f'icmp eq i64 {a0}, 0')}, {one_block}")
     shared_a = w(f"and i1 {shared_a}, {w(f'xor i1 {direct}, true')}")
     shared_a = w(f"and i1 {shared_a}, {not_whole_a}")
@@ -501,7 +500,7 @@ def _part(v: Variant) -> list[str]:
         res = w.gep(t, epilogue[6], w(f"mul i64 {b}, {res_step}"))
 
         def block(pc: str) -> None:
-            depth = k if v.windows else w.min(str(KC), w(f"sub i64 {k}, {pc}"))
+            depth = k if v.windows else w.min(str(v.kc), w(f"sub i64 {k}, {pc}"))
             b_block = w.gep(t, bb, w(f"mul i64 {pc}, {b1}"))
             b_step = w(f"select i1 {whole_b}, i64 {k}, i64 {depth}")
             a_step = w(f"select i1 {whole_a}, i64 {k}, i64 {depth}")
@@ -549,7 +548,7 @@ def _part(v: Variant) -> list[str]:
             w.when(w(f"icmp sgt i64 {k}, 0"), lambda: block("0"))  # 3-14% per block of k
             # (plan.scratch_bytes: B's block as deep)
         else:
-            w.loop("0", k, KC, block, "pc")
+            w.loop("0", k, v.kc, block, "pc")
 
     w.loop("%b0", "%b1", 1, batch, "batch")
     return w.end()[:-1]  # the module's last function: no blank line after it

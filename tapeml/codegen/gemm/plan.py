@@ -82,6 +82,8 @@ class Variant:
     """A's columns are windows (GemmSpec.a_taps): its `.tile.direct` reads A in place through
     the caller's table of columns, the only micro-kernel it holds; a kernel of its own, so a
     program without such a product compiles none of it."""
+    kc: int = KC
+    """The depth of a packed block of k (Target.kc: the host's, one per process)."""
 
     @property
     def symbol(self) -> str:
@@ -121,13 +123,13 @@ def _unit(row: int, column: int) -> bool:
 def variant(spec: GemmSpec, target: Target) -> Variant:
     lanes, mr, nr = tiles(spec, target)
     return Variant(spec.dtype, lanes, mr, nr, _unit(*spec.a[1:]), _unit(*spec.b[1:]),
-                   bool(spec.a_taps))
+                   bool(spec.a_taps), target.kc)
 
 
 def scratch_bytes(spec: GemmSpec, v: Variant) -> tuple[int, int]:
-    """Bytes of one part's packing buffers: B's block ([n/NR][KC][NR]), then A's; each a
+    """Bytes of one part's packing buffers: B's block ([n/NR][kc][NR]), then A's; each a
     multiple of 64."""
-    kc = max(spec.k, 1) if spec.a_taps else min(KC, max(spec.k, 1))  # (driver: one block)
+    kc = max(spec.k, 1) if spec.a_taps else min(v.kc, max(spec.k, 1))  # (driver: one block)
     size = v.element[1]
     b_bytes = -(-spec.n // v.nr) * v.nr * kc * size
     a_bytes = 0 if spec.a_taps else v.mc * kc * size
