@@ -24,7 +24,8 @@ The loop nest (Goto/BLIS; measured in ../shared/reference/cpu-codegen-measuremen
 
     for pc in 0..k step KC:                         B[pc:pc+KC, :] packed as [n/NR][KC][NR]
         for ic in 0..m step MC:                     A[ic:ic+MC, pc:pc+KC] packed as [MC/MR][KC][MR]
-            for jr in 0..n step NR:                 one KC x NR panel of B stays in L1
+            for jr in 0..n step NR:                 one KC x NR panel of B, in L1 (Zen 4's
+                                                    512-deep panels: in L2, as fast there)
                 for ir in 0..MC step MR:            the micro-kernel: an MR x NR tile of C in
                                                     MR * NR / lanes vector registers, one FMA
                                                     per register per k
