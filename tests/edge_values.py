@@ -18,6 +18,9 @@ Stages (`STAGES`, each `run(fn, inputs) -> [flat results]`):
   cpu-libm       tapeml.jit(libm=True), 1 thread
   gpu-fused, gpu-unfused
                  tapeml.jit(backend="cuda", emulate=True): the GPU kernels on xDSL's interpreter
+  device-fused, device-unfused
+                 tapeml.jit(backend="cuda") on a real GPU, only where there is one
+                 (scripts/gpu-check runs the harness there)
 
 Each stage has a kind (`KIND`) that the tolerance table (tolerances.py) is keyed by.
 """
@@ -35,6 +38,7 @@ from unittest import mock
 
 import numpy as np
 import reference as ref
+from real_gpu import GPU
 from test_to_loops import run_lowered
 
 import tapeml
@@ -282,6 +286,10 @@ def run_gpu(fn: Callable, inputs: Sequence[np.ndarray], *, fused: bool) -> list[
     return _leaves(tapeml.jit(fn, backend="cuda", emulate=True, fuse=fused, gemm_tile=4)(*inputs))
 
 
+def run_device(fn: Callable, inputs: Sequence[np.ndarray], *, fused: bool) -> list[np.ndarray]:
+    return _leaves(tapeml.jit(fn, backend="cuda", fuse=fused)(*inputs))
+
+
 STAGES: dict[str, Callable[[Callable, Sequence[np.ndarray]], list[np.ndarray]]] = {
     "eager": run_eager,
     "interp": run_interp,
@@ -294,13 +302,16 @@ STAGES: dict[str, Callable[[Callable, Sequence[np.ndarray]], list[np.ndarray]]] 
     "cpu-libm": functools.partial(run_cpu, fused=True, threads=1, libm=True),
     "gpu-fused": functools.partial(run_gpu, fused=True),
     "gpu-unfused": functools.partial(run_gpu, fused=False),
-}
+} | ({"device-fused": functools.partial(run_device, fused=True),
+      "device-unfused": functools.partial(run_device, fused=False)} if GPU else {})
 
 KIND = {
     "eager": "numpy", "interp": "numpy", "loops": "loops",
     "outlined": "arith", "cpu-fused-t1": "arith", "cpu-unfused-t1": "arith",
     "cpu-fused-t2": "arith", "cpu-unfused-t2": "arith", "cpu-libm": "libm",
-    "gpu-fused": "arith", "gpu-unfused": "arith",
+    "gpu-fused": "arith", "gpu-unfused": "arith", "device-fused": "device",
+    "device-unfused": "device",
 }
 """What computes each stage's elementwise functions and sums: numpy's own (numpy), numpy's
-functions with sums in order (loops), the vectorizable arithmetic (arith), libm (libm)."""
+functions with sums in order (loops), the vectorizable arithmetic (arith), libm (libm), the
+vectorizable arithmetic and libdevice on a real GPU (device)."""

@@ -18,6 +18,7 @@ from bits import assert_same_bits
 from edge_values import cpu_threads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from real_gpu import GPU, run_on_gpu
 from xdsl.dialects import memref
 
 import tapeml
@@ -75,6 +76,8 @@ def check_everywhere(program: tapeml.Program, args, gpu: bool = True) -> tapeml.
     if gpu:
         _same(get_backend("cuda", emulate=True, gemm_tile=4).compile(program.module)(*args),
               expected, "emulated gpu")
+        if GPU:
+            _same(run_on_gpu(program.module, *args), expected, "gpu")
     return fused
 
 

@@ -16,6 +16,7 @@ from bits import assert_same_bits
 from edge_values import cpu_threads, ieee_maximum, ieee_minimum
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from real_gpu import GPU, run_on_gpu
 
 import tapeml
 from tapeml.codegen import get_backend
@@ -310,7 +311,7 @@ STAGES = {  # the plain loops are interpreted inside "outlined" too (make test's
     "cpu-t2": lambda p, a: _cpu(p, a, 2),
     "cpu-unfused": lambda p, a: get_backend("cpu", fuse=False).compile(p.module)(*a),
     "gpu": lambda p, a: get_backend("cuda", emulate=True, gemm_tile=4).compile(p.module)(*a),
-}
+} | ({"device": lambda p, a: run_on_gpu(p.module, *a)} if GPU else {})
 DTYPES = [np.dtype(d) for d in ("bool", "int32", "int64", "float32", "float64")]
 
 

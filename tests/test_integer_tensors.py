@@ -11,6 +11,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from real_gpu import GPU, run_on_gpu
 
 import tapeml
 from tapeml.codegen import get_backend
@@ -83,6 +84,8 @@ def test_the_cpu_agrees(threads):
 def test_the_emulated_gpu_agrees():
     _same(get_backend("cuda", emulate=True, gemm_tile=4).compile(_program().module)(*ARGS),
           _reference(*ARGS))
+    if GPU:
+        _same(run_on_gpu(_program().module, *ARGS), _reference(*ARGS))
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
@@ -160,6 +163,9 @@ def test_the_integer_ops_on_edge_values_at_every_stage(name, dtype):
         assert np.array_equal(got, expected), (threads, a[got != expected], b[got != expected])
     (got,) = get_backend("cuda", emulate=True).compile(program.module)(*args)
     assert np.array_equal(got, expected)
+    if GPU:
+        (got,) = run_on_gpu(program.module, *args)
+        assert np.array_equal(got, expected), (a[got != expected], b[got != expected])
 
 
 @pytest.mark.parametrize("name", ["floordiv", "rem", "shl", "shr", "and", "not"])

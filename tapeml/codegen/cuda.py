@@ -33,6 +33,7 @@ from tapeml.codegen import cuda_driver
 from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.ptx import ARCHES, compile_ptx
 from tapeml.codegen.stages import Stages, run_pipeline
+from tapeml.dialects.tape.types import dtype_of
 from tapeml.interpreters import interpret
 from tapeml.profile import record
 from tapeml.transforms.arena import FirstFit, element_bytes
@@ -118,9 +119,8 @@ def _index(value: Any) -> int:
 
 
 def _global_value(op: memref.GlobalOp) -> np.ndarray:
-    kind = op.type
-    dtype = np.float32 if kind.get_element_type().bitwidth == 32 else np.float64
-    return np.asarray(op.initial_value.get_values(), dtype=dtype).reshape(-1)
+    """A constant's elements in its own dtype (an i32 index table read as f32 was garbage)."""
+    return np.asarray(op.initial_value.get_values(), dtype=dtype_of(op.type)).reshape(-1)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import TensorType, f32, f64, i1, i32, i64
+from xdsl.dialects.builtin import MemRefType, TensorType, f32, f64, i1, i32, i64
 from xdsl.ir import Attribute
 
 from tapeml.errors import ShapeError
@@ -51,8 +51,8 @@ def element_type(dtype: Any) -> Attribute:
     return ELEMENT_TYPES[dt]
 
 
-def dtype_of(t: TensorType) -> np.dtype:
-    """The numpy dtype of a tensor type's element type."""
+def dtype_of(t: TensorType | MemRefType) -> np.dtype:
+    """The numpy dtype of a tensor's (or a buffer's) element type."""
     el = t.get_element_type()
     if el not in _DTYPES:
         raise ShapeError(f"no numpy dtype for {t}")

@@ -143,12 +143,18 @@ def _floordiv_rem(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAVal
 @scalar(tape.ShlOp, tape.ShrOp)
 def _shift(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
     """numpy's shifts: an amount of the width or more, or negative (unsigned, that is, at
-    least the width), gives 0 for <<, the sign for >> (a >> width-1)."""
+    least the width), gives 0 for <<, the sign for >> (a >> width-1).
+
+    << shifts by the amount's low bits (s & width-1, equal to s where it fits), not by
+    select(fits, s, 0): LLVM's NVPTX backend folds select(s <u 64, x << s, 0) into a bare
+    shl.b64, whose amount PTX reads as 32 bits, so an i64 amount of 2^32 + 1 shifted by 1 on a
+    real GPU (found by scripts/gpu-check; the emulated GPU and the CPU gave 0)."""
     a, s = args
     width = e.scalar(a.type.bitwidth, a.type)
     fits = e.insert(arith.CmpiOp(s, width, "ult"))
     if isinstance(op, tape.ShlOp):
-        shifted = e.insert(arith.ShLIOp(a, e.insert(arith.SelectOp(fits, s, e.scalar(0, a.type)))))
+        low_bits = e.insert(arith.AndIOp(s, e.scalar(a.type.bitwidth - 1, a.type)))
+        shifted = e.insert(arith.ShLIOp(a, low_bits))
         return e.insert(arith.SelectOp(fits, shifted, e.scalar(0, a.type)))
     amount = e.insert(arith.SelectOp(fits, s, e.scalar(a.type.bitwidth - 1, a.type)))
     return e.insert(arith.ShRSIOp(a, amount))
