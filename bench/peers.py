@@ -122,17 +122,19 @@ def _step_calls(workload: str) -> dict[str, Callable[[], Any]]:
     return calls
 
 
-def _torch_step(name: str, params: dict, x: Any, y: Any) -> Callable[[], list]:
-    """The same step in torch eager: forward, then torch.autograd.grad of every parameter."""
+def _torch_step(name: str, params: dict, x: Any, y: Any, device: str = "cpu"
+                ) -> Callable[[], list]:
+    """The same step in torch eager: forward, then torch.autograd.grad of every parameter;
+    numpy gradients on the CPU, the device's tensors (synchronized) on "cuda"."""
     import torch
     import torch.nn.functional as F
 
     from tapeml.tracing.pytree import flatten, unflatten
 
     leaves, tree = flatten(params)
-    tensors = [torch.from_numpy(leaf.copy()).requires_grad_() for leaf in leaves]
+    tensors = [torch.from_numpy(leaf.copy()).to(device).requires_grad_() for leaf in leaves]
     p = unflatten(tree, tensors)
-    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+    tx, ty = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
 
     def linear(q, h):
         return h @ q["W"] + q["b"]
@@ -149,7 +151,11 @@ def _torch_step(name: str, params: dict, x: Any, y: Any) -> Callable[[], list]:
 
     def call():
         value = -(ty * forward().log_softmax(-1)).sum(-1).mean()
-        return [g.numpy() for g in torch.autograd.grad(value, tensors)]
+        grads = torch.autograd.grad(value, tensors)
+        if device == "cpu":
+            return [g.numpy() for g in grads]
+        torch.cuda.synchronize()
+        return list(grads)
 
     return call
 
