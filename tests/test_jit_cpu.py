@@ -286,7 +286,8 @@ def test_static_argnums_take_an_int_or_count_from_the_end():
                                         ((16, 4, 8, 64), (3,)), ((16, 64, 128), (0, 1)),
                                         ((4, 300, 24), (1,)), ((97, 40), (0,)),
                                         ((40, 3, 16), (0, 1)), ((3, 5, 21), (2,)),
-                                        ((6, 2, 3, 9), (2, 3)), ((7, 130), (1,))])
+                                        ((6, 2, 3, 9), (2, 3)), ((7, 130), (1,)),
+                                        ((4, 3, 7, 9), (0, 2, 3)), ((5, 2, 16), (0, 2))])
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_sums_and_maxes_add_in_order_whatever_the_loop_nest(monkeypatch, threads, dtype, shape,
                                                            axes):
@@ -297,7 +298,9 @@ def test_sums_and_maxes_add_in_order_whatever_the_loop_nest(monkeypatch, threads
     and the max is numpy's. Where such rows are few, the terms are added in groups of
     consecutive ones (`row_groups`, a function of the shape alone) and the groups' sums then
     in order; an output whose terms are contiguous sums them in LANES partial sums, combined
-    in halves, then its last terms: the same bits at any thread count."""
+    in halves, then its last terms, and an output whose terms lie in contiguous runs (each
+    image's plane of a channel) the same, run after run into the same partial sums, then each
+    run's last terms: the same bits at any thread count."""
     monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
     x = RNG.standard_normal(shape).astype(dtype)
     sums, maxes = tapeml.jit(lambda x: (tapeml.sum(x, axes), tapeml.max(x, axes)))(x)
@@ -312,27 +315,34 @@ def test_sums_and_maxes_add_in_order_whatever_the_loop_nest(monkeypatch, threads
     for group in np.split(terms.astype(np.float64), groups):
         partial = np.cumsum(group, axis=0)[-1]
         total = partial if total is None else total + partial
-    trailing = axes == tuple(range(len(shape) - len(axes), len(shape)))
-    if trailing and len(terms) >= 2 * reductions.LANES:  # terms one after another in memory
-        total = _in_lanes(terms.astype(np.float64), reductions.LANES)
+    run = [a for a in axes if set(range(a, len(shape))) <= set(axes)]  # the contiguous runs'
+    runs = math.prod(shape[a] for a in run)
+    if run and runs >= 2 * reductions.LANES:  # terms one after another in memory, in runs
+        outer = [a for a in axes if a not in run]
+        by_run = np.transpose(x, [*outer, *run, *kept]).reshape(
+            -1, runs, *[shape[i] for i in kept])
+        total = _in_lanes(by_run.astype(np.float64), reductions.LANES)
     assert_same_bits(sums, total.astype(dtype))
     assert_same_bits(maxes, x.max(axis=axes))
     if shape in ((256, 512), (16, 64, 128), (4, 300, 24)):
         assert groups > 1  # the cases that fold their rows in groups
 
 
-def _in_lanes(terms: np.ndarray, lanes: int) -> np.ndarray:
-    """Each column of `terms` summed as the CPU sums contiguous terms: term i into partial
-    i % lanes (one after another), the partials combined in halves, then the terms past the
-    last whole `lanes` one after another."""
-    whole = len(terms) // lanes * lanes
-    partials = list(np.cumsum(terms[:whole].reshape(-1, lanes, *terms.shape[1:]), axis=0)[-1])
+def _in_lanes(runs: np.ndarray, lanes: int) -> np.ndarray:
+    """Each output (the trailing axes) of `runs` (runs x terms of a run x outputs) summed as
+    the CPU sums contiguous terms: term i of each run into partial i % lanes, run after run,
+    the partials combined in halves, then each run's terms past its last whole `lanes`, run
+    after run."""
+    whole = runs.shape[1] // lanes * lanes
+    blocks = runs[:, :whole].reshape(-1, lanes, *runs.shape[2:])  # (run, block) in order
+    partials = list(np.cumsum(blocks, axis=0)[-1])
     while len(partials) > 1:
         half = len(partials) // 2
         partials = [partials[i] + partials[i + half] for i in range(half)]
     total = partials[0]
-    for term in terms[whole:]:
-        total = total + term
+    for run in runs[:, whole:]:
+        for term in run:
+            total = total + term
     return total
 
 

@@ -38,10 +38,13 @@ LANES added one after another: independent chains that LLVM's SLP vectorizer mak
 where a single chain was scalar loads and adds (each output on its own: eight side by side,
 SIDE_BY_SIDE, were 64 chains, not vectorized, and spilled). One core, AVX-512 Xeon: the GPT
 step's 16 x 4 x 64 x 64 -> 16 x 4 x 64 softmax sums 83 -> 31 us, its layer norms' 16 x 64 x 128
--> 16 x 64 sums 47 -> 18 us; the step's sums 2.3 -> 1.7 ms. The order is a function of the
-shape alone; the bits may differ from a sequential sum's, as numpy's pairwise sum's do. (A max
-is left one chain per output: its NaN-propagating maximum did not vectorize, and ran slower as
-partials.)"""
+-> 16 x 64 sums 47 -> 18 us; the step's sums 2.3 -> 1.7 ms. Terms in contiguous runs (a
+convolution's bias gradient, 64 x 16 x 28 x 28 -> 16: each image's plane of a channel) go into
+the same partials run after run, then each run's last terms: W4's two bias gradients 451 and
+267 -> 139 and 61 us (`step.profile`, one core, Zen 4), where eight outputs side by side were
+scalar chains. The order is a function of the shape alone; the bits may differ from a
+sequential sum's, as numpy's pairwise sum's do. (A max is left one chain per output: its
+NaN-propagating maximum did not vectorize, and ran slower as partials.)"""
 
 ROW_GROUPS = 8
 """`row_reductions` folds the reduced rows of a reduction with fewer than GROUPED_BELOW rows
@@ -93,9 +96,11 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
     reduced_shape, (reduced_src,), _ = coalesce([shape[a] for a in axes],
                                                 [[src[a] for a in axes]])
 
-    # one output's terms contiguous (a softmax's, a layer norm's row): LANES partial results
-    lanes = (cx.row_reductions and isinstance(op, tape.SumOp) and len(reduced_shape) == 1
-             and reduced_src == [1] and reduced_shape[0] >= 2 * LANES)
+    # one output's terms contiguous (a softmax's, a layer norm's row), or in contiguous runs (a
+    # convolution's bias gradient: each image's plane of a channel): LANES partial results
+    lanes = (cx.row_reductions and isinstance(op, tape.SumOp) and reduced_src[-1:] == [1]
+             and reduced_shape[-1] >= 2 * LANES)
+    outer_shape, outer_src = reduced_shape[:-1], reduced_src[:-1]  # (the runs' own indices)
 
     def outputs(e: Emitter, ivs: list[SSAValue], count: int) -> None:
         """`count` outputs from the one at `ivs` on along the last kept dim, folded side by
@@ -112,28 +117,30 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
 
         if not lanes:
             totals = e.reduce_all(reduced_shape, [e.scalar(identity, wide)] * count, step)
-        else:
-            whole, rest = divmod(reduced_shape[0], LANES)
+        else:  # each run's whole LANES into the partials, run after run; then the rest
+            whole, rest = divmod(reduced_shape[-1], LANES)
+
+            def run_start(e: Emitter, inner: list[SSAValue]) -> SSAValue:
+                return e.linear([*ivs, *inner[:-1]], [*kept_src, *outer_src])
 
             def lane_step(e: Emitter, inner: list[SSAValue],
                           accs: list[SSAValue]) -> list[SSAValue]:
-                base = e.addi(e.linear(ivs, kept_src), e.muli(inner[0], e.index(LANES)))
+                base = e.addi(run_start(e, inner), e.muli(inner[-1], e.index(LANES)))
                 return [e.insert(combine(accs[j * LANES + v], term(
                     e, base if v == 0 else e.addi(base, e.index(v)), j)))
                         for j in range(count) for v in range(LANES)]
 
-            partial = e.reduce_all([whole], [e.scalar(identity, wide)] * (count * LANES),
-                                   lane_step)
+            partial = e.reduce_all([*outer_shape, whole],
+                                   [e.scalar(identity, wide)] * (count * LANES), lane_step)
             totals = [_pairwise(e, combine, partial[j * LANES:(j + 1) * LANES])
                       for j in range(count)]
-            if rest:  # the last terms, one after another
+            if rest:  # each run's last terms, one after another, run after run
                 def tail(e: Emitter, inner: list[SSAValue],
                          accs: list[SSAValue]) -> list[SSAValue]:
-                    base = e.linear(ivs, kept_src)
-                    at = e.addi(base, e.addi(inner[0], e.index(whole * LANES)))
+                    at = e.addi(run_start(e, inner), e.addi(inner[-1], e.index(whole * LANES)))
                     return [e.insert(combine(acc, term(e, at, j))) for j, acc in enumerate(accs)]
 
-                totals = e.reduce_all([rest], totals, tail)
+                totals = e.reduce_all([*outer_shape, rest], totals, tail)
         at = e.linear(ivs, kept_out)
         for j, total in enumerate(totals):
             if wide != t:
