@@ -12,9 +12,12 @@ from tapeml.dialects.kernel import GemmSpec
 Part = tuple[int, int, int, int, int, int]
 """A share of the work: batches [b0, b1), rows [m0, m1), columns [n0, n1)."""
 
-PARALLEL_FLOPS = 4_000_000
+PARALLEL_FLOPS = 1_000_000
 """Below this much work a kernel runs on the calling thread alone: the handoff to the pool's
-threads costs microseconds."""
+threads costs microseconds. At 4M, W3's three products 10 wide or 10 deep (2.6 MFLOP, 50-65
+us each) ran on one thread of two, 3.5% of the step; at 1M the step on two threads took
+4.72/4.83 against 4.92/4.92 ms and W4's 5.74/5.76 against 5.99/5.93 (in one process, two
+copies each, alternated; Zen 4), one thread the same."""
 
 
 GROUPS = 8
