@@ -178,7 +178,8 @@ ERF_ULPS = {np.float32: {"interp": 0, "gpu-emulated": 3, "cpu-1": 3, "cpu-2": 3,
 interpreter computes math.erf; f32 erf is vectorizable arithmetic in the loops, on the CPU and
 the GPU alike (transcendentals.py: within 3 ulp); f64 erf calls libm's erf on the CPU (glibc's:
 0 ulp over the sample below, CPython calls the same erf) and math.erf on the emulated GPU. The
-real GPU's libdevice __nv_erf is documented at 2 ulps; there is none here to measure it."""
+real GPU's f64 erf is libdevice's __nv_erf, documented at 2 ulps (the "gpu" stage, where
+there is a GPU: scripts/gpu-check; an H200 kept both bounds)."""
 
 
 def _ulps(a: np.ndarray, b: np.ndarray) -> int:
