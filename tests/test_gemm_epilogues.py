@@ -191,6 +191,27 @@ def test_what_does_not_fold_is_computed_as_it_was():
             np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
 
 
+def test_a_training_steps_bias_and_relu_fold_into_its_forward_product():
+    """relu's pullback reads relu's result, not its input (the same mask: result > 0 exactly
+    where input > 0, NaN and -0 included), so the backward pass keeps no pre-activation and a
+    layer's bias and relu fold into its product in a gradient too; the value and gradients
+    are the interpreter's (NaN and infinities among the biases)."""
+    x, w, b = _values((16, 12), np.float64, 1), _values((12, 20), np.float64, 2), \
+        _values((20,), np.float64, 3, edges=True)
+    v = _values((20, 3), np.float64, 4)
+
+    def loss(w, b, x, v):  # a hidden layer, then the next layer's product
+        return ops.sum(ops.matmul(ops.relu(ops.matmul(x, w) + b), v))
+
+    step = tapeml.value_and_grad(loss, argnums=(0, 1))
+    loops = tapeml.jit(step).lower(w, b, x, v)["loops"]
+    assert 'bias = "columns"' in loops and "relu = true" in loops
+    got = flatten(tapeml.jit(step)(w, b, x, v))[0]
+    expected = flatten(tapeml.jit(step, backend="interp")(w, b, x, v))[0]
+    for g, e in zip(got, expected, strict=True):  # (sums in another order)
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
 TWO_PRODUCTS = {  # name: (the first product, the second, its operands' shapes, a bias shape)
     "convolutions": (lambda x, w: nn.conv2d(x, w, padding=1),
                      lambda x, w: nn.conv2d(x, w, stride=2),

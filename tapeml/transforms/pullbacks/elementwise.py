@@ -97,7 +97,10 @@ def _sigmoid(ct, a, *, result):
 
 @pullback(tape.ReluOp)
 def _relu(ct, a, *, result):
-    return (ops.where(ops.greater(a, 0.0), ct, np.asarray(0.0, ct.dtype)),)  # 0 at 0
+    # 0 at 0; read off the result (result > 0 exactly where a > 0, NaN and -0 included): the
+    # backward pass keeps the layer's output, not its input, so a product's bias and relu
+    # fold into the product as its epilogue (W3's second layer: one pass over C fewer)
+    return (ops.where(ops.greater(result, 0.0), ct, np.asarray(0.0, ct.dtype)),)
 
 
 @pullback(tape.SqrtOp)
