@@ -169,7 +169,8 @@ KEY_PARTS = {
                                            lambda: "another-cpu"), "compiled"),
     "tapeml's sources": (lambda m: m.setattr(disk_cache, "sources_digest", lambda: "edited"),
                          "compiled"),
-    "xDSL's version": (lambda m: m.setattr(cpu, "xdsl_version", "0.0.1"), "compiled"),
+    "xDSL's version": (lambda m: m.setattr(disk_cache, "xdsl_version", lambda: "0.0.1"),
+                       "compiled"),
 }
 
 

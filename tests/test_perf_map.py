@@ -26,7 +26,7 @@ def _kernel(dtype: str, size: int):
     v = variant(spec, Target.host())
     machine = cpu.target_machine()
     (prefix, text, published), _ = cpu.kernel_modules(v)
-    return prefix, published, llvm_worker.emit(machine, cpu.kernel_ir(text, machine))
+    return prefix, published, llvm_worker.emit(machine, cpu.kernel_ir(text(), machine))
 
 
 def _entries(out) -> dict[str, tuple[int, int]]:

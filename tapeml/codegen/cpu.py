@@ -26,7 +26,6 @@ from typing import IO, Any
 import llvmlite
 import llvmlite.binding as llvm_binding
 import numpy as np
-from xdsl import __version__ as xdsl_version
 from xdsl.backend.llvm.convert import convert_module
 from xdsl.context import Context
 from xdsl.dialects import func, llvm
@@ -72,9 +71,7 @@ def optimize(module: Any, machine: llvm_binding.TargetMachine, detached: Sequenc
 
 
 def optimize_program(parsed: Any, machine: llvm_binding.TargetMachine) -> None:
-    passes = llvm_binding.create_pass_builder(
-        machine, llvm_worker.pipeline_options(PROGRAM_LEVEL))
-    passes.getModulePassManager().run(parsed, passes)
+    llvm_worker.run_passes(parsed, machine, PROGRAM_LEVEL)
 
 
 def lowered(module: Any, machine: llvm_binding.TargetMachine, detached: Sequence[str] = ()
@@ -177,12 +174,14 @@ _KERNELS: dict[str, Any] = {}  # kernel symbol -> the engine that holds it (publ
 _KERNELS_LOCK = threading.Lock()
 
 
-def kernel_modules(v: Variant) -> list[tuple[str, str, list[str]]]:
-    """The two modules of the kernel `v` (gemm.Variant): (prefix, LLVM IR text, the symbols
-    published for callers) of the kernel, then of its tiles."""
+def kernel_modules(v: Variant) -> list[tuple[str, Callable[[], str], list[str]]]:
+    """The two modules of the kernel `v` (gemm.Variant): (prefix, a function writing its LLVM
+    IR text, the symbols published for callers) of the kernel, then of its tiles. The text
+    is written only to be compiled (a fifth of W3's first call with its kernels cached was
+    writing their text to find their key)."""
     tiles = [f"{v.tiles}.prepack_a", *(f for f in tiles_of(v) if f)]
-    return [(v.symbol, kernel(v), [v.symbol, f"{v.symbol}.prepack_b"]),
-            (v.tiles, tiles_module(v), tiles)]
+    return [(v.symbol, lambda: kernel(v), [v.symbol, f"{v.symbol}.prepack_b"]),
+            (v.tiles, lambda: tiles_module(v), tiles)]
 
 
 def kernel_ir(text: str, machine: llvm_binding.TargetMachine, optimized: bool = True) -> Any:
@@ -240,9 +239,10 @@ def load_kernel(v: Variant, in_worker: bool = False) -> str:
                 continue
             load_pool()  # the kernel's threads are the pool's
             engine, origin = cached_engine(
-                "gemm kernel", f"{text}\n{llvm_worker.spelled(KERNEL_PASSES)}",
-                lambda machine, text=text: kernel_ir(text, machine), published[0],
-                (lambda text=text: llvm_worker.in_worker(text, KERNEL_PASSES))
+                "gemm kernel", f"{prefix} kc={v.kc} {disk_cache.sources_digest()} "
+                f"{llvm_worker.spelled(KERNEL_PASSES)}",  # (the prefix: all else its text reads)
+                lambda machine, text=text: kernel_ir(text(), machine), published[0],
+                (lambda text=text: llvm_worker.in_worker(text(), KERNEL_PASSES))
                 if in_worker else None)
             for symbol in published:
                 llvm_binding.add_symbol(symbol, engine.get_function_address(symbol))
@@ -390,9 +390,10 @@ def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
     kernels = declared_kernels(module)
     variants = sorted({variant(spec, host) for spec in kernels.values()},
                       key=lambda v: v.symbol)
-    modules = {prefix: text for v in variants for prefix, text, _ in kernel_modules(v)}
-    for text in modules.values() if standalone else ():  # (a kernel shared by two heights once)
-        parsed.link_in(kernel_ir(text, machine, optimized))
+    modules = {prefix: text for v in variants if standalone
+               for prefix, text, _ in kernel_modules(v)}
+    for text in modules.values():  # (a kernel shared by two heights once)
+        parsed.link_in(kernel_ir(text(), machine, optimized))
     for spec in kernels.values():
         parsed.link_in(caller_module(spec, machine, load=False))
     return list(kernels), variants
@@ -675,7 +676,7 @@ class CPUBackend:
         return disk_cache.key(
             "cpu", disk_cache.program_text(module),
             f"fuse={self.fuse} libm={self.libm} threads={threads}",
-            disk_cache.sources_digest(), f"xdsl {xdsl_version}", *machine_key())
+            disk_cache.sources_digest(), f"xdsl {disk_cache.xdsl_version()}", *machine_key())
 
     def _compile(self, module: ModuleOp, name: str, inputs: list[Argument],
                  outputs: list[Argument], threads: int, kept: Stages,

@@ -34,7 +34,7 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import IO
 
 import llvmlite.binding as llvm_binding
@@ -56,6 +56,20 @@ scatters, one element at a time: the W4 step's 64x16x28x28 max pool backward 133
 (one core, with a multiply fused), the step 10.6-10.8 -> 8.8-8.9 ms in one process with the
 option toggled between compiles (two copies each, alternated); W1 and W3 the same, their
 first calls too. LLVM leaves it off by default; AVX-512 has the masked loads it needs."""
+
+PARTIAL_UNROLLING = "-unroll-allow-partial"
+"""An LLVM option, set by every compile (run_passes), off for a program's loops and on for the
+GEMM kernels'. On (x86's default on Zen 4) LLVM unrolls a loop whose trip count it knows but
+cannot unroll whole (every loop of a program: its shapes are static) up to its micro-op
+buffer's size after vectorizing it, doubling the code: W3's program 2,144 -> 1,018 lines of
+optimized IR and its LLVM O2 + machine code 115-162 -> 89-91 ms, W4's 398-407 -> 302-311, the
+GPT step's 564-612 -> 378-406 (one core; `-unroll-allow-partial=false`, process-wide). Its
+speed the same without (W3 8.76-8.81 against 8.90-8.98 ms, W4 8.45-8.55 against 8.42-8.47,
+the GPT step 35.2-35.4 against 35.8-36.1, in one process, two copies each, alternated; W1's
+machine code identical: its loop's trip count is the thread's part, known at run time). The
+kernels' packing loops need it (without, they move an element per turn); forced on, their
+code is the same bytes as by default (x86's choice), as is the PTX of the GPU's kernels.
+LLVM's options cannot be unset, only set: each compile sets it, under a lock."""
 
 _REQUEST = struct.Struct("<QQQ?")
 _ANSWER = struct.Struct("<?Q")
@@ -95,25 +109,45 @@ def pipeline_options(level: int) -> llvm_binding.PipelineTuningOptions:
 
 def optimized(text: str, machine: llvm_binding.TargetMachine, passes: Passes,
               only: Collection[str] | None = None) -> llvm_binding.ModuleRef:
-    """The module `text` parsed for `machine`, verified, and optimized by `passes`; `only`:
-    of its definitions, just those functions are optimized and compiled (`compile_only`)."""
+    """The module `text` parsed for `machine`, verified, and optimized by `passes` (run_passes);
+    `only`: of its definitions, just those functions are optimized and compiled
+    (`compile_only`)."""
     parsed = llvm_binding.parse_assembly(text)
     parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
     parsed.verify()
     if only is not None:
         compile_only(parsed, only)
-    if passes is None:
-        return parsed
+    if passes is not None:
+        run_passes(parsed, machine, passes)
+    return parsed
+
+
+def run_passes(parsed: llvm_binding.ModuleRef, machine: llvm_binding.TargetMachine,
+               passes: int | tuple[str, ...], partial_unrolling: bool | None = None) -> None:
+    """Optimize `parsed` in place: at a level, by LLVM's pipeline (pipeline_options); named, by
+    those passes in order. With LLVM's partial unrolling (PARTIAL_UNROLLING) or without it:
+    by default without at a level (a program's loops) and with for named passes (the GEMM
+    kernels')."""
+    if partial_unrolling is None:
+        partial_unrolling = not isinstance(passes, int)
     builder = llvm_binding.create_pass_builder(
         machine, pipeline_options(passes if isinstance(passes, int) else 0))
     if isinstance(passes, int):
-        builder.getModulePassManager().run(parsed, builder)
-        return parsed
-    manager = llvm_binding.create_new_module_pass_manager()
-    for name in passes:
-        getattr(manager, f"add_{name}_pass")()
-    manager.run(parsed, builder)
-    return parsed
+        manager = builder.getModulePassManager()
+    else:
+        manager = llvm_binding.create_new_module_pass_manager()
+        for name in passes:
+            getattr(manager, f"add_{name}_pass")()
+    with unrolling(partial=partial_unrolling):
+        manager.run(parsed, builder)
+
+
+@contextlib.contextmanager
+def unrolling(partial: bool) -> Iterator[None]:
+    """Optimize in this block with LLVM's partial unrolling (PARTIAL_UNROLLING) or without."""
+    with _OPTIONS:
+        llvm_binding.set_option("tapeml", f"{PARTIAL_UNROLLING}={str(partial).lower()}")
+        yield
 
 
 def compile_only(parsed: llvm_binding.ModuleRef, names: Collection[str],
@@ -146,7 +180,9 @@ def _read_passes(text: str) -> Passes:
     return int(text[1:]) if text[0] == "O" else tuple(text.split(","))
 
 
-_CODEGEN = threading.Lock()
+_OPTIONS = threading.Lock()
+"""Held while an LLVM option a compile sets (PARTIAL_UNROLLING, -disable-lsr) is in force:
+LLVM's options are the process's."""
 
 
 def emit(machine: llvm_binding.TargetMachine, parsed: llvm_binding.ModuleRef,
@@ -159,7 +195,7 @@ def emit(machine: llvm_binding.TargetMachine, parsed: llvm_binding.ModuleRef,
     GEMM kernels (the CNN step ran 3-6% slower without it there), the thread pool and the
     GPU. An LLVM option is the process's: every compile of tapeml's sets it under one lock,
     and it is left at LLVM's default (on) after each."""
-    with _CODEGEN:
+    with _OPTIONS:
         if not strength_reduction:
             llvm_binding.set_option("tapeml", "-disable-lsr")
         try:
