@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpt_step  # noqa: E402  (puts examples/ on the path too)
 
 import tapeml  # noqa: E402
+import tapeml.codegen.cpu  # noqa: E402, F401  (imports are excluded: the backend `jit` loads)
 
 
 def main(layers: int, variant: str, batches: list[int]) -> None:
