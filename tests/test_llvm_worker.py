@@ -187,3 +187,42 @@ def test_function_lines_reads_quoted_and_plain_names():
     text = ('define void @"tapeml.f"(ptr %a) #0 {\nentry:\n  ret void\n}\n'
             'define internal i64 @g.1(i64 %x) {\n  %y = add i64 %x, 1\n  ret i64 %y\n}\n')
     assert cpu._function_lines(text) == {"tapeml.f": 2, "g.1": 2}
+
+
+LOOP = """define void @scale(ptr noalias %x, ptr noalias %y) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
+  %p = getelementptr float, ptr %x, i64 %i
+  %v = load float, ptr %p
+  %w = fmul float %v, 2.0
+  %q = getelementptr float, ptr %y, i64 %i
+  store float %w, ptr %q
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, 4096
+  br i1 %more, label %loop, label %exit
+exit:
+  ret void
+}
+"""
+
+
+def test_partial_unrolling_is_each_compiles_own_whatever_compiled_before():
+    """A program's loops (a level's pipeline) are not partially unrolled after vectorizing,
+    the kernels' (named passes) are, and neither depends on what this process compiled
+    before: LLVM's options are the process's, and each compile sets its own."""
+    machine = llvm_worker.target_machine()
+
+    def multiplies(**partial: bool) -> int:
+        parsed = llvm_worker.optimized(LOOP, machine, None)
+        llvm_worker.run_passes(parsed, machine, 2, **partial)
+        return str(parsed).count("fmul")
+
+    text = _kernel_text()
+    kernel_before = llvm_worker.object_code(text, cpu.KERNEL_PASSES)
+    unrolled = multiplies(partial_unrolling=True)
+    program = multiplies()
+    assert program == multiplies(partial_unrolling=False) < unrolled  # (4 against 16 here)
+    assert llvm_worker.object_code(text, cpu.KERNEL_PASSES) == kernel_before
+    assert multiplies() == program
