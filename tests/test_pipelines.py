@@ -7,12 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import VerifyException
 
 import tapeml
 from tapeml import nn
 from tapeml.codegen import get_backend
 from tapeml.codegen.gemm import host_threads
-from tapeml.transforms.pipelines import TapeToGPUPass, TapeToLLVMPass, cpu_pipeline
+from tapeml.codegen.stages import Stages, run_pipeline
+from tapeml.transforms.pipelines import Step, TapeToGPUPass, TapeToLLVMPass, cpu_pipeline
 
 RNG = np.random.default_rng(0)
 
@@ -70,3 +75,53 @@ def test_the_backend_and_the_pass_share_one_list():
     assert [s.pass_.name for s in cpu_pipeline(fuse=False, tidy=True)] == [
         "tape-to-loops", "plan-arena", "merge-loop-nests", "convert-scf-to-cf", "canonicalize",
         "cse", "convert-loops-to-llvm"]
+
+
+class _Breaks(ModulePass):
+    """A pass that leaves the module invalid: a func.return returning nothing from a function
+    that returns a value."""
+
+    name = "break-the-module"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        f = next(o for o in op.ops if isinstance(o, func.FuncOp))
+        f.body.block.last_op.operands = ()
+
+
+def _counting_verify(monkeypatch) -> list[ModuleOp]:
+    verified: list[ModuleOp] = []
+    real = ModuleOp.verify
+
+    def verify(self, verify_nested_ops: bool = True) -> None:
+        verified.append(self)
+        real(self, verify_nested_ops)
+
+    monkeypatch.setattr(ModuleOp, "verify", verify)
+    return verified
+
+
+def test_checks_verify_the_trace_and_the_module_after_each_pass(monkeypatch):
+    """TAPEML_CHECKS (the suite runs with it): trace verifies what it recorded, a pipeline the
+    module after every pass, and a pass that leaves it invalid is named."""
+    monkeypatch.setenv("TAPEML_CHECKS", "1")
+    verified = _counting_verify(monkeypatch)
+    program = _step()
+    assert verified == [program.module]
+    steps = cpu_pipeline()
+    run_pipeline(program.module, steps, Stages(False))
+    assert len(verified) == 1 + len(steps)
+    with pytest.raises(VerifyException, match="does not verify after break-the-module"):
+        run_pipeline(program.module, [Step(_Breaks())], Stages(False))
+
+
+def test_without_checks_nothing_is_verified_again(monkeypatch):
+    """Without TAPEML_CHECKS (a user's default) tracing and compiling verify nothing whole:
+    each op was checked as it was built; a user's mistake is still an error at its line."""
+    monkeypatch.setenv("TAPEML_CHECKS", "0")
+    verified = _counting_verify(monkeypatch)
+    program = _step()
+    run_pipeline(program.module, cpu_pipeline(), Stages(False))
+    assert verified == []
+    with pytest.raises(tapeml.ShapeError, match="test_pipelines.py"):
+        tapeml.trace(lambda a, b: a @ b, np.ones((2, 3), np.float32),
+                     np.ones((2, 3), np.float32))

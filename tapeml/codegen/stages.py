@@ -9,7 +9,9 @@ from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.exceptions import VerifyException
 
+from tapeml import checks
 from tapeml.profile import count_ops, record
 from tapeml.transforms.fuse import FusePass
 from tapeml.transforms.pipelines import Step
@@ -34,16 +36,19 @@ def run_pipeline(module: ModuleOp, steps: list[Step], stages: Stages,
     reports returned (`run`), by pass name. The module's text is kept as stage "tape" first,
     then under each step's stage name, headed by its report. `after(pass name, module)` is
     called after each pass (a backend starting work the rest of the pipeline need not wait
-    for)."""
+    for). With TAPEML_CHECKS, the module is verified after each pass."""
     stages.keep("tape", lambda: str(module))
     module = module.clone()
     ctx = Context()
     reports: dict[str, Any] = {}
+    verify_each = checks.enabled()
     for step in steps:
         started = time.perf_counter()
         run = getattr(step.pass_, "run", None)
         report = run(module) if run is not None else step.pass_.apply(ctx, module)
         name = step.pass_.name
+        if verify_each:
+            _verify_after(name, module)
         detail = "" if report is None else str(report)
         if step.stage is not None:
             head = f"// {name}: {detail}\n" if detail else ""
@@ -54,3 +59,13 @@ def run_pipeline(module: ModuleOp, steps: list[Step], stages: Stages,
         if after is not None:
             after(name, module)
     return module, reports
+
+
+def _verify_after(name: str, module: ModuleOp) -> None:
+    """TAPEML_CHECKS' -verify-each: a pass that leaves the module invalid is named (a bug of
+    tapeml's, never of the user's program: that was checked before the pipeline ran)."""
+    try:
+        module.verify()
+    except VerifyException as error:
+        raise VerifyException(f"TAPEML_CHECKS: the module does not verify after {name}: "
+                              f"{error}") from error

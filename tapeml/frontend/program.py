@@ -30,6 +30,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.parser import Parser
 
 import tapeml.tracing.ops  # noqa: F401 (gives tracers numpy's operators)
+from tapeml import checks
 from tapeml.dialects import tape
 from tapeml.dialects.dominance import verify_dominance
 from tapeml.dialects.names import (
@@ -121,7 +122,8 @@ def trace(fn: Callable, *example_args: Any, **example_kwargs: Any) -> Program:
 def trace_with(fn: Callable, example_args: tuple, example_kwargs: dict,
                verify: bool = True) -> Program:
     """`trace`; not `verify`ing the module, for a program whose ops another trace takes in
-    and verifies with its own (`Program.call_once` on tracers)."""
+    and verifies with its own (`Program.call_once` on tracers). The module is verified only
+    where TAPEML_CHECKS asks (tapeml/checks.py): each op was checked as it was built."""
     started = time.perf_counter()
     leaves, in_tree = flatten((example_args, example_kwargs))
     paths = argument_paths(fn, example_args, example_kwargs)
@@ -165,7 +167,7 @@ def trace_with(fn: Callable, example_args: tuple, example_kwargs: dict,
     f.attributes[IN_TREE_ATTR] = StringAttr(in_tree.to_text())
     f.attributes[OUT_TREE_ATTR] = StringAttr(out_tree.to_text())
     module = ModuleOp([f])
-    if verify:
+    if verify and checks.enabled():
         module.verify()
     record(f"trace {name}", lambda: count_ops(module, top_level=True), started)
     return Program(module)
