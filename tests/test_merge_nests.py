@@ -108,6 +108,17 @@ def test_nests_that_differ_stay_apart():
     assert _interpret(program, module, (x, x + 1)) == before
 
 
+
+def test_nests_over_buffers_of_other_sizes_stay_apart():
+    """x[0] of a 2-element x copies one element out of x, then into the result: the same loop
+    over a 2- and a 1-element buffer, which a function of one signature cannot take (found by
+    TAPEML_CHECKS' verification after each pass)."""
+    x = np.array([3.0, 4.0])
+    program, module = _arena_form(lambda x: x[0], (x,))
+    merge_loop_nests(module)
+    module.verify()
+    assert tapeml.jit(lambda x: x[0])(x) == 3.0
+
 def test_identical_thread_pool_parts_become_one():
     fn, args = _two_layers()
     every_loop = functools.partial(OutlineParallelLoopsPass, min_work=0)

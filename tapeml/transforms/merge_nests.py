@@ -291,7 +291,7 @@ def merge_loop_nests(module: ModuleOp, merge_runs: bool = True) -> Merged:
         if function.parent is not None and function.sym_name.data not in called:
             nests = [op for op in function.body.block.ops
                      if isinstance(op, scf.ParallelOp | scf.ForOp) and not op.results]
-            for members in _repeated((structure([op], external), (op, external)) for op in nests
+            for members in _repeated((_nest_key(op, external), (op, external)) for op in nests
                                      for external in [external_values([op])]):
                 name = f"{function.sym_name.data}_nest{outlined}"
                 first, external = members[0]
@@ -309,6 +309,16 @@ def merge_loop_nests(module: ModuleOp, merge_runs: bool = True) -> Merged:
                 merged_calls, merged = _merge_runs(module, function, runs)
                 run_calls, runs = run_calls + merged_calls, runs + merged
     return Merged(calls, outlined, run_calls, runs, merged_parts)
+
+
+def _nest_key(nest: Operation, external: list[SSAValue]) -> Hashable | None:
+    """A nest's structure and the types of the buffers it takes: a function's parameters have
+    one type, so two nests over buffers of other sizes stay apart (TAPEML_CHECKS found two
+    one-element copies, out of a 2- and a 1-element buffer, merged into one function taking
+    the 2-element one)."""
+    key = structure([nest], external)
+    return None if key is None else (
+        key, tuple(v.type for v in external if isinstance(v.type, MemRefType)))
 
 
 def _called(module: ModuleOp) -> set[str]:
