@@ -5,16 +5,22 @@ differentiate(p)), on generated CNNs (f64: equal up to summation order) and an M
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 from bits import assert_same_bits
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from xdsl.ir import Operation
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 
 import tapeml
 from tapeml import Spec, nn, ops
+from tapeml.dialects.base import TapeOp
+from tapeml.dialects.tape.canonicalize import LAYOUT_PATTERNS
 from tapeml.tracing.pytree import flatten
 from tapeml.transforms.differentiate import differentiate
-from tapeml.transforms.fuse import fuse
+from tapeml.transforms.fuse import BACKWARD, FORWARD, ByRoot, fuse, roots
 
 
 @st.composite
@@ -305,3 +311,22 @@ def test_the_batch_norm_fold_declines_what_it_cannot_fold():
     assert _fired(tapeml.trace(f, *args))[0]["conv2d-scale"] == 0
     f, args = _conv_bn(weight_known=True, bias=False, scale_shape=(4, 5, 1))  # varies by row
     assert _fired(tapeml.trace(f, *args))[0]["conv2d-scale"] == 0
+
+
+def test_each_pattern_is_tried_on_the_ops_it_rewrites_only():
+    """tape-fuse's applier (ByRoot) tries a pattern on the op types its match_and_rewrite is
+    annotated with (xDSL's op_type_rewrite_pattern): every pattern of the catalog names its
+    own, so no pattern is tried on every op; a pattern without them is tried on every op."""
+    catalog = [*LAYOUT_PATTERNS, *(p(Counter()) for p in (*BACKWARD, *FORWARD))]
+    for pattern in catalog:
+        assert all(issubclass(k, TapeOp) for k in roots(pattern)), pattern
+    applier = ByRoot(catalog)
+    add = tapeml.trace(lambda a: a + a, np.ones(2, np.float32)).function.body.block.first_op
+    assert [type(p).__name__ for p, r in applier._roots if isinstance(add, r)] == \
+        ["ConcatOfPads"]
+
+    class Untyped(RewritePattern):
+        def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+            pass
+
+    assert roots(Untyped()) == (Operation,)

@@ -15,6 +15,7 @@ Functions that `kernel.parallel_for` calls are left alone: they allocate nothing
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +33,10 @@ from xdsl.dialects.builtin import (
     i8,
 )
 from xdsl.passes import ModulePass
-from xdsl.rewriter import InsertPoint, Rewriter
 
 from tapeml.dialects import kernel
+
+INDEX = IndexType()
 
 ALIGN = 64
 """Every buffer starts on a cache line (and on a 512-bit vector)."""
@@ -48,20 +50,27 @@ class FirstFit:
     align: int
     live: dict[Any, tuple[int, int]] = field(default_factory=dict)
     size: int = 0
+    _by_start: list[tuple[int, int, int]] = field(default_factory=list)
+    """The live buffers' (start, length, serial), in order of start."""
+    _serial: dict[Any, int] = field(default_factory=dict)
 
     def place(self, key: Any, nbytes: int) -> int:
         nbytes = -(-nbytes // self.align) * self.align
         offset = 0
-        for start, length in sorted(self.live.values()):
+        for start, length, _ in self._by_start:
             if offset + nbytes <= start:
                 break
             offset = max(offset, start + length)
         self.live[key] = (offset, nbytes)
+        self._serial[key] = serial = len(self._serial)
+        bisect.insort(self._by_start, (offset, nbytes, serial))
         self.size = max(self.size, offset + nbytes)
         return offset
 
     def free(self, key: Any) -> None:
-        del self.live[key]
+        offset, nbytes = self.live.pop(key)
+        entry = (offset, nbytes, self._serial[key])
+        del self._by_start[bisect.bisect_left(self._by_start, entry)]
 
 
 def element_bytes(t: Any) -> int:
@@ -85,12 +94,17 @@ def plan_arena(f: func.FuncOp) -> int:
             deallocs.append(op)
     arg = block.insert_arg(MemRefType(i8, [arena.size]), len(block.args))
     arg.name_hint = "arena"
-    for op, offset in offsets.items():
-        shift = arith.ConstantOp(IntegerAttr(offset, IndexType()))
-        Rewriter.insert_op(shift, InsertPoint.before(op))
-        Rewriter.replace_op(op, memref.ViewOp(arg, shift, [], op.memref.type))
+    for op, offset in offsets.items():  # (built with `create`: a fifth of the time)
+        shift = arith.ConstantOp.create(result_types=[INDEX],
+                                        properties={"value": IntegerAttr(offset, INDEX)})
+        view = memref.ViewOp.create(operands=[arg, shift.result],
+                                    result_types=[op.memref.type])
+        block.insert_ops_before([shift, view], op)
+        view.result.name_hint = op.memref.name_hint
+        op.memref.replace_all_uses_with(view.result)
+        block.erase_op(op)
     for op in deallocs:
-        Rewriter.erase_op(op)
+        block.erase_op(op)
     f.function_type = FunctionType.from_lists([a.type for a in block.args],
                                               list(f.function_type.outputs))
     if f.arg_attrs is not None:

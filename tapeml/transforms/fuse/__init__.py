@@ -33,19 +33,20 @@ The package:
 
 from __future__ import annotations
 
+import inspect
 import sys
+import types
+import typing
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
-    PatternRewriteWalker,
-    RewritePattern,
-)
+from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern
+from xdsl.transforms.dead_code_elimination import is_trivially_dead
 
 from tapeml.dialects import tape
 from tapeml.dialects.tape.canonicalize import LAYOUT_PATTERNS
@@ -90,8 +91,50 @@ class FusionReport:
         return "\n".join(lines)
 
 
+def roots(pattern: RewritePattern) -> tuple[type[Operation], ...]:
+    """The op types `pattern` rewrites: those its `match_and_rewrite` is annotated with, where
+    xDSL's `op_type_rewrite_pattern` tests them (its closure keeps the annotated function);
+    every op type otherwise (the pattern then tests each op itself)."""
+    method = type(pattern).match_and_rewrite
+    cells = dict(zip(method.__code__.co_freevars, method.__closure__ or (), strict=True))
+    if "func" not in cells:
+        return (Operation,)
+    parameters = list(inspect.signature(cells["func"].cell_contents,
+                                        eval_str=True).parameters.values())
+    hint = parameters[1].annotation
+    kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if all(isinstance(k, type) and issubclass(k, Operation) for k in kinds):
+        return kinds
+    return (Operation,)
+
+
+@dataclass(eq=False)
+class ByRoot(RewritePattern):
+    """xDSL's GreedyRewritePatternApplier (a dead op erased, else the first pattern that
+    acts), trying on each op only the patterns whose `roots` it is one of (decided once per op
+    type): every pattern on every op was a third of tape-fuse, mostly isinstance tests."""
+
+    patterns: Sequence[RewritePattern]
+    _for: dict[type[Operation], list[RewritePattern]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._roots = [(p, roots(p)) for p in self.patterns]
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if is_trivially_dead(op):
+            rewriter.erase(op)
+            return
+        kind = type(op)
+        if (patterns := self._for.get(kind)) is None:
+            patterns = self._for[kind] = [p for p, r in self._roots if issubclass(kind, r)]
+        for pattern in patterns:
+            pattern.match_and_rewrite(op, rewriter)
+            if rewriter.has_done_action:
+                return
+
+
 def _run(module: ModuleOp, patterns: list[RewritePattern]) -> None:
-    PatternRewriteWalker(GreedyRewritePatternApplier(patterns)).rewrite_module(module)
+    PatternRewriteWalker(ByRoot(patterns)).rewrite_module(module)
 
 
 def fuse(module: ModuleOp) -> FusionReport:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.ir import Operation, SSAValue
-from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
 
 from tapeml.dialects import tape
 from tapeml.transforms.fuse.matching import (
@@ -93,8 +93,10 @@ class ConvBackwardInput(FusionPattern):
 
     name = "conv2d-backward-input"
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, tape.PadOp | tape.FoldOp) or (folded := match_folded(op)) is None:
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tape.PadOp | tape.FoldOp, rewriter: PatternRewriter
+                          ) -> None:
+        if (folded := match_folded(op)) is None:
             return
         moved = producer(folded.value, tape.PermuteOp)
         split = moved and producer(moved.input, tape.ReshapeOp)
@@ -123,8 +125,9 @@ class ConvBackwardWeight(FusionPattern):
 
     name = "conv2d-backward-weight"
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, tape.ReshapeOp) or len(op.result.type.get_shape()) != 4:
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tape.ReshapeOp, rewriter: PatternRewriter) -> None:
+        if len(op.result.type.get_shape()) != 4:
             return
         back = producer(op.input, tape.PermuteOp)
         mm = back and producer(back.input, tape.MatmulOp)
@@ -193,8 +196,10 @@ class MaxPoolBackward(FusionPattern):
 
     name = "maxpool2d-backward"
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, tape.PadOp | tape.FoldOp) or (folded := match_folded(op)) is None:
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tape.PadOp | tape.FoldOp, rewriter: PatternRewriter
+                          ) -> None:
+        if (folded := match_folded(op)) is None:
             return
         mul = producer(folded.value, tape.MulOp)
         mask, eq = (mul and _mask_of(mul.lhs)) or (None, None)
@@ -226,8 +231,10 @@ class AvgPoolBackward(FusionPattern):
 
     name = "avgpool2d-backward"
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, tape.PadOp | tape.FoldOp) or (folded := match_folded(op)) is None:
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tape.PadOp | tape.FoldOp, rewriter: PatternRewriter
+                          ) -> None:
+        if (folded := match_folded(op)) is None:
             return
         share = _unreduced(folded.value)
         div = producer(share[0], tape.DivOp) if share and share[1] is None else None

@@ -25,6 +25,7 @@ square root of each row's variance). A group's inputs must still span its result
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -72,8 +73,15 @@ def _clone_body(source: Block, args: Sequence[SSAValue], into: Block, lead: int 
 
 def _groupable(op: Operation) -> bool:
     """An op a group computes element by element: an elementwise op, or a group already."""
-    return isinstance(op, tape.FusedOp) or (
-        isinstance(op, tape.ELEMENTWISE) and not isinstance(op, tape.ConstantOp))
+    return _groupable_kind(type(op))
+
+
+@functools.cache
+def _groupable_kind(kind: type[Operation]) -> bool:
+    """(`_groupable`, decided once per op type: isinstance against a tuple of xDSL op classes
+    calls ABCMeta's check once per class, and this is asked of every op a group looks at)"""
+    return issubclass(kind, tape.FusedOp) or (
+        issubclass(kind, tape.ELEMENTWISE) and not issubclass(kind, tape.ConstantOp))
 
 
 CHEAP = (tape.AddOp, tape.SubOp, tape.MulOp, tape.MaximumOp, tape.MinimumOp, tape.NegOp,
@@ -84,6 +92,11 @@ reads them than to write once and read back."""
 
 MAX_COPIES = 4
 """The most groups a cheap op is computed in, copied."""
+
+
+@functools.cache
+def _cheap_kind(kind: type[Operation]) -> bool:
+    return issubclass(kind, CHEAP)
 
 
 def _read_size(value: SSAValue) -> int:
@@ -101,7 +114,7 @@ def _copied(op: Operation) -> bool:
     it is cheap, it has few users, each of them elementwise, and it reads at most one buffer
     as large as its result (so a user reading that instead reads no more)."""
     users = [use.operation for use in op.results[0].uses]
-    return isinstance(op, CHEAP) and len(users) <= MAX_COPIES and all(map(_groupable, users)) \
+    return _cheap_kind(type(op)) and len(users) <= MAX_COPIES and all(map(_groupable, users)) \
         and sum(_read_size(v) == math.prod(op.results[0].type.get_shape())
                 for v in op.operands) <= 1
 

@@ -6,8 +6,8 @@ an unfold (im2col) of a pad with layout ops and a matmul or a reduction over the
 from __future__ import annotations
 
 import numpy as np
-from xdsl.ir import Operation, SSAValue
-from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.ir import SSAValue
+from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
 
 from tapeml.dialects import tape
 from tapeml.transforms.fuse.matching import (
@@ -31,7 +31,9 @@ class ConvForward(FusionPattern):
 
     name = "conv2d-forward"
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tape.PermuteOp | tape.ReshapeOp,
+                          rewriter: PatternRewriter) -> None:
         if isinstance(op, tape.PermuteOp) and op.params["perm"] == (0, 3, 1, 2):
             match = self._grouped_1(op)
         elif isinstance(op, tape.ReshapeOp):
@@ -118,9 +120,8 @@ class MaxPoolForward(FusionPattern):
 
     name = "maxpool2d-forward"
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, tape.MaxOp):
-            return
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tape.MaxOp, rewriter: PatternRewriter) -> None:
         windows = pool_windows(op, -np.inf)
         if windows is None or not single_use(*(o.results[0] for o in windows.ops())):
             return
@@ -134,9 +135,8 @@ class AvgPoolForward(FusionPattern):
 
     name = "avgpool2d-forward"
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, tape.DivOp):
-            return
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tape.DivOp, rewriter: PatternRewriter) -> None:
         total = producer(op.lhs, tape.SumOp)
         divisor = constant_value(op.rhs)
         windows = total and pool_windows(total, 0.0)
@@ -160,9 +160,8 @@ class ConvScale(FusionPattern):
 
     name = "conv2d-scale"
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, tape.MulOp):
-            return
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tape.MulOp, rewriter: PatternRewriter) -> None:
         for value, other in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
             scale = _per_channel(other, value)
             if scale is None or not value.has_one_use():

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 from xdsl.ir import Operation, SSAValue
-from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
 
 from tapeml.dialects import tape
 from tapeml.transforms.fuse.matching import FusionPattern
@@ -55,9 +55,8 @@ class ConcatOfPads(FusionPattern):
 
     name = "concat-of-pads"
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, tape.AddOp):
-            return
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tape.AddOp, rewriter: PatternRewriter) -> None:
         pieces = [_piece(v) for v in _summed(op)]
         if any(p is None for p in pieces) or len({axis for _, axis in pieces}) != 1:
             return
