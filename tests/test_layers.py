@@ -1,7 +1,8 @@
 """Layers point one way: a module imports only from its own layer and those below it (at module
 level or inside a function alike). The order, lowest first:
 
-    errors, profile   what every layer may use
+    errors, checks,   what every layer may use
+    profile
     dialects          the IR: ops, types, verifiers, printing and parsing
     interpreters      the semantics (xDSL's interpreter)
     tracing           tracers, the ops API, pytrees (eager ops run on the interpreter)
@@ -22,9 +23,8 @@ from pathlib import Path
 
 import tapeml
 
-LAYERS = ["errors", "profile", "dialects", "interpreters", "tracing", "transforms", "stablehlo",
-          "codegen",
-          "frontend", "onnx", "distributed", "universe", "tools", ""]
+LAYERS = ["errors", "checks", "profile", "dialects", "interpreters", "tracing", "transforms",
+          "stablehlo", "codegen", "frontend", "onnx", "distributed", "universe", "tools", ""]
 PACKAGE = Path(tapeml.__file__).parent
 
 

@@ -17,6 +17,7 @@ operands means every operand has type T.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -85,6 +86,18 @@ def _parse_i64(parser: Parser, name: str) -> int:
     return value
 
 
+@functools.lru_cache(maxsize=4096)
+def _i64_array(values: tuple[int, ...]) -> DenseArrayBase:
+    """The array of `values`, built once (attributes are immutable; xDSL's from_list was a
+    tenth of tracing a GPT step)."""
+    return DenseArrayBase.from_list(i64, values)
+
+
+@functools.lru_cache(maxsize=4096)
+def _i64_attr(value: int) -> IntegerAttr:
+    return IntegerAttr(value, i64)
+
+
 @dataclass(frozen=True)
 class IntList(Clause):
     """`name = [1, 2]`: a tuple of ints."""
@@ -94,7 +107,7 @@ class IntList(Clause):
         return prop_def(DenseArrayBase.constr(i64))
 
     def to_attr(self, value: Sequence[int]) -> Attribute:
-        return DenseArrayBase.from_list(i64, [int(v) for v in value])
+        return _i64_array(tuple(int(v) for v in value))
 
     def to_python(self, attr: Attribute | None) -> tuple[int, ...]:
         assert isinstance(attr, DenseArrayBase)
@@ -118,7 +131,7 @@ class Int(Clause):
         return prop_def(IntegerAttr.constr(type=i64))
 
     def to_attr(self, value: int) -> Attribute:
-        return IntegerAttr(int(value), i64)
+        return _i64_attr(int(value))
 
     def to_python(self, attr: Attribute | None) -> int:
         assert isinstance(attr, IntegerAttr)

@@ -54,6 +54,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from tapeml.dialects import kernel
+from tapeml.transforms.new_ops import call
 from tapeml.transforms.outlining import constant_op, external_values
 
 
@@ -236,7 +237,7 @@ def _merge_runs(module: ModuleOp, function: func.FuncOp, first_name: int) -> tup
             _outline_run(module, function, name, *members[0])
             outlined += 1
             for run, external in members:
-                block.insert_op_after(func.CallOp(name, external, []), run[-1])
+                block.insert_op_after(call(name, external), run[-1])
                 for op in reversed(run):
                     Rewriter.erase_op(op)
                 calls += 1
@@ -299,8 +300,8 @@ def merge_loop_nests(module: ModuleOp, merge_runs: bool = True) -> Merged:
                 _outline(module, function, name, first, buffers, external)
                 outlined += 1
                 for op, ext in members:
-                    Rewriter.replace_op(op, func.CallOp(
-                        name, [v for v in ext if isinstance(v.type, MemRefType)], []))
+                    Rewriter.replace_op(op, call(
+                        name, [v for v in ext if isinstance(v.type, MemRefType)]))
                     calls += 1
                     for value in ext:  # its bounds and constants, now used by nothing
                         if (constant := constant_op(value)) is not None and not value.uses:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 
-from xdsl.dialects.builtin import IndexType, IntegerType, f32, i64
+from xdsl.dialects import func
+from xdsl.dialects.builtin import IndexType, IntegerType, SymbolRefAttr, f32, i64
 from xdsl.dialects.llvm import LLVMPointerType
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
@@ -33,3 +34,9 @@ def new_op(kind: type[Operation], operands: Sequence[SSAValue],
         made = _MADE[kind, key] = (dict(op.properties), dict(op.attributes))
     return kind.create(operands=operands, result_types=result_types, properties=made[0],
                        attributes=made[1], successors=successors, regions=regions)
+
+
+def call(callee: str, arguments: Sequence[SSAValue]) -> func.CallOp:
+    """func.CallOp(callee, arguments, []), made with `create` (what the constructor gives: the
+    callee as a property)."""
+    return func.CallOp.create(operands=arguments, properties={"callee": SymbolRefAttr(callee)})

@@ -28,6 +28,7 @@ liveness plan). This module is the pass: the function's signature, buffers and o
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Hashable
@@ -68,6 +69,7 @@ from tapeml.transforms.loops.emitter import Emitter, LoweringError, alloc, buffe
 from tapeml.transforms.loops.layout import alias
 from tapeml.transforms.loops.registry import LOWERINGS, Context
 from tapeml.transforms.merge_nests import attribute_key
+from tapeml.transforms.new_ops import call
 
 SHAREABLE: tuple[type[Operation], ...] = (
     *(op for op in tape.ELEMENTWISE if op is not tape.ConstantOp), tape.FusedOp,
@@ -80,6 +82,13 @@ their operands' and result's buffers, and scratch buffers of their own (a reduct
 accumulators: the function takes it as an argument, allocated where it is called, so the
 arena holds it); not constants (globals) nor contractions and convolutions (GEMM kernel calls
 already, and merge-loop-nests still merges the loops around them)."""
+
+
+@functools.cache
+def _shareable(kind: type[Operation]) -> bool:
+    """issubclass(kind, SHAREABLE), once per op type (isinstance against the tuple asks
+    ABCMeta of each of its fifty classes in turn)."""
+    return issubclass(kind, SHAREABLE)
 
 
 def _lowering_key(op: Operation, views: dict[SSAValue, list[int]]) -> Hashable:
@@ -113,7 +122,7 @@ def _shared(block: Block, views: dict[SSAValue, list[int]],
     """The ops of `block` that `share` lowers once: those whose lowering another op of the
     block has too (not one `folded` into its product); each one's key."""
     keys = {op: _lowering_key(op, views) for op in block.ops
-            if isinstance(op, SHAREABLE) and op.results[0] not in views and op not in folded}
+            if _shareable(type(op)) and op.results[0] not in views and op not in folded}
     counts = Counter(keys.values())
     return {op: key for op, key in keys.items() if counts[key] > 1}
 
@@ -210,7 +219,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                                                libm)
             name, scratch_types = functions[key]
             scratch = [e.insert(alloc(t)) for t in scratch_types]
-            e.insert(func.CallOp(name, [*ins, out, *scratch], []))
+            e.insert(call(name, [*ins, out, *scratch]))
             for buffer in scratch:
                 e.insert(dealloc(buffer))
             env[result] = out

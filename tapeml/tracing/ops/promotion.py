@@ -133,8 +133,22 @@ def promote(name: str, *xs: Any, floating: bool = False) -> tuple[list[Array], b
 
 def common(name: str, *xs: Any, floating: bool = False) -> tuple[list[Array], bool]:
     """`promote`, then `broadcast_together`."""
+    if _same_tracers(xs, floating):
+        return list(xs), False
     lifted, weak = promote(name, *xs, floating=floating)
     return broadcast_together(name, *lifted), weak
+
+
+def _same_tracers(xs: Sequence[Any], floating: bool) -> bool:
+    """`xs` are tracers of one type, none weak (a float type where the op takes only floats):
+    traced, with nothing to promote or broadcast (most of a model's ops; the general path was
+    a sixth of tracing a GPT step)."""
+    first = xs[0]
+    if type(first) is not Tracer or first.weak or (floating and first.dtype.kind != "f"):
+        return False
+    t = first.value.type
+    return all(type(x) is Tracer and not x.weak and (x.value.type is t or x.value.type == t)
+               for x in xs[1:])
 
 
 def broadcast_together(name: str, *xs: Any) -> list[Array]:
