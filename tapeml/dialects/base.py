@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -84,6 +84,18 @@ def _parse_i64(parser: Parser, name: str) -> int:
     if value not in _I64_RANGE:
         parser.raise_error(f"{name}: {value} does not fit i64", start, parser.pos)
     return value
+
+
+def one_of(*kinds: type) -> Callable[[Any], bool]:
+    """`lambda x: isinstance(x, kinds)`, decided once per type of x: isinstance against an
+    xDSL op class goes through ABCMeta, a Python call per class of the tuple, and the passes
+    ask it of every op (it was a tenth of tape-fuse)."""
+
+    @functools.cache
+    def of_kind(kind: type) -> bool:
+        return issubclass(kind, kinds)
+
+    return lambda x: of_kind(type(x))
 
 
 @functools.lru_cache(maxsize=4096)

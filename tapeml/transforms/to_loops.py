@@ -28,7 +28,6 @@ liveness plan). This module is the pass: the function's signature, buffers and o
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import Counter
 from collections.abc import Hashable
@@ -50,6 +49,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from tapeml.dialects import kernel, tape
+from tapeml.dialects.base import one_of
 from tapeml.dialects.names import ssa_name, value_names
 
 # each family's module registers its ops' lowerings in LOWERINGS on import
@@ -82,13 +82,7 @@ their operands' and result's buffers, and scratch buffers of their own (a reduct
 accumulators: the function takes it as an argument, allocated where it is called, so the
 arena holds it); not constants (globals) nor contractions and convolutions (GEMM kernel calls
 already, and merge-loop-nests still merges the loops around them)."""
-
-
-@functools.cache
-def _shareable(kind: type[Operation]) -> bool:
-    """issubclass(kind, SHAREABLE), once per op type (isinstance against the tuple asks
-    ABCMeta of each of its fifty classes in turn)."""
-    return issubclass(kind, SHAREABLE)
+_shareable = one_of(*SHAREABLE)
 
 
 def _lowering_key(op: Operation, views: dict[SSAValue, list[int]]) -> Hashable:
@@ -122,7 +116,7 @@ def _shared(block: Block, views: dict[SSAValue, list[int]],
     """The ops of `block` that `share` lowers once: those whose lowering another op of the
     block has too (not one `folded` into its product); each one's key."""
     keys = {op: _lowering_key(op, views) for op in block.ops
-            if _shareable(type(op)) and op.results[0] not in views and op not in folded}
+            if _shareable(op) and op.results[0] not in views and op not in folded}
     counts = Counter(keys.values())
     return {op: key for op, key in keys.items() if counts[key] > 1}
 

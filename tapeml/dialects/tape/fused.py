@@ -24,7 +24,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsTerminator, Pure
 
-from tapeml.dialects.base import Int, TapeOp
+from tapeml.dialects.base import Int, TapeOp, one_of
 from tapeml.dialects.tape.elementwise import ELEMENTWISE
 from tapeml.dialects.tape.types import (
     NUMBERS,
@@ -90,6 +90,9 @@ class IndexOp(TapeOp):
         printer.print_attribute(self.result.type)
 
 
+_in_a_body = one_of(*ELEMENTWISE, IndexOp, YieldOp)
+
+
 @irdl_op_definition
 class FusedOp(TapeOp):
     """A group of elementwise ops as one op, for one loop: the operands broadcast (numpy rules)
@@ -144,7 +147,7 @@ class FusedOp(TapeOp):
                   lambda op=op: "tape.index axis = "
                   f"{op.params['axis'] if isinstance(op, IndexOp) else 0} "
                   f"must be a dim of the result's shape {list(shape)}")
-            check(isinstance(op, (*ELEMENTWISE, IndexOp, YieldOp)) and all(
+            check(_in_a_body(op) and all(
                 r.type.get_shape() == () for r in op.results), cls.name,
                 lambda op=op: f"the body holds rank-0 elementwise ops only, not {op.name}")
         out = last.value.type

@@ -25,7 +25,6 @@ square root of each row's variance). A group's inputs must still span its result
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.transforms.dead_code_elimination import is_trivially_dead
 
 from tapeml.dialects import tape
+from tapeml.dialects.base import one_of
 
 
 def _element(t: Any) -> TensorType:
@@ -71,17 +71,9 @@ def _clone_body(source: Block, args: Sequence[SSAValue], into: Block, lead: int 
     raise AssertionError("a tape.fused body ends in tape.yield")
 
 
-def _groupable(op: Operation) -> bool:
-    """An op a group computes element by element: an elementwise op, or a group already."""
-    return _groupable_kind(type(op))
-
-
-@functools.cache
-def _groupable_kind(kind: type[Operation]) -> bool:
-    """(`_groupable`, decided once per op type: isinstance against a tuple of xDSL op classes
-    calls ABCMeta's check once per class, and this is asked of every op a group looks at)"""
-    return issubclass(kind, tape.FusedOp) or (
-        issubclass(kind, tape.ELEMENTWISE) and not issubclass(kind, tape.ConstantOp))
+_groupable = one_of(tape.FusedOp,
+                    *(op for op in tape.ELEMENTWISE if op is not tape.ConstantOp))
+"""An op a group computes element by element: an elementwise op, or a group already."""
 
 
 CHEAP = (tape.AddOp, tape.SubOp, tape.MulOp, tape.MaximumOp, tape.MinimumOp, tape.NegOp,
@@ -93,10 +85,7 @@ reads them than to write once and read back."""
 MAX_COPIES = 4
 """The most groups a cheap op is computed in, copied."""
 
-
-@functools.cache
-def _cheap_kind(kind: type[Operation]) -> bool:
-    return issubclass(kind, CHEAP)
+_cheap = one_of(*CHEAP)
 
 
 def _read_size(value: SSAValue) -> int:
@@ -114,7 +103,7 @@ def _copied(op: Operation) -> bool:
     it is cheap, it has few users, each of them elementwise, and it reads at most one buffer
     as large as its result (so a user reading that instead reads no more)."""
     users = [use.operation for use in op.results[0].uses]
-    return _cheap_kind(type(op)) and len(users) <= MAX_COPIES and all(map(_groupable, users)) \
+    return _cheap(op) and len(users) <= MAX_COPIES and all(map(_groupable, users)) \
         and sum(_read_size(v) == math.prod(op.results[0].type.get_shape())
                 for v in op.operands) <= 1
 
@@ -228,8 +217,10 @@ class _Group:
             return self.reads == list(self.root.inputs)
         return all(v.type.get_shape() == self.shape for v in self.reads)
 
-    def build(self, order: dict[Operation, int]) -> tape.FusedOp:
-        """The group as one tape.fused over its reads."""
+    def build(self, order: dict[Operation, int], splats: dict[Operation, Operation]
+              ) -> tape.FusedOp:
+        """The group as one tape.fused over its reads (`splats`: each splat constant's
+        rank-0 constant, made once for every group that computes it)."""
         body = Block(arg_types=[_element(v.type) for v in self.reads])
         env: dict[SSAValue, SSAValue] = dict(zip(self.reads, body.args, strict=True))
         rank = len(self.shape)
@@ -239,8 +230,10 @@ class _Group:
                 inner = tape.IndexOp.build(axis=leaf.params["axis"] + lead,
                                            dtype=leaf.params["dtype"])
             else:
-                element = leaf.params["value"].reshape(-1)[:1].reshape(())
-                inner = tape.ConstantOp.build(value=element)
+                if leaf not in splats:
+                    element = leaf.params["value"].reshape(-1)[:1].reshape(())
+                    splats[leaf] = tape.ConstantOp.build(value=element)
+                inner = splats[leaf].clone()
             body.add_op(inner)
             env[leaf.results[0]] = inner.results[0]
 
@@ -253,12 +246,15 @@ class _Group:
             if isinstance(op, tape.FusedOp):
                 lead = rank - len(op.result.type.get_shape())
                 out = _clone_body(op.body.block, [read(v) for v in op.inputs], body, lead)
-            else:
-                inner = type(op).build(*map(read, op.operands), **op.params)
+            else:  # the op on one element: its parameters, its element type (its shape rule
+                # on rank-0 operands; built so, not inferred again: a fifth of tape-fuse)
+                inner = type(op).create(operands=[read(v) for v in op.operands],
+                                        result_types=[_element(op.results[0].type)],
+                                        properties=dict(op.properties))
                 body.add_op(inner)
                 out = inner.results[0]
             env[op.results[0]] = out
-        body.add_op(tape.YieldOp(env[self.root.results[0]]))
+        body.add_op(tape.YieldOp.create(operands=[env[self.root.results[0]]]))
         fused = tape.FusedOp.build(*self.reads, body=body)
         fused.location = self.root.location
         return fused
@@ -278,6 +274,7 @@ def group_elementwise(module: ModuleOp) -> None:
         ops = list(block.ops)
         order = {op: i for i, op in enumerate(ops)}
         positions = _Positions()
+        splats: dict[Operation, Operation] = {}
         for root in reversed(ops):
             if not _groupable(root) or root.parent is None:  # (or taken in: erased)
                 continue
@@ -285,7 +282,7 @@ def group_elementwise(module: ModuleOp) -> None:
             group.grow(positions)
             if group.alone():
                 continue
-            fused = group.build(order)
+            fused = group.build(order, splats)
             block.insert_op_before(fused, root)
             root.results[0].replace_all_uses_with(fused.result)
             for op in sorted([*group.members, *group.through, *group.leaves],
