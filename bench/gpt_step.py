@@ -14,6 +14,8 @@ with every library told to use one thread:
                                         # JSON: tapeml's first call, then every system's
                                         # median, interleaved (THREADS: 1 unless given)
     python bench/gpt_step.py first SYSTEM VARIANT LAYERS    # seconds to a peer's first result
+    python bench/gpt_step.py rebatch VARIANT LAYERS BATCH   # tapeml's first call, then its
+                                        # first call at another batch size, in one process
 """
 
 from __future__ import annotations
@@ -332,22 +334,41 @@ def steady(variant: str, layers: int, rounds: int, calls: int = 3, threads: int 
             "steady_ms": {n: statistics.median(times[n]) * 1e3 for n in names}}
 
 
-def first(system: str, variant: str, layers: int) -> float:
-    """Seconds from building `system`'s step to its first result, in this (fresh) process,
-    imports excluded."""
+def _import(system: str) -> None:
+    """What `system` imports (excluded from a first call's clock)."""
     import importlib
 
     modules = {"numpy": ["numpy_gpt"], "jax": ["jax", "jax.numpy"],
                "torch": ["torch", "torch.nn.functional"],  # (tapeml's: what `import tapeml`
                "tapeml": ["tapeml.codegen.cpu", "tapeml.frontend.jit",  # loads on first use)
                           "tapeml.frontend.autodiff"]}
-    for module in ["tapeml", *modules.get(system, [])]:  # imports are excluded
+    for module in ["tapeml", *modules.get(system, [])]:
         importlib.import_module(module)
 
+
+def first(system: str, variant: str, layers: int) -> float:
+    """Seconds from building `system`'s step to its first result, in this (fresh) process,
+    imports excluded."""
+    _import(system)
     _, params, tokens, targets = make(variant, layers)
     start = time.perf_counter()
     bind(system, variant, params, tokens, targets)()
     return time.perf_counter() - start
+
+
+def rebatch(variant: str, layers: int, batch: int) -> list[float]:
+    """tapeml's first call at BATCH, then the same step's first call at `batch`, in this
+    (fresh) process, imports excluded: seconds each (the second compiles a new program and
+    shares the GEMM kernels)."""
+    _import("tapeml")
+    step = tapeml_step(variant)
+    seconds = []
+    for size in (BATCH, batch):
+        _, params, tokens, targets = make(variant, layers, batch=size)
+        start = time.perf_counter()
+        step(params, tokens, targets)
+        seconds.append(time.perf_counter() - start)
+    return seconds
 
 
 def main(argv: list[str]) -> None:
@@ -356,6 +377,8 @@ def main(argv: list[str]) -> None:
         print(json.dumps(steady(argv[1], int(argv[2]), int(argv[3]), threads=threads)))
     elif argv[0] == "first":
         print(json.dumps(first(argv[1], argv[2], int(argv[3]))))
+    elif argv[0] == "rebatch":
+        print(json.dumps(rebatch(argv[1], int(argv[2]), int(argv[3]))))
     else:
         raise SystemExit(__doc__)
 

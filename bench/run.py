@@ -4,8 +4,8 @@
 
 The workloads are ../shared/reference/workloads.md's (W1 elementwise chain, W2 matmul, W3 MLP
 training step, W4 CNN training step, W5 first-call latency, W6 per-call latency, W7 GPT
-training step), and E, eager ops on small arrays; each checks tapeml's result against numpy's
-first.
+training step), E, eager ops on small arrays, and C, how the GPT step's compile grows with
+depth and what a new batch size costs; each checks tapeml's result against numpy's first.
 
 W1-W4 run beside every peer (numpy, jax.jit, torch eager; bench/peers.py) at one thread and at
 two: each (workload, thread count) in a fresh worker pinned to that many cores and told that
@@ -178,18 +178,19 @@ def kernels_only(workload: str) -> str:
 
 
 def w5(workload: str, runs: int) -> None:
-    """W5: the first call of `workload`'s step in fresh processes: cold (an empty disk cache,
-    median of `runs`), a new program on a machine whose GEMM kernels are built (its kernels
-    alone in the cache: `kernels_only`, median of `runs`), then warm (the cache the first
-    cold run filled); jax.jit's first call beside it, where jax is installed (median of
-    `runs`, fresh processes too)."""
+    """W5: the first call of `workload`'s step in fresh processes: cold (an empty disk cache),
+    a new program on a machine whose GEMM kernels are built (its kernels alone in the cache:
+    `kernels_only`) and jax.jit's first call where jax is installed, one of each in turn,
+    medians of `runs`; then warm (the cache the first cold run filled)."""
     import tempfile
 
     filled = tempfile.mkdtemp(prefix="tapeml-bench-warm-")
-    colds = [first_call(workload, filled)] + [first_call(workload) for _ in range(runs - 1)]
-    built = [first_call(workload, kernels_only(workload)) for _ in range(runs)]
+    colds, built, jax_runs = [], [], []
+    for i in range(runs):  # interleaved, so that a slow minute of the machine hits every column
+        colds.append(first_call(workload, filled if i == 0 else None))
+        built.append(first_call(workload, kernels_only(workload)))
+        jax_runs.append(jax_first_call(workload))
     warm = first_call(workload, filled)
-    jax_runs = [jax_first_call(workload) for _ in range(runs)]
     name = {"mlp": "W3", "cnn": "W4"}[workload]
     cold, program = statistics.median(colds), statistics.median(built)
     jax_s = None if None in jax_runs else statistics.median(jax_runs)
@@ -317,6 +318,41 @@ def w7(rounds: int, layer_counts: list[int], stages: bool) -> None:
                   {p: steady[p] for p in peers})
 
 
+DEPTHS = (2, 4, 8)
+"""The GPT step's depths C compares (issue 18: a 4- and an 8-layer first call at most 1.3x and
+1.6x the 2-layer one's)."""
+
+
+def compile_scaling(rounds: int) -> None:
+    """C: issue 18's compile-time ratios in one run, one core. The GPT step's (ids) cold
+    first call at 2, 4 and 8 layers, each in a fresh process with an empty disk cache, the
+    depths in turn (`rounds` of each, medians), and each depth's ratio to the 2-layer one's;
+    then a new batch size, 8 after 16, in one process (`rounds` processes, medians): its
+    first call's share of the first compile's."""
+    import os
+    import tempfile
+
+    core = sorted(os.sched_getaffinity(0))[:1]
+    cold = {layers: [] for layers in DEPTHS}
+    for _ in range(rounds):
+        for layers in DEPTHS:
+            cache = tempfile.mkdtemp(prefix="tapeml-bench-depth-")
+            cold[layers].append(_worker("first", "tapeml", "ids", str(layers), cores=core,
+                                        cache=cache))
+    base = statistics.median(cold[DEPTHS[0]])
+    for layers in DEPTHS:
+        median = statistics.median(cold[layers])
+        print(f"{f'C GPT {layers} layers, first call':<34}{median:>12.3f} s "
+              f"({median / base:.2f}x the {DEPTHS[0]}-layer one; "
+              f"{min(cold[layers]):.3f}-{max(cold[layers]):.3f} s)")
+    pairs = [_worker("rebatch", "ids", str(DEPTHS[0]), "8", cores=core,
+                     cache=tempfile.mkdtemp(prefix="tapeml-bench-batch-"))
+             for _ in range(rounds)]
+    first, then = (statistics.median(p[i] for p in pairs) for i in (0, 1))
+    print(f"{f'C GPT {DEPTHS[0]} layers, batch 8 after 16':<34}{then:>12.3f} s "
+          f"({then / first:.2f} of the first call, {first:.3f} s)")
+
+
 def w6(repeat: int) -> None:
     f = tapeml.jit(lambda x: x * 2.0 + 1.0)
     x = np.ones(16, np.float32)
@@ -391,7 +427,7 @@ def threads(repeat: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
-    parser.add_argument("--only", default="W1,W2,W3,W4,W5,W6,E,W7",
+    parser.add_argument("--only", default="W1,W2,W3,W4,W5,C,W6,E,W7",
                         help="comma-separated workload ids")
     parser.add_argument("--stages", action="store_true",
                         help="W7: also print the stages of tapeml's first call")
@@ -408,7 +444,7 @@ def main() -> None:
         threads(repeat)
         return
     only = set(args.only.split(","))
-    known = {"W1", "W2", "W3", "W4", "W5", "W6", "E", "W7"}
+    known = {"W1", "W2", "W3", "W4", "W5", "C", "W6", "E", "W7"}
     if only - known:
         parser.error(f"--only: unknown workload {', '.join(sorted(only - known))} (known: "
                      f"{', '.join(sorted(known))})")
@@ -419,6 +455,8 @@ def main() -> None:
     if "W5" in only:
         w5("mlp", 3)
         w5("cnn", 1 if args.quick else 3)
+    if "C" in only:
+        compile_scaling(1 if args.quick else 3)
     if only & {"W6", "E"}:
         print(f"{'workload':<34}{'tapeml-cpu':>21}{'numpy':>21}{'ratio':>9}")
         print(f"{'':<34}{'':>21}{'':>21}{'(>1: tapeml faster)':>9}")
