@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 
-from xdsl.dialects import func
+from xdsl.dialects import func, scf
 from xdsl.dialects.builtin import IndexType, IntegerType, SymbolRefAttr, f32, i64
 from xdsl.dialects.llvm import LLVMPointerType
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
@@ -40,3 +40,33 @@ def call(callee: str, arguments: Sequence[SSAValue]) -> func.CallOp:
     """func.CallOp(callee, arguments, []), made with `create` (what the constructor gives: the
     callee as a property)."""
     return func.CallOp.create(operands=arguments, properties={"callee": SymbolRefAttr(callee)})
+
+
+def for_op(lower: SSAValue, upper: SSAValue, step: SSAValue, inits: Sequence[SSAValue],
+           body: Block) -> scf.ForOp:
+    """scf.ForOp(lower, upper, step, inits, body), made fast (no properties, one variadic)."""
+    return new_op(scf.ForOp, [lower, upper, step, *inits], [v.type for v in inits], None,
+                  lambda p: scf.ForOp(p.args[4], p.args[4], p.args[4], [],
+                                      Block(arg_types=[IndexType()])), regions=[Region(body)])
+
+
+def yield_op(*values: SSAValue) -> scf.YieldOp:
+    """scf.YieldOp(*values), made fast."""
+    return new_op(scf.YieldOp, values, [], None, lambda p: scf.YieldOp())
+
+
+def parallel_op(lower: Sequence[SSAValue], upper: Sequence[SSAValue],
+                step: Sequence[SSAValue], body: Block) -> scf.ParallelOp:
+    """scf.ParallelOp(lower, upper, step, Region(body)) without reductions, made fast (its
+    operand segments read off one made per rank)."""
+    rank = len(lower)
+    return new_op(scf.ParallelOp, [*lower, *upper, *step], [], ("parallel", rank),
+                  lambda p: scf.ParallelOp([p.args[4]] * rank, [p.args[4]] * rank,
+                                           [p.args[4]] * rank,
+                                           Region(Block(arg_types=[IndexType()] * rank))),
+                  regions=[Region(body)])
+
+
+def reduce_op() -> scf.ReduceOp:
+    """scf.ReduceOp() (an scf.parallel's terminator, no reductions), made fast."""
+    return new_op(scf.ReduceOp, [], [], None, lambda p: scf.ReduceOp())

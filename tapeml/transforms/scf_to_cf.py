@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, cf, get_all_dialects, scf
-from xdsl.dialects.builtin import IndexType, IntegerType, ModuleOp
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.dialects.builtin import IntegerType, ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import PassPipeline
 from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.transforms import get_all_passes
@@ -24,15 +24,12 @@ from xdsl.transforms.convert_scf_to_cf import (
 )
 from xdsl.utils.exceptions import DiagnosticException
 
-from tapeml.transforms.new_ops import new_op
+from tapeml.transforms.new_ops import for_op, new_op, yield_op
 
 
 def _for(lower: SSAValue, upper: SSAValue, step: SSAValue) -> scf.ForOp:
     """scf.for lower to upper by step, no loop-carried values, its body empty."""
-    body = Region(Block(arg_types=[lower.type]))
-    return new_op(scf.ForOp, [lower, upper, step], [], None,
-                  lambda p: scf.ForOp(p.args[4], p.args[4], p.args[4], [],
-                                      Block(arg_types=[IndexType()])), regions=[body])
+    return for_op(lower, upper, step, [], Block(arg_types=[lower.type]))
 
 
 def _parallel_to_for(op: scf.ParallelOp) -> list[scf.ForOp]:
@@ -54,7 +51,7 @@ def _parallel_to_for(op: scf.ParallelOp) -> list[scf.ForOp]:
         body.detach_op(moved)
         innermost.add_op(moved)
     for loop in loops:
-        loop.body.block.add_op(new_op(scf.YieldOp, [], [], None, lambda p: scf.YieldOp()))
+        loop.body.block.add_op(yield_op())
     block = op.parent
     block.insert_op_before(loops[0], op)
     block.erase_op(op)

@@ -152,7 +152,8 @@ class _Group:
         """The group still spans its shape with `replace` read as `by`."""
         rest = [v.type.get_shape() for v in self.reads if v is not replace]
         rest += [v.type.get_shape() for v in by]
-        return bool(rest) and np.broadcast_shapes(*rest) == self.shape
+        shape = self.shape  # (every read broadcasts to it: one of its shape spans it)
+        return bool(rest) and (shape in rest or np.broadcast_shapes(*rest) == shape)
 
     def read_only_here(self, value: SSAValue) -> bool:
         """Every use of `value` is by an op of the group, or by a broadcast it reads

@@ -19,8 +19,10 @@ from xdsl.dialects.builtin import (
     TensorType,
     i1,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
+
+from tapeml.transforms.new_ops import for_op, parallel_op, reduce_op, yield_op
 
 INDEX = IndexType()
 _NO_FLAGS = arith.IntegerOverflowAttr("none")  # what arith.AddiOp(a, b) gives by default
@@ -164,18 +166,18 @@ class Emitter:
             block = Block(arg_types=[INDEX] * len(shape))
             inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
             body(inner, list(block.args))
-            inner.insert(scf.ReduceOp())
+            inner.insert(reduce_op())
             zero, one = self.index(0), self.index(1)
-            self.insert(scf.ParallelOp([zero] * len(shape), [self.index(d) for d in shape],
-                                       [one] * len(shape), Region(block)))
+            self.insert(parallel_op([zero] * len(shape), [self.index(d) for d in shape],
+                                    [one] * len(shape), block))
             return
         zero, one = self.index(0), self.index(1)
         block = Block(arg_types=[INDEX])
-        loop = scf.ForOp(zero, self.index(shape[0]), one, [], block)
+        loop = for_op(zero, self.index(shape[0]), one, [], block)
         self.insert(loop)
         inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
         inner.loops(shape[1:], lambda e, ivs: body(e, [block.args[0], *ivs]))
-        inner.insert(scf.YieldOp())
+        inner.insert(yield_op())
 
     def reduce(self, shape: Sequence[int], init: SSAValue,
                step: Callable[[Emitter, list[SSAValue], SSAValue], SSAValue]) -> SSAValue:
@@ -183,12 +185,12 @@ class Emitter:
         if not shape:
             return step(self, [], init)
         block = Block(arg_types=[INDEX, init.type])
-        loop = scf.ForOp(self.index(0), self.index(shape[0]), self.index(1), [init], block)
+        loop = for_op(self.index(0), self.index(shape[0]), self.index(1), [init], block)
         self.insert(loop)
         inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
         acc = inner.reduce(shape[1:], block.args[1],
                            lambda e, ivs, a: step(e, [block.args[0], *ivs], a))
-        inner.insert(scf.YieldOp(acc))
+        inner.insert(yield_op(acc))
         return loop.results[0]
 
     def reduce_all(self, shape: Sequence[int], inits: list[SSAValue],
@@ -198,12 +200,12 @@ class Emitter:
         if not shape:
             return step(self, [], inits)
         block = Block(arg_types=[INDEX, *(v.type for v in inits)])
-        loop = scf.ForOp(self.index(0), self.index(shape[0]), self.index(1), inits, block)
+        loop = for_op(self.index(0), self.index(shape[0]), self.index(1), inits, block)
         self.insert(loop)
         inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
         accs = inner.reduce_all(shape[1:], list(block.args[1:]),
                                 lambda e, ivs, a: step(e, [block.args[0], *ivs], a))
-        inner.insert(scf.YieldOp(*accs))
+        inner.insert(yield_op(*accs))
         return list(loop.results)
 
     def if_(self, cond: SSAValue, body: Callable[[Emitter], None]) -> None:
@@ -211,7 +213,7 @@ class Emitter:
         block = Block()
         inner = Emitter(Builder(InsertPoint.at_end(block)), self.libm)
         body(inner)
-        inner.insert(scf.YieldOp())
+        inner.insert(yield_op())
         self.insert(scf.IfOp(cond, [], [block]))
 
     def in_range(self, value: SSAValue, size: int) -> SSAValue:
