@@ -211,7 +211,7 @@ def _transposed_tile(w: Writer, name: str, t: str, v: Variant) -> None:
     is C's row j, %ldc apart): per lanes x lanes block of the spilled sums (a loop over the
     tile's vectors), the block transposed in registers (`_transpose`; rows past %mr .no_bias's)
     into a stack buffer, then per column below %nr, its first %mr lanes added to what C
-    holds where %load, through the epilogue (`_store_in_turn`'s steps in its order: the rows'
+    holds where %load, through the epilogue (`_store_tile`'s steps in its order: the rows'
     bias a vector here, the column's a broadcast), and stored. One straight path: where
     %epilogue does not hold, the biases and the residual are .no_bias (x + -0.0 is x, every
     x) and relu is off. Loops, not unrolled: unrolled over NR columns, the code took LLVM
@@ -301,7 +301,7 @@ def epilogue(name: str, t: str, v: Variant) -> list[str]:
     over the rows and the first `columns` lanes of an NR-wide tile (kernel.gemm's epilogue:
     what a call has not is `.no_bias`, stride 0); relu as tape.relu, maximum(x, +0): x <= 0
     (not NaN) becomes +0. The driver runs it where the tiles could not (`.finish`); the
-    micro-kernel applies the same steps to its registers (`_store_in_turn`)."""
+    micro-kernel applies the same steps to its registers (`_store_tile`)."""
     w = Writer()
     lanes, dtype, align = v.lanes, v.dtype, v.element[1]
     vec, mask_type = f"<{lanes} x {t}>", f"<{lanes} x i1>"
