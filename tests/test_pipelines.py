@@ -13,7 +13,7 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import VerifyException
 
 import tapeml
-from tapeml import nn
+from tapeml import nn, ops
 from tapeml.codegen import get_backend
 from tapeml.codegen.gemm import host_threads
 from tapeml.codegen.stages import Stages, run_pipeline
@@ -125,3 +125,19 @@ def test_without_checks_nothing_is_verified_again(monkeypatch):
     with pytest.raises(tapeml.ShapeError, match="test_pipelines.py"):
         tapeml.trace(lambda a, b: a @ b, np.ones((2, 3), np.float32),
                      np.ones((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("name", ["cpu", "interp"])
+def test_a_module_given_away_compiles_in_place_and_one_lent_stays(name):
+    """compile(module) leaves the module as it was; compile(module, owned=True) (jit's own
+    traced programs) may change it instead of a copy, and computes the same."""
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    y = RNG.standard_normal((16, 4)).astype(np.float32)
+    f = lambda x, y: ops.tanh(x @ y) * 2.0 + ops.exp(-x).sum()  # noqa: E731
+    lent_program, given_program = tapeml.trace(f, x, y), tapeml.trace(f, x, y)
+    text = str(lent_program.module)
+    lent = get_backend(name).compile(lent_program.module)
+    assert str(lent_program.module) == text
+    owned = get_backend(name).compile(given_program.module, owned=True)
+    for a, b in zip(lent(x, y), owned(x, y), strict=True):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()

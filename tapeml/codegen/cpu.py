@@ -632,14 +632,15 @@ class CPUBackend:
         return None
 
     def compile(self, module: ModuleOp, stages: bool = False, profile: bool = False,
-                whole: bool = False) -> Native:
+                whole: bool = False, owned: bool = False) -> Native:
         """`module`'s tape function (tapeml/codegen/arguments.py) as machine code: from the
         disk cache (tapeml/codegen/disk_cache.py) when it holds it, else compiled, and stored
         there; run as pieces of its batch where that pays (`_pieces`), unless `whole` (a
         piece itself). Asked for the stages, it compiles (and stores nothing); asked to
         `profile`, it compiles with each tape op's loops marked (the program's
         `profile_labels` name the marks' entries, tapeml/codegen/marks.py counts them) and
-        stores nothing."""
+        stores nothing. `owned`: the module is given away (the Backend protocol), compiled in
+        place."""
         name, inputs, outputs = signature(module)
         threads = host_threads()
         if not (stages or profile or whole):
@@ -660,7 +661,7 @@ class CPUBackend:
             if payload is not None:  # whole, but not a program of this name: never trusted
                 cache.discard(key)
         native, objects = self._compile(module, name, inputs, outputs, threads,
-                                        Stages(stages), profile=profile)
+                                        Stages(stages), profile=profile, in_place=owned)
         if cache is not None:
             started = time.perf_counter()
             cache.put(key, _pack({"name": name, "arena_bytes": native.arena_bytes,
@@ -680,7 +681,8 @@ class CPUBackend:
 
     def _compile(self, module: ModuleOp, name: str, inputs: list[Argument],
                  outputs: list[Argument], threads: int, kept: Stages,
-                 profile: bool = False) -> tuple[Native, list[bytes]]:
+                 profile: bool = False, in_place: bool = False
+                 ) -> tuple[Native, list[bytes]]:
         """Compiled through the pipeline; with its object code (the program's, then the
         share a worker process compiled, if any: Share)."""
         keep = kept.keep
@@ -697,7 +699,8 @@ class CPUBackend:
 
         module, reports = run_pipeline(
             module, cpu_pipeline(self.fuse, self.libm, threads, profile=profile,
-                                 weight_runs=Target.host().weight_runs), kept, after)
+                                 weight_runs=Target.host().weight_runs), kept, after,
+            in_place)
         arena_bytes = reports["plan-arena"].sizes[name]
         detached = data.detach(module)
         with _LLVM_LOCK:

@@ -226,7 +226,8 @@ class CUDABackend:
                              f"{MAX_GEMM_TILE}, got {gemm_tile!r}")
         self.fuse, self.emulate, self.arch, self.gemm_tile = fuse, emulate, arch, gemm_tile
 
-    def compile(self, module: ModuleOp, stages: bool = False) -> CUDAProgram | Emulated:
+    def compile(self, module: ModuleOp, stages: bool = False, owned: bool = False
+                ) -> CUDAProgram | Emulated:
         """`module`'s tape function (tapeml/codegen/arguments.py) as PTX kernels and their
         schedule, or (emulate) its GPU form on the interpreter."""
         # the GPU's architecture, unless given: no GPU is then a clear error, said first
@@ -234,7 +235,7 @@ class CUDABackend:
         kept = Stages(stages)
         name, inputs, outputs = signature(module)
         module, _ = run_pipeline(module, gpu_pipeline(self.fuse, gemm_tile=self.gemm_tile),
-                                 kept)
+                                 kept, in_place=owned)
         f = next(op for op in module.ops if isinstance(op, func.FuncOp))
         if self.emulate:
             return Emulated(name, module, inputs, outputs, kept.texts)

@@ -30,6 +30,7 @@ class Interpreted:
 class InterpBackend:
     name = "interp"
 
-    def compile(self, module: ModuleOp, stages: bool = False) -> Interpreted:
+    def compile(self, module: ModuleOp, stages: bool = False, owned: bool = False
+                ) -> Interpreted:  # (it changes nothing: `owned` or not, the module is run)
         name, inputs, _ = signature(module)
         return Interpreted(module, name, inputs, {"tape": str(module)} if stages else {})

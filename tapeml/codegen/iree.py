@@ -84,12 +84,13 @@ class IREEBackend:
     def __init__(self, fuse: bool = True) -> None:
         self.fuse = fuse
 
-    def compile(self, module: ModuleOp, stages: bool = False) -> IREECompiled:
+    def compile(self, module: ModuleOp, stages: bool = False, owned: bool = False
+                ) -> IREECompiled:
         compiler, runtime = _iree()
         name, inputs, _ = signature(module)
         kept = Stages(stages)
         steps = [Step(FusePass(), "fused tape")] if self.fuse else []
-        fused, _ = run_pipeline(module, steps, kept)
+        fused, _ = run_pipeline(module, steps, kept, in_place=owned)
         text = emit(fused)
         kept.keep("stablehlo", lambda: text)
         vmfb, origin = _compiled(compiler, text)

@@ -30,15 +30,17 @@ class Stages:
 
 
 def run_pipeline(module: ModuleOp, steps: list[Step], stages: Stages,
-                 after: Callable[[str, ModuleOp], None] | None = None
+                 after: Callable[[str, ModuleOp], None] | None = None, in_place: bool = False
                  ) -> tuple[ModuleOp, dict[str, Any]]:
-    """A copy of `module` (which stays as it was) through `steps`; and what each pass that
-    reports returned (`run`), by pass name. The module's text is kept as stage "tape" first,
-    then under each step's stage name, headed by its report. `after(pass name, module)` is
-    called after each pass (a backend starting work the rest of the pipeline need not wait
-    for). With TAPEML_CHECKS, the module is verified after each pass."""
+    """A copy of `module` (which stays as it was; `in_place`: the module itself) through
+    `steps`; and what each pass that reports returned (`run`), by pass name. The module's
+    text is kept as stage "tape" first, then under each step's stage name, headed by its
+    report. `after(pass name, module)` is called after each pass (a backend starting work the
+    rest of the pipeline need not wait for). With TAPEML_CHECKS, the module is verified after
+    each pass."""
     stages.keep("tape", lambda: str(module))
-    module = module.clone()
+    if not in_place:
+        module = module.clone()
     ctx = Context()
     reports: dict[str, Any] = {}
     verify_each = checks.enabled()

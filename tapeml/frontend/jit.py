@@ -156,7 +156,7 @@ class Jitted:
             self.log.append(self._why((tree, specs), static))
             with _no_cycle_collection():
                 program = trace(self._with_static(static, positions), *dynamic, **kwargs)
-                entry = (program.out_tree, self.backend.compile(program.module))
+                entry = (program.out_tree, self.backend.compile(program.module, owned=True))
             if getattr(entry[1], "origin", None) == "disk cache":
                 self.log[-1] += "; its machine code came from the disk cache"
             if (describe := getattr(entry[1], "describe", None)) is not None:
