@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from bits import assert_same_bits
 from concurrency import at_once  # tests/concurrency.py
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, memref, scf
 from xdsl.parser import Parser
@@ -209,6 +211,36 @@ def test_first_fit_reuses_the_bytes_of_dead_buffers():
     assert arena.place("e", 64) == 64
     assert arena.size == 320
 
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 300)), max_size=60))
+@settings(max_examples=200, deadline=None)
+def test_first_fit_places_as_a_scan_of_the_live_buffers_does(steps):
+    """FirstFit (live buffers kept in order) against the plain rule: the lowest aligned
+    offset below which, between live buffers, the new one fits, the live ones sorted afresh;
+    random allocations and frees, zero-sized ones among them, never two live ones
+    overlapping."""
+    from tapeml.transforms.arena import FirstFit
+
+    arena, live, size = FirstFit(64), {}, 0
+    for n, (free, nbytes) in enumerate(steps):
+        if free and live:
+            key = sorted(live)[nbytes % len(live)]
+            arena.free(key)
+            del live[key]
+            continue
+        rounded = -(-nbytes // 64) * 64
+        offset = 0
+        for start, length in sorted(live.values()):
+            if offset + rounded <= start:
+                break
+            offset = max(offset, start + length)
+        assert arena.place(n, nbytes) == offset
+        assert all(offset + rounded <= s or s + length <= offset
+                   for s, length in live.values() if length and rounded)
+        live[n] = (offset, rounded)
+        size = max(size, offset + rounded)
+    assert arena.size == size
 
 def test_workers_asleep_between_jobs_wake_for_the_next():
     """Past its spin a worker sleeps on a futex; the next job must wake it (or the caller

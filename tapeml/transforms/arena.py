@@ -50,26 +50,23 @@ class FirstFit:
     align: int
     live: dict[Any, tuple[int, int]] = field(default_factory=dict)
     size: int = 0
-    _by_start: list[tuple[int, int, int]] = field(default_factory=list)
-    """The live buffers' (start, length, serial), in order of start."""
-    _serial: dict[Any, int] = field(default_factory=dict)
+    _by_start: list[tuple[int, int]] = field(default_factory=list)
+    """The live buffers' (start, length), in order (equal pairs are interchangeable)."""
 
     def place(self, key: Any, nbytes: int) -> int:
         nbytes = -(-nbytes // self.align) * self.align
         offset = 0
-        for start, length, _ in self._by_start:
+        for start, length in self._by_start:
             if offset + nbytes <= start:
                 break
             offset = max(offset, start + length)
         self.live[key] = (offset, nbytes)
-        self._serial[key] = serial = len(self._serial)
-        bisect.insort(self._by_start, (offset, nbytes, serial))
+        bisect.insort(self._by_start, (offset, nbytes))
         self.size = max(self.size, offset + nbytes)
         return offset
 
     def free(self, key: Any) -> None:
-        offset, nbytes = self.live.pop(key)
-        entry = (offset, nbytes, self._serial[key])
+        entry = self.live.pop(key)
         del self._by_start[bisect.bisect_left(self._by_start, entry)]
 
 
