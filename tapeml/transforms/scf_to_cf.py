@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, cf, get_all_dialects, scf
-from xdsl.dialects.builtin import IntegerType, ModuleOp
+from xdsl.dialects.builtin import ModuleOp, i1
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import PassPipeline
 from xdsl.pattern_rewriter import PatternRewriter
@@ -84,7 +84,7 @@ def _lower_for(loop: scf.ForOp) -> None:
         _branch(condition_block, [stepped.results[0], *terminator.operands]), terminator)
     last_body_block.erase_op(terminator)
     init_block.add_op(_branch(condition_block, [loop.lb, *loop.iter_args]))
-    comparison = new_op(arith.CmpiOp, [iv, loop.ub], [IntegerType(1)], None,
+    comparison = new_op(arith.CmpiOp, [iv, loop.ub], [i1], None,
                         lambda p: arith.CmpiOp(p.args[4], p.args[4], "slt"))
     condition_block.add_op(comparison)
     condition_block.add_op(new_op(

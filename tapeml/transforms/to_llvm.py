@@ -41,11 +41,12 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     IndexType,
     IntegerAttr,
-    IntegerType,
     MemRefType,
     ModuleOp,
     f32,
     f64,
+    i1,
+    i8,
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
@@ -189,7 +190,7 @@ def _arith_constant(op: Operation) -> Converted:
 
 def _compare(kind: type[Operation], predicate: int, lhs: SSAValue, rhs: SSAValue
              ) -> Operation:
-    return new_op(kind, [lhs, rhs], [IntegerType(1)], predicate,
+    return new_op(kind, [lhs, rhs], [i1], predicate,
                   lambda p: kind(p.args[0], p.args[0], IntegerAttr(predicate, 64)))
 
 
@@ -312,7 +313,7 @@ def _memref(sizes: dict[Operation, int]) -> dict[type[Operation], Converter]:
         memref.AllocOp: alloc,
         memref.DeallocOp: lambda op: one_op(_call("free", [op.memref])),
         # plan-arena's: the arena's address plus a shift
-        memref.ViewOp: lambda op: one_op(_gep(op.source, op.byte_shift, IntegerType(8))),
+        memref.ViewOp: lambda op: one_op(_gep(op.source, op.byte_shift, i8)),
         memref.GetGlobalOp: lambda op: one_op(llvm.AddressOfOp(op.name_.root_reference, PTR)),
         memref.GlobalOp: _global,
     }
