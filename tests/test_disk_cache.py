@@ -529,6 +529,17 @@ def test_large_constants_are_data_bound_at_load_and_kept_in_the_cache(cache_dir)
     _same_bits(again(*args), got)
 
 
+def test_binding_data_to_code_without_its_global_raises():
+    """data.bind on an engine whose code lacks the global (a damaged entry, a bad link): an
+    error naming it, not a write through address 0."""
+    from tapeml.codegen import data, llvm_worker
+
+    code = llvm_worker.object_code("define void @f() {\n  ret void\n}\n", None)
+    engine = cpu._object_engine(code)
+    with pytest.raises(RuntimeError, match="'weights'"):
+        data.bind(engine, {"weights": bytes(64)})
+
+
 def test_the_program_text_digests_dense_literals():
     a = np.arange(4096, dtype=np.float32)
     f, g = (lambda x: x + a), (lambda x: x + a[::-1].copy())

@@ -226,3 +226,11 @@ def test_partial_unrolling_is_each_compiles_own_whatever_compiled_before():
     assert program == multiplies(partial_unrolling=False) < unrolled  # (4 against 16 here)
     assert llvm_worker.object_code(text, cpu.KERNEL_PASSES) == kernel_before
     assert multiplies() == program
+
+
+def test_the_pool_made_by_the_worker_is_the_code_made_here(own_worker):
+    """load_kernel has the thread pool made by the worker along with the kernel (cpu's
+    _pool_module): the same object code as this process makes of it."""
+    source, build, elsewhere = cpu._pool_module(in_worker=True)
+    machine = cpu.target_machine()
+    assert elsewhere() == llvm_worker.emit(machine, build(machine))

@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import IO, Any
 
 import llvmlite
@@ -190,37 +191,65 @@ def kernel_ir(text: str, machine: llvm_binding.TargetMachine, optimized: bool = 
     return llvm_worker.optimized(text, machine, KERNEL_PASSES if optimized else None)
 
 
-def cached_engine(what: str, source: str, build: Any, symbol: str,
-                  elsewhere: Callable[[], bytes | None] | None = None) -> tuple[Any, str]:
-    """An MCJIT engine defining `symbol`, and where it came from ("disk cache", "compiled",
-    "compiled in a worker process"): its object code from the disk cache (keyed by `what`,
-    `source` and the machine), else from `elsewhere()` where that makes it, else compiled
-    here from `build(machine)` (the module parsed and optimized); stored in the cache."""
+Made = tuple[bytes, str, str]
+"""A module's object code, where it came from ("disk cache", "compiled", "compiled in a
+worker process") and its disk cache key ("" without a cache): `cached_code`."""
+
+
+def cached_code(what: str, source: str, build: Any,
+                elsewhere: Callable[[], bytes | None] | None = None) -> Made:
+    """A module's object code from the disk cache (keyed by `what`, `source` and the
+    machine), else from `elsewhere()` where that makes it, else compiled here from
+    `build(machine)` (the module parsed and optimized); stored in the cache when made. An
+    entry from the cache is checked when it is loaded (`cached_engine`)."""
     cache = disk_cache.default()
     key = disk_cache.key(what, source, *machine_key()) if cache is not None else ""
     payload = cache.get(key) if cache is not None else None
-    engine = None if payload is None else _object_engine(payload)
-    if engine is not None and engine.get_function_address(symbol):
-        return engine, "disk cache"
-    if payload is not None and cache is not None:  # whole, but not this symbol's
-        cache.discard(key)
+    if payload is not None:
+        return payload, "disk cache", key
     code = elsewhere() if elsewhere is not None else None
     origin = "compiled" if code is None else "compiled in a worker process"
     if code is None:
         machine = target_machine()
         code = llvm_worker.emit(machine, build(machine))
-    engine = _object_engine(code)
     if cache is not None:
         cache.put(key, code)
-    return engine, origin
+    return code, origin, key
 
 
-def load_pool() -> int:
-    """The thread pool (pool.py), loaded once per process through the disk cache; the address
-    of `tapeml_parallel_for`."""
-    source = pool.ir(pool.platform(llvm_binding.get_default_triple()))
-    return pool.load(lambda: cached_engine("thread pool", source, pool.compile_for,
-                                           "tapeml_parallel_for")[0])
+def cached_engine(what: str, source: str, build: Any, symbol: str,
+                  elsewhere: Callable[[], bytes | None] | None = None,
+                  made: Made | None = None) -> tuple[Any, str]:
+    """An MCJIT engine defining `symbol` and where its code came from: `made`, or
+    `cached_code(what, source, build, elsewhere)`. An entry of the disk cache that is whole
+    but does not define `symbol` is deleted and the module compiled here."""
+    code, origin, key = made or cached_code(what, source, build, elsewhere)
+    engine = _object_engine(code)
+    if origin != "disk cache" or engine.get_function_address(symbol):
+        return engine, origin
+    cache = disk_cache.default()
+    if cache is not None:
+        cache.discard(key)
+    return cached_engine(what, source, build, symbol)
+
+
+def load_pool(in_worker: bool = False, made: Made | None = None) -> int:
+    """The thread pool (pool.py), loaded once per process through the disk cache (`made`:
+    its code made already; `in_worker`: compiled by llvm_worker's process, where it can be);
+    the address of `tapeml_parallel_for`."""
+    def engine() -> Any:
+        source, build, elsewhere = _pool_module(in_worker)
+        return cached_engine("thread pool", source, build, "tapeml_parallel_for", elsewhere,
+                             made)[0]
+
+    return pool.load(engine)
+
+
+def _pool_module(in_worker: bool) -> tuple[str, Any, Callable[[], bytes | None] | None]:
+    """cached_code's source, build and elsewhere for the thread pool."""
+    source = pool.ir(pool.platform(machine_key()[0]))
+    return (source, pool.compile_for,
+            (lambda: llvm_worker.in_worker(source, None)) if in_worker else None)
 
 
 _ORIGINS = ("loaded", "disk cache", "compiled in a worker process", "compiled")
@@ -231,19 +260,30 @@ def load_kernel(v: Variant, in_worker: bool = False) -> str:
     modules (kernel_modules) compiled once per process (`in_worker`: by llvm_worker's process,
     where it can be) and loaded in an engine of its own (or its object code loaded from the
     disk cache, where it is stored once compiled) and its symbols published; where it came
-    from, the costlier of the two's ("loaded": this process had it)."""
+    from, the costlier of the two's ("loaded": this process had it). The code of the pool
+    (which the kernel calls) and of both modules is made before anything is loaded: a worker
+    process making it is kept busy (loading the pool here first, while the caller's thread
+    ran the passes, held the worker up 110 ms in W3's first call on two cores)."""
     with _KERNELS_LOCK:
+        todo = [(prefix, text, published) for prefix, text, published in kernel_modules(v)
+                if prefix not in _KERNELS]
+        sources = [f"{prefix} kc={v.kc} {disk_cache.sources_digest()} "
+                   f"{llvm_worker.spelled(KERNEL_PASSES)}"  # (the prefix: all else its text reads)
+                   for prefix, _, _ in todo]
+        pool_made = (cached_code("thread pool", *_pool_module(in_worker))
+                     if todo and not pool.loaded() else None)
+        made = [cached_code("gemm kernel", source,
+                            lambda machine, text=text: kernel_ir(text(), machine),
+                            (lambda text=text: llvm_worker.in_worker(text(), KERNEL_PASSES))
+                            if in_worker else None)
+                for source, (_, text, _) in zip(sources, todo, strict=True)]
+        if todo:
+            load_pool(made=pool_made)  # the kernel's threads are the pool's
         origins = ["loaded"]
-        for prefix, text, published in kernel_modules(v):
-            if prefix in _KERNELS:
-                continue
-            load_pool()  # the kernel's threads are the pool's
+        for source, (prefix, text, published), code in zip(sources, todo, made, strict=True):
             engine, origin = cached_engine(
-                "gemm kernel", f"{prefix} kc={v.kc} {disk_cache.sources_digest()} "
-                f"{llvm_worker.spelled(KERNEL_PASSES)}",  # (the prefix: all else its text reads)
-                lambda machine, text=text: kernel_ir(text(), machine), published[0],
-                (lambda text=text: llvm_worker.in_worker(text(), KERNEL_PASSES))
-                if in_worker else None)
+                "gemm kernel", source, lambda machine, text=text: kernel_ir(text(), machine),
+                published[0], made=code)
             for symbol in published:
                 llvm_binding.add_symbol(symbol, engine.get_function_address(symbol))
             _KERNELS[prefix] = engine
@@ -416,9 +456,20 @@ def load_kernels(variants: list[Variant], shapes: int, prefetch: Prefetch | None
 
 
 def machine_key() -> tuple[str, ...]:
-    """What, besides its source, determines a module's machine code: the CPU, the compiler."""
-    return (llvm_binding.get_default_triple(), llvm_binding.get_host_cpu_name(),
-            llvm_binding.get_host_cpu_features().flatten(),
+    """What, besides its source, determines a module's machine code: the CPU, the compiler.
+    Read from LLVM once per process (`_host_key`): every llvmlite call waits for the
+    process's one LLVM lock, and a Prefetch thread finding its next kernel's key waited out
+    the program's LLVM O2 (50 ms of W3's first call on two cores)."""
+    return _host_key(llvm_binding.get_default_triple, llvm_binding.get_host_cpu_name,
+                     llvm_binding.get_host_cpu_features)
+
+
+@lru_cache(maxsize=4)
+def _host_key(triple: Callable[[], str], name: Callable[[], str],
+              features: Callable[[], Any]) -> tuple[str, ...]:
+    """machine_key, by the functions that read the host (cached by them, so that a test
+    standing in another CPU's for one of them gets its key)."""
+    return (triple(), name(), features().flatten(),
             f"llvmlite {llvmlite.__version__} llvm {llvm_binding.llvm_version_info}")
 
 
@@ -720,12 +771,13 @@ class CPUBackend:
             keep("assembly", lambda: llvm_worker.emit(machine, parsed, strength_reduction=False,
                                                       assembly=True))
             started = time.perf_counter()
-            load_pool()  # tapeml_parallel_for, for the programs that call it
-            if profile:
-                marks.load(target_machine())  # tapeml_profile_mark, what kernel.mark calls
             objects = [llvm_worker.emit(machine, parsed, strength_reduction=False)]
             if share is not None:
                 objects.append(share.join())
+            load_pool()  # tapeml_parallel_for, for the programs that call it (a Prefetch
+            # loads it with the kernels, where there are any)
+            if profile:
+                marks.load(target_machine())  # tapeml_profile_mark, what kernel.mark calls
             made = time.perf_counter() - started
             # the kernels are needed only now, where the objects are linked: a Prefetch had
             # the program's machine code made as well to finish in

@@ -73,8 +73,11 @@ def bind(engine: Any, data: dict[str, bytes]) -> list[np.ndarray]:
         start = (-buffer.__array_interface__["data"][0]) % ALIGN
         copy = buffer[start:start + len(payload)]
         copy[:] = np.frombuffer(payload, np.uint8)
-        ctypes.c_void_p.from_address(engine.get_global_value_address(name)).value = \
-            copy.__array_interface__["data"][0]
+        address = engine.get_global_value_address(name)
+        if not address:  # (writing through it would crash the process)
+            raise RuntimeError(f"tapeml: the compiled program does not define its data "
+                               f"global {name!r}")
+        ctypes.c_void_p.from_address(address).value = copy.__array_interface__["data"][0]
         kept.append(buffer)
     return kept
 

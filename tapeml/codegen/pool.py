@@ -383,6 +383,11 @@ _LOCK = threading.Lock()
 _ENGINE = None
 
 
+def loaded() -> bool:
+    """The pool is loaded in this process (`load`)."""
+    return _ENGINE is not None
+
+
 def load(make_engine: Callable[[], Any]) -> int:
     """Load the pool once per process and publish `tapeml_parallel_for` to the programs MCJIT
     links later; its address. `make_engine()` gives an MCJIT engine defining it, made of
