@@ -88,6 +88,17 @@ def test_jit_of_value_and_grad_of_an_mlp_is_one_compiled_program():
     assert compiled.stages == {}
 
 
+def test_every_defined_function_asks_for_the_widest_vectors():
+    """The host tunings may prefer 256-bit vectors (Sapphire Rapids); every function the
+    program defines asks for 512, the out-of-line ones (noinline: merge-loop-nests' shared
+    nests, the thread pool's parts) too."""
+    a, b = r(64, 32), r(64, 32)
+    stages = tapeml.jit(lambda a, b: (ops.sum(a, axis=0), ops.sum(b, axis=0))).lower(a, b)
+    defines = [line for line in stages["llvm ir"].splitlines() if line.startswith("define ")]
+    assert any(" noinline" in line for line in defines)  # the two sums: one nest, called twice
+    assert all(line.endswith('"prefer-vector-width"="512"') for line in defines)
+
+
 def test_arguments_are_checked_before_any_memory_is_touched():
     f = tapeml.jit(lambda a, b: a * b)
     a, b = r(3, 4), r(3, 4)

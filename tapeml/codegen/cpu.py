@@ -510,7 +510,7 @@ def bind_scratch(engine: Any, kernels: list[str]) -> list[np.ndarray]:
 def _prefer_wide_vectors(text: str) -> str:
     """Ask for the widest vectors (the CPU tunings here prefer 256 bits to the 512 they have):
     a string attribute on every defined function, which llvmlite's IR builder cannot add."""
-    return re.sub(r"^(define [^\n]*\))$", r'\1 "prefer-vector-width"="512"', text,
+    return re.sub(r"^(define [^\n]*)$", r'\1 "prefer-vector-width"="512"', text,
                   flags=re.MULTILINE)
 
 
