@@ -11,6 +11,7 @@ each call.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import json
@@ -33,7 +34,17 @@ from xdsl.dialects import func, llvm
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target as XTarget
 
-from tapeml.codegen import data, disk_cache, llvm_worker, marks, perf_map, pool, split
+from tapeml import checks
+from tapeml.codegen import (
+    data,
+    disk_cache,
+    llvm_text,
+    llvm_worker,
+    marks,
+    perf_map,
+    pool,
+    split,
+)
 from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.gemm import (
     Target,
@@ -46,6 +57,7 @@ from tapeml.codegen.gemm import (
     variant,
 )
 from tapeml.codegen.gemm.target import compiled_for_threads, cores
+from tapeml.codegen.gemm.writer import WIDE
 from tapeml.codegen.llvm_worker import target_machine
 from tapeml.codegen.outputs import Outputs
 from tapeml.codegen.stages import Stages, run_pipeline
@@ -77,27 +89,59 @@ def optimize_program(parsed: Any, machine: llvm_binding.TargetMachine) -> None:
 
 def lowered(module: Any, machine: llvm_binding.TargetMachine, detached: Sequence[str] = ()
             ) -> tuple[str, Any]:
-    """`optimize`'s module before LLVM's passes: its text, and parsed, verified, its repeated
-    loop nests merged (merge_loop_nests)."""
-    ir_module = convert_module(module, fallback_target_triple=machine.triple)
-    ir_module.data_layout = str(machine.target_data)
-    data.initialize(ir_module, list(detached))
-    called = {op.callee.root_reference.data for op in module.walk()
-              if isinstance(op, llvm.CallOp)}
-    aliased = {op.sym_name.data for op in module.ops
-               if isinstance(op, llvm.FuncOp) and MAY_ALIAS_ATTR in op.attributes}
-    for function in ir_module.functions:
-        if not function.is_declaration:
-            for arg in function.args:  # distinct buffers: inputs, fresh outputs, allocations
-                if arg.type.is_pointer and function.name not in aliased:
-                    arg.add_attribute("noalias")
-            if function.name in called:  # merge-loop-nests' functions stay out of line
-                function.attributes.add("noinline")
-    text = _prefer_wide_vectors(str(ir_module))
+    """`optimize`'s module before LLVM's passes: its text (`llvm_ir_text`), and parsed,
+    verified, its repeated loop nests merged (merge_loop_nests)."""
+    text = llvm_ir_text(module, machine.triple, str(machine.target_data), detached)
     parsed = llvm_binding.parse_assembly(text)
     parsed.verify()
     merge_loop_nests(parsed, machine)
     return text, parsed
+
+
+def llvm_ir_text(module: Any, triple: str, data_layout: str, detached: Sequence[str] = (),
+                 direct: bool = True) -> str:
+    """The llvm-dialect `module` as a program's LLVM IR: the globals data.detach made
+    pointers, `detached`, defined null; every pointer parameter of a defined function noalias
+    (distinct buffers: inputs, fresh outputs, allocations), but in merge-loop-nests' runs
+    that may alias; the functions it calls noinline (merge-loop-nests' stay out of line);
+    every definition asking for the widest vectors (_prefer_wide_vectors). Written by llvm_text
+    (`direct`) where it can, else by xDSL's convert_module and llvmlite's printer; with
+    TAPEML_CHECKS, by both, and the texts compared (an AssertionError where they differ)."""
+    called = {op.callee.root_reference.data for op in module.walk()
+              if isinstance(op, llvm.CallOp)}
+    aliased = {op.sym_name.data for op in module.ops
+               if isinstance(op, llvm.FuncOp) and MAY_ALIAS_ATTR in op.attributes}
+    text = None
+    if direct:
+        with contextlib.suppress(llvm_text.Unsupported):
+            text = llvm_text.llvm_ir(module, triple, data_layout, null_globals=detached,
+                                     noalias=lambda name: name not in aliased,
+                                     noinline=called, attributes=WIDE)
+        if text is not None and not checks.enabled():
+            return text
+    ir_module = convert_module(module, fallback_target_triple=triple)
+    ir_module.data_layout = data_layout
+    data.initialize(ir_module, list(detached))
+    for function in ir_module.functions:
+        if not function.is_declaration:
+            for arg in function.args:
+                if arg.type.is_pointer and function.name not in aliased:
+                    arg.add_attribute("noalias")
+            if function.name in called:
+                function.attributes.add("noinline")
+    through_llvmlite = _prefer_wide_vectors(str(ir_module))
+    if text is not None and text != through_llvmlite:  # (TAPEML_CHECKS: both are written)
+        raise AssertionError("tapeml: llvm_text wrote other LLVM IR than xDSL's convert_module:"
+                             f"\n{_first_difference(text, through_llvmlite)}")
+    return through_llvmlite
+
+
+def _first_difference(ours: str, theirs: str) -> str:
+    for number, (a, b) in enumerate(zip(ours.splitlines(), theirs.splitlines(),
+                                        strict=False), 1):
+        if a != b:
+            return f"line {number}: {a!r}\nxDSL's: {b!r}"
+    return f"{ours.count(chr(10))} lines against xDSL's {theirs.count(chr(10))}"
 
 
 def merge_loop_nests(parsed: Any, machine: llvm_binding.TargetMachine) -> int:
@@ -508,10 +552,10 @@ def bind_scratch(engine: Any, kernels: list[str]) -> list[np.ndarray]:
 
 
 def _prefer_wide_vectors(text: str) -> str:
-    """Ask for the widest vectors (the CPU tunings here prefer 256 bits to the 512 they have):
-    a string attribute on every defined function, which llvmlite's IR builder cannot add."""
-    return re.sub(r"^(define [^\n]*)$", r'\1 "prefer-vector-width"="512"', text,
-                  flags=re.MULTILINE)
+    """Ask for the widest vectors (WIDE: the CPU tunings here prefer 256 bits to the 512 they
+    have) after the signature of every definition of llvmlite's text: a string attribute,
+    which llvmlite's IR builder cannot add."""
+    return re.sub(r"^(define [^\n]*)$", rf"\1 {WIDE}", text, flags=re.MULTILINE)
 
 
 @dataclass(frozen=True)
