@@ -1,7 +1,7 @@
 """The CPU backend: tape -> tape-fuse -> tape-to-loops -> outline-parallel-loops (more than
 one thread) -> plan-arena -> convert-scf-to-cf -> convert-loops-to-llvm ->
-LLVM IR (xDSL's convert_module) -> LLVM O2 for the host CPU and its features -> MCJIT -> a
-function over numpy buffers.
+LLVM IR (llvm_text, else xDSL's convert_module) -> LLVM O2 for the host CPU and its
+features -> MCJIT -> a function over numpy buffers.
 
 The compiled function takes one pointer per input and per output buffer, then the arena's.
 `Native.__call__` checks every argument's shape and dtype against the program before any
@@ -419,7 +419,7 @@ class Share:
         if lines < SHARE_LINES:
             return None
         outlined = [f for f in parsed.functions if not f.is_declaration and f.name != entry
-                    and b"noinline" in list(f.attributes)]
+                    and _has_attribute(f, b"noinline")]
         if not outlined:
             return None
         for value in (*parsed.functions, *parsed.global_variables):
@@ -433,6 +433,12 @@ class Share:
                 names.append(f.name)
                 taken += sizes.get(f.name, 0)
         return Share(parsed, names, text) if names else None
+
+
+def _has_attribute(function: Any, attribute: bytes) -> bool:
+    """`function` (llvmlite's) has the enum attribute: llvmlite gives a function's attributes
+    as one entry, spaced (`noinline "prefer-vector-width"="512"`)."""
+    return any(attribute in entry.split(b" ") for entry in function.attributes)
 
 
 def _function_lines(text: str) -> dict[str, int]:
