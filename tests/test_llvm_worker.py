@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from isolated import run_isolated
 
 from tapeml.codegen import cpu, llvm_worker
 from tapeml.codegen.gemm import Target, kernel, tiles, variant
@@ -234,3 +235,29 @@ def test_the_pool_made_by_the_worker_is_the_code_made_here(own_worker):
     source, build, elsewhere = cpu._pool_module(in_worker=True)
     machine = cpu.target_machine()
     assert elsewhere() == llvm_worker.emit(machine, build(machine))
+
+
+def test_a_kernel_made_by_the_worker_is_all_made_before_anything_is_loaded(tmp_path):
+    """load_kernel in a fresh process with an empty cache: the worker makes the thread pool
+    and both of the kernel's modules, one request after another, before this process loads
+    any of them (loading is llvmlite calls, which wait for the process's LLVM lock: the
+    worker would sit idle meanwhile)."""
+    out = run_isolated(f"""
+        import os
+        os.environ["TAPEML_CACHE_DIR"] = {str(tmp_path)!r}
+        os.environ["TAPEML_CACHE"] = "1"
+        from tapeml.codegen import cpu, llvm_worker, pool
+        from tapeml.codegen.gemm import Target, variant
+        from tapeml.dialects.kernel import GemmSpec
+
+        events = []
+        real_worker, real_engine = llvm_worker.in_worker, cpu._object_engine
+        llvm_worker.in_worker = lambda *a, **k: (events.append("made"), real_worker(*a, **k))[1]
+        cpu._object_engine = lambda *a: (events.append("loaded"), real_engine(*a))[1]
+        spec = GemmSpec("f32", 1, 64, 64, 64, (0, 64, 1), (0, 64, 1), 0, False)
+        print(cpu.load_kernel(variant(spec, Target.host()), in_worker=True), pool.loaded())
+        print(" ".join(events))
+        """)
+    origin, events = out.strip().split("\n")
+    assert origin == "compiled in a worker process True"
+    assert events == "made made made loaded loaded loaded"
