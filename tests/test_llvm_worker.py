@@ -164,6 +164,19 @@ def test_a_program_shared_with_the_worker_computes_the_same_bits(own_worker, mon
     _same_bits(whole, shared)
 
 
+def test_a_mid_sized_program_is_shared_only_with_an_idle_worker(own_worker, monkeypatch):
+    """Above SHARE_IDLE_LINES (below SHARE_LINES) a program is shared where the worker has
+    no kernels of its to compile, and compiled whole here where it has: the same bits."""
+    monkeypatch.setenv("TAPEML_CACHE", "0")
+    monkeypatch.setattr(cpu.Prefetch, "busy", lambda self: False)
+    _, idle, detail = _compiled(monkeypatch, 2, SHARE_LINES=10**9, SHARE_IDLE_LINES=0)
+    assert "in a worker process meanwhile" in detail
+    monkeypatch.setattr(cpu.Prefetch, "busy", lambda self: True)
+    _, busy, detail = _compiled(monkeypatch, 2, SHARE_LINES=10**9, SHARE_IDLE_LINES=0)
+    assert "worker" not in detail
+    _same_bits(idle, busy)
+
+
 def test_a_share_the_worker_cannot_compile_is_compiled_here(own_worker, monkeypatch):
     monkeypatch.setenv("TAPEML_CACHE", "0")
     _, whole, _ = _compiled(monkeypatch, 1)

@@ -367,6 +367,10 @@ class Prefetch:
             except Exception:  # noqa: BLE001 (load_kernels loads it again, and says why not)
                 return
 
+    def busy(self) -> bool:
+        """The thread is still loading kernels (by llvm_worker's process, busy with them)."""
+        return self.thread is not None and self.thread.is_alive()
+
     def join(self) -> dict[Variant, str]:
         """Wait for the thread; each kernel's origin, for those it loaded."""
         if self.thread is not None:
@@ -380,8 +384,15 @@ in a process with a second core, has about half of its out-of-line functions (a 
 merged layers, thread-pool parts) optimized and compiled by llvm_worker's process meanwhile
 (`Share`). The GPT step of bench/ (2 layers, 8,500 LLVM instructions after O2): LLVM O2 and
 the machine code 1.1-1.2 s -> the program's half, 0.26 s + 0.30 s, beside the worker's
-0.41 s. W3's step (2,000) is left whole: the text and a second parse would cost more than
-they save."""
+0.41 s."""
+
+SHARE_IDLE_LINES = 1000
+"""... and one of at least this many where the worker is idle (no kernels of the program's
+being compiled there: a share would wait behind them). W3's step on two threads (1,373 lines;
+its parts make it longer than on one): its first call with its kernels built 0.338 -> 0.28 s
+(medians of three, alternating); its cold first call the same (the worker busy with the
+kernel: no share); W4's cold first call 0.78 s either way, but 0.99 s where its share waited
+for the worker to be idle."""
 
 
 class Share:
@@ -413,10 +424,11 @@ class Share:
         return self.code
 
     @staticmethod
-    def start(parsed: Any, entry: str, lines: int) -> Share | None:
+    def start(parsed: Any, entry: str, lines: int, idle: bool = True) -> Share | None:
         """A Share of `parsed` (whose entry point is `entry`), where the program is large
-        enough (`lines` of LLVM IR: SHARE_LINES) and has out-of-line functions to share."""
-        if lines < SHARE_LINES:
+        enough (`lines` of LLVM IR: SHARE_LINES, or SHARE_IDLE_LINES where the worker is
+        `idle`) and has out-of-line functions to share."""
+        if lines < (min(SHARE_LINES, SHARE_IDLE_LINES) if idle else SHARE_LINES):
             return None
         outlined = [f for f in parsed.functions if not f.is_declaration and f.name != entry
                     and _has_attribute(f, b"noinline")]
@@ -808,7 +820,8 @@ class CPUBackend:
             started = time.perf_counter()
             machine = target_machine()
             ir_text, parsed = lowered(module, machine, list(detached))
-            share = (Share.start(parsed, SYMBOL_PREFIX + name, ir_text.count("\n"))
+            idle = not (prefetch and prefetch[0].busy())
+            share = (Share.start(parsed, SYMBOL_PREFIX + name, ir_text.count("\n"), idle)
                      if cores() > 1 and not (kept.wanted or profile) else None)
             optimize_program(parsed, machine)
             if profiling():
