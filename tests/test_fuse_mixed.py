@@ -459,3 +459,19 @@ def test_generated_mixed_chains_assemble(case, tmp_path_factory):
     text, _ = case
     _assembles(tapeml.Program.parse(text), tmp_path_factory.mktemp("ptx"))
 
+
+
+@pytest.mark.parametrize("array", [
+    np.full((3, 4), -0.0, np.float32),  # a splat: one element stored
+    np.array([np.float32(np.nan), 1.0], np.float32).view(np.uint32).__or__(1).view(np.float32),
+    np.array([[True, False]]),
+    np.array([np.iinfo(np.int64).min, 0]),
+    np.full((2, 2), np.inf),
+], ids=["splat -0.0", "NaN payload", "bool", "int64 min", "splat inf f64"])
+def test_first_element_is_the_literals_first_element_bit_for_bit(array):
+    """tape.first_element (a group's splat constant, read from the literal's bytes) against
+    the array's own first element."""
+    got = tape.first_element(tape.numpy_to_dense(array))
+    expected = array.reshape(-1)[0]
+    assert got.shape == () and got.dtype == array.dtype
+    assert got.tobytes() == expected.tobytes()

@@ -36,6 +36,7 @@ __all__ = [
     "DenseLiteralError",
     "dense_literal_errors",
     "dense_to_numpy",
+    "first_element",
     "is_splat",
     "numpy_to_dense",
     "print_dense",
@@ -140,6 +141,18 @@ def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     if flat.size == 1 and math.prod(shape) != 1:
         return np.full(shape, flat[0], dtype=flat.dtype)
     return flat.reshape(shape).copy()
+
+
+def first_element(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
+    """The literal's first element as a rank-0 array (a splat's value), read from its bytes
+    without making the array (dense_to_numpy of a splat makes all of it)."""
+    t = attr.type
+    assert isinstance(t, TensorType)
+    dtype = np.dtype(dtype_of(t))
+    first = np.frombuffer(attr.data.data[:dtype.itemsize], dtype=dtype)
+    if first.dtype == np.bool_:  # (as dense_to_numpy: a parsed i1 true is all ones)
+        first = first.view(np.uint8) != 0
+    return first.reshape(()).copy()
 
 
 # xDSL's checks of a whole dense literal: it makes them once the literal's type is read, and so

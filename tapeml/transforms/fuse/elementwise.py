@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.transforms.dead_code_elimination import is_trivially_dead
 
 from tapeml.dialects import tape
@@ -176,13 +176,17 @@ class _Group:
         reads = self.reads[:at] + list(by) + self.reads[at + 1:]
         self.reads = [v for v in dict.fromkeys(reads) if v is not value]
 
-    def take_in(self, value: SSAValue, positions: _Positions) -> bool:
-        """Take in what computes `value`, if it may be; whether it was."""
+    def take_in(self, value: SSAValue, positions: _Positions, never: set[SSAValue]) -> bool:
+        """Take in what computes `value`, if it may be; whether it was. A value that may never
+        be, whatever the group takes in later (not an op's, not groupable, not a broadcast,
+        a splat or an iota), is added to `never`."""
         source = value.owner
         if not isinstance(source, Operation):
+            never.add(value)
             return False
-        only_here = self.read_only_here(value)
-        if _groupable(source) and (only_here or positions(source) or _copied(source)) and \
+        groupable = _groupable(source)
+        only_here = groupable and self.read_only_here(value)
+        if groupable and (only_here or positions(source) or _copied(source)) and \
                 not self.widens(value, source) and self.spans(value, _reads(source)) and (
                     not isinstance(source, tape.FusedOp) or
                     _positions_kept(value.type.get_shape(), self.shape, _index_axes(source))):
@@ -202,11 +206,16 @@ class _Group:
             self.leaves.add(source)
             self.reads.remove(value)
             return True
+        if not (groupable or isinstance(source, tape.BroadcastOp | tape.IotaOp
+                                        | tape.ConstantOp)):
+            never.add(value)
         return False
 
     def grow(self, positions: _Positions) -> None:
-        """Take in what may be taken in, until nothing more may."""
-        while any(self.take_in(v, positions) for v in self.reads):
+        """Take in what may be taken in, until nothing more may (in the order of the reads,
+        from the first again after each: those that never may are not tried again)."""
+        never: set[SSAValue] = set()
+        while any(v not in never and self.take_in(v, positions, never) for v in self.reads):
             pass
 
     def alone(self) -> bool:
@@ -232,8 +241,7 @@ class _Group:
                                            dtype=leaf.params["dtype"])
             else:
                 if leaf not in splats:
-                    element = leaf.params["value"].reshape(-1)[:1].reshape(())
-                    splats[leaf] = tape.ConstantOp.build(value=element)
+                    splats[leaf] = tape.ConstantOp.build(value=tape.first_element(leaf.value))
                 inner = splats[leaf].clone()
             body.add_op(inner)
             env[leaf.results[0]] = inner.results[0]
@@ -256,7 +264,10 @@ class _Group:
                 out = inner.results[0]
             env[op.results[0]] = out
         body.add_op(tape.YieldOp.create(operands=[env[self.root.results[0]]]))
-        fused = tape.FusedOp.build(*self.reads, body=body)
+        # (its type the root's, which it stands for: not inferred again, TAPEML_CHECKS
+        # verifies it)
+        fused = tape.FusedOp.create(operands=self.reads, result_types=[self.root.results[0].type],
+                                    regions=[Region([body])])
         fused.location = self.root.location
         return fused
 
