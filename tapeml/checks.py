@@ -3,9 +3,11 @@
 Off by default: a traced op is checked as it is built (its shape rule raises the user's error,
 at the user's line, and infers its result type), so the whole-module verification that would
 follow finds only a bug of tapeml's own, and it took a third of tracing a GPT step. With the
-switch on (the test suite sets it), `trace` verifies the module it records, and a backend's
+switch on (the test suite sets it), `trace` verifies the module it records, a backend's
 pipeline verifies the module after every pass (mlir-opt's `-verify-each`), naming the pass that
-left it invalid. A module that is parsed (`tapeml-opt`, `Program.parse`) is always verified."""
+left it invalid, and the CPU backend writes its LLVM IR both directly (codegen/llvm_text.py)
+and through xDSL's convert_module, and compares them. A module that is parsed (`tapeml-opt`,
+`Program.parse`) is always verified."""
 
 from __future__ import annotations
 
