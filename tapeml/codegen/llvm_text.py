@@ -1,11 +1,14 @@
 """An llvm-dialect module as LLVM IR text, written directly: the text xDSL's `convert_module`
-and llvmlite's printer make of it, byte for byte (tests/test_llvm_text.py compares them on
-the workloads' programs and on generated ones), for the ops the CPU lowering produces
-(convert-loops-to-llvm's, data.detach's), 4-6x faster: building llvmlite's IR objects and
-printing them was 18 ms of W3's first call and 61 ms of the 2-layer GPT step's.
+and llvmlite's printer make of it, byte for byte, for the ops the CPU lowering produces
+(convert-loops-to-llvm's, data.detach's), 3-4x faster: building llvmlite's IR objects and
+printing them was 20 ms of W3's first call and 65 ms of the 2-layer GPT step's (5 and 20
+now). With TAPEML_CHECKS (the test suite) the CPU backend writes both and compares them, so
+every program the suite compiles checks it; tests/test_llvm_text.py makes sure the workloads'
+kinds of program are printed here, not left to the fallback.
 
 `llvm_ir(module, ...)` raises `Unsupported` for anything else (an op, a type, an attribute it
-does not print as they do); the CPU backend then takes xDSL's way.
+does not print as they do, a value used in a block before the block defining it); the CPU
+backend then takes xDSL's way.
 
 The text follows llvmlite's conventions: every local value and block is named ".N", numbered
 per function in the order llvmlite's builder creates them (the parameters, the return value,
