@@ -25,8 +25,8 @@ def _kernel(dtype: str, size: int):
                     b=(0, size, 1), c0=0, accumulate=False)
     v = variant(spec, Target.host())
     machine = cpu.target_machine()
-    (prefix, text, published), _ = cpu.kernel_modules(v)
-    return prefix, published, llvm_worker.emit(machine, cpu.kernel_ir(text(), machine))
+    module, _ = cpu.kernel_modules(v)
+    return module.prefix, module.published, llvm_worker.emit(machine, module.ir(machine))
 
 
 def _entries(out) -> dict[str, tuple[int, int]]:

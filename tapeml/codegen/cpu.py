@@ -215,24 +215,42 @@ against 0.56-0.64 s, one core, on a slow day; O3: slower still, and no faster co
 8.61-8.98 ms either way; squeezenet medians 80.5 and 81.2 ms of five); with the clean-up
 alone (no unrolling) it compiled faster still but W3 ran 3-5% slower: its packing loops
 moved an element per turn."""
+TILES_PASSES = ("instruction_combine", "simplify_cfg", "loop_simplify", "loop_rotate",
+                "loop_unroll", "instruction_combine", "simplify_cfg", "aggressive_dce")
+"""... and for their tiles' modules (the micro-kernels, A's packing): KERNEL_PASSES without
+new_gvn and the instcombine after it, which found nothing there: W3's tiles (the 16 x 16
+f32 ones W4's and the GPT step's products call too) compiled 116 -> 100 ms (one core) to the
+same machine code, as did 224 of 264 tiles' modules (every height of f32 and f64, AVX-512 and
+AVX2, A's stride 1 or not, windows or not; assembly compared); those of tiles 1 and 2 rows
+high pack A with other instructions, as fast (bench/HISTORY.md)."""
 _KERNELS: dict[str, Any] = {}  # kernel symbol -> the engine that holds it (published)
 _KERNELS_LOCK = threading.Lock()
 
 
-def kernel_modules(v: Variant) -> list[tuple[str, Callable[[], str], list[str]]]:
-    """The two modules of the kernel `v` (gemm.Variant): (prefix, a function writing its LLVM
-    IR text, the symbols published for callers) of the kernel, then of its tiles. The text
-    is written only to be compiled (a fifth of W3's first call with its kernels cached was
-    writing their text to find their key)."""
+@dataclass(frozen=True)
+class KernelModule:
+    """One of a kernel's two modules (kernel_modules)."""
+
+    prefix: str
+    text: Callable[[], str]
+    """Writes its LLVM IR text: written only to be compiled (a fifth of W3's first call with
+    its kernels cached was writing their text to find their key)."""
+    published: list[str]
+    """The symbols callers link to."""
+    passes: tuple[str, ...]
+    """LLVM's passes for it (KERNEL_PASSES, TILES_PASSES)."""
+
+    def ir(self, machine: llvm_binding.TargetMachine, optimized: bool = True) -> Any:
+        """Parsed (and optimized by its passes)."""
+        return llvm_worker.optimized(self.text(), machine, self.passes if optimized else None)
+
+
+def kernel_modules(v: Variant) -> list[KernelModule]:
+    """The two modules of the kernel `v` (gemm.Variant): the kernel's, then its tiles'."""
     tiles = [f"{v.tiles}.prepack_a", *(f for f in tiles_of(v) if f)]
-    return [(v.symbol, lambda: kernel(v), [v.symbol, f"{v.symbol}.prepack_b"]),
-            (v.tiles, lambda: tiles_module(v), tiles)]
-
-
-def kernel_ir(text: str, machine: llvm_binding.TargetMachine, optimized: bool = True) -> Any:
-    """A module of a shape-generic kernel (kernel_modules), parsed (and optimized by
-    KERNEL_PASSES)."""
-    return llvm_worker.optimized(text, machine, KERNEL_PASSES if optimized else None)
+    return [KernelModule(v.symbol, lambda: kernel(v), [v.symbol, f"{v.symbol}.prepack_b"],
+                         KERNEL_PASSES),
+            KernelModule(v.tiles, lambda: tiles_module(v), tiles, TILES_PASSES)]
 
 
 Made = tuple[bytes, str, str]
@@ -309,28 +327,26 @@ def load_kernel(v: Variant, in_worker: bool = False) -> str:
     process making it is kept busy (loading the pool here first, while the caller's thread
     ran the passes, held the worker up 110 ms in W3's first call on two cores)."""
     with _KERNELS_LOCK:
-        todo = [(prefix, text, published) for prefix, text, published in kernel_modules(v)
-                if prefix not in _KERNELS]
-        sources = [f"{prefix} kc={v.kc} {disk_cache.sources_digest()} "
-                   f"{llvm_worker.spelled(KERNEL_PASSES)}"  # (the prefix: all else its text reads)
-                   for prefix, _, _ in todo]
+        todo = [module for module in kernel_modules(v) if module.prefix not in _KERNELS]
+        sources = [f"{module.prefix} kc={v.kc} {disk_cache.sources_digest()} "
+                   f"{llvm_worker.spelled(module.passes)}"  # (all else its text reads)
+                   for module in todo]
         pool_made = (cached_code("thread pool", *_pool_module(in_worker))
                      if todo and not pool.loaded() else None)
-        made = [cached_code("gemm kernel", source,
-                            lambda machine, text=text: kernel_ir(text(), machine),
-                            (lambda text=text: llvm_worker.in_worker(text(), KERNEL_PASSES))
+        made = [cached_code("gemm kernel", source, module.ir,
+                            (lambda module=module: llvm_worker.in_worker(module.text(),
+                                                                         module.passes))
                             if in_worker else None)
-                for source, (_, text, _) in zip(sources, todo, strict=True)]
+                for source, module in zip(sources, todo, strict=True)]
         if todo:
             load_pool(made=pool_made)  # the kernel's threads are the pool's
         origins = ["loaded"]
-        for source, (prefix, text, published), code in zip(sources, todo, made, strict=True):
-            engine, origin = cached_engine(
-                "gemm kernel", source, lambda machine, text=text: kernel_ir(text(), machine),
-                published[0], made=code)
-            for symbol in published:
+        for source, module, code in zip(sources, todo, made, strict=True):
+            engine, origin = cached_engine("gemm kernel", source, module.ir,
+                                           module.published[0], made=code)
+            for symbol in module.published:
                 llvm_binding.add_symbol(symbol, engine.get_function_address(symbol))
-            _KERNELS[prefix] = engine
+            _KERNELS[module.prefix] = engine
             origins.append(origin)
         return max(origins, key=_ORIGINS.index)
 
@@ -492,10 +508,10 @@ def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
     kernels = declared_kernels(module)
     variants = sorted({variant(spec, host) for spec in kernels.values()},
                       key=lambda v: v.symbol)
-    modules = {prefix: text for v in variants if standalone
-               for prefix, text, _ in kernel_modules(v)}
-    for text in modules.values():  # (a kernel shared by two heights once)
-        parsed.link_in(kernel_ir(text(), machine, optimized))
+    modules = {module.prefix: module for v in variants if standalone
+               for module in kernel_modules(v)}
+    for module in modules.values():  # (a kernel shared by two heights once)
+        parsed.link_in(module.ir(machine, optimized))
     for spec in kernels.values():
         parsed.link_in(caller_module(spec, machine, load=False))
     return list(kernels), variants
