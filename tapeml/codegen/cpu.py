@@ -259,11 +259,13 @@ worker process") and its disk cache key ("" without a cache): `cached_code`."""
 
 
 def cached_code(what: str, source: str, build: Any,
-                elsewhere: Callable[[], bytes | None] | None = None) -> Made:
+                elsewhere: Callable[[], bytes | None] | None = None, store: bool = True
+                ) -> Made:
     """A module's object code from the disk cache (keyed by `what`, `source` and the
     machine), else from `elsewhere()` where that makes it, else compiled here from
-    `build(machine)` (the module parsed and optimized); stored in the cache when made. An
-    entry from the cache is checked when it is loaded (`cached_engine`)."""
+    `build(machine)` (the module parsed and optimized); stored in the cache when made (by
+    the caller, `stored`, where not `store`). An entry from the cache is checked when it is
+    loaded (`cached_engine`)."""
     cache = disk_cache.default()
     key = disk_cache.key(what, source, *machine_key()) if cache is not None else ""
     payload = cache.get(key) if cache is not None else None
@@ -274,9 +276,17 @@ def cached_code(what: str, source: str, build: Any,
     if code is None:
         machine = target_machine()
         code = llvm_worker.emit(machine, build(machine))
-    if cache is not None:
-        cache.put(key, code)
+    if store:
+        stored((code, origin, key))
     return code, origin, key
+
+
+def stored(made: Made) -> None:
+    """`cached_code`'s code put in the disk cache, where it was made (not read from there)."""
+    code, origin, key = made
+    cache = disk_cache.default()
+    if cache is not None and origin != "disk cache":
+        cache.put(key, code)
 
 
 def cached_engine(what: str, source: str, build: Any, symbol: str,
@@ -331,13 +341,15 @@ def load_kernel(v: Variant, in_worker: bool = False) -> str:
         sources = [f"{module.prefix} kc={v.kc} {disk_cache.sources_digest()} "
                    f"{llvm_worker.spelled(module.passes)}"  # (all else its text reads)
                    for module in todo]
-        pool_made = (cached_code("thread pool", *_pool_module(in_worker))
+        pool_made = (cached_code("thread pool", *_pool_module(in_worker), store=False)
                      if todo and not pool.loaded() else None)
         made = [cached_code("gemm kernel", source, module.ir,
                             (lambda module=module: llvm_worker.in_worker(module.text(),
                                                                          module.passes))
-                            if in_worker else None)
+                            if in_worker else None, store=False)
                 for source, module in zip(sources, todo, strict=True)]
+        for code in ([pool_made] if pool_made else []) + made:  # (after the compiles: a
+            stored(code)  # put's file calls, each waiting for the GIL, held a worker up 17 ms)
         if todo:
             load_pool(made=pool_made)  # the kernel's threads are the pool's
         origins = ["loaded"]
