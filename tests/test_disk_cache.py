@@ -380,7 +380,7 @@ def _kernel_computes(spec):
     import llvmlite.binding as llvm
 
     machine = cpu.target_machine()
-    engine = llvm.create_mcjit_compiler(cpu.caller_module(spec, machine), machine)
+    engine = llvm.create_mcjit_compiler(cpu.callers_module([spec], machine), machine)
     engine.finalize_object()
     scratch = cpu.bind_scratch(engine, [spec.symbol])
     rng = np.random.default_rng(5)

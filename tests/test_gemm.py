@@ -19,7 +19,7 @@ from xdsl.dialects import builtin, func, llvm
 from xdsl.parser import Parser
 
 import tapeml
-from tapeml.codegen.cpu import bind_scratch, caller_module, target_machine
+from tapeml.codegen.cpu import bind_scratch, callers_module, target_machine
 from tapeml.codegen.gemm import GemmSpec, Target, batch_groups, definition, partition, tiles
 from tapeml.dialects.kernel import Kernel, declared_kernels
 from tapeml.transforms.to_llvm import convert_to_llvm
@@ -32,7 +32,7 @@ def compiled(spec: GemmSpec):
     import llvmlite.binding as llvm
 
     machine = target_machine()
-    engine = llvm.create_mcjit_compiler(caller_module(spec, machine), machine)
+    engine = llvm.create_mcjit_compiler(callers_module([spec], machine), machine)
     engine.finalize_object()
     _ENGINES.append((engine, bind_scratch(engine, [spec.symbol])))
     address = engine.get_function_address(spec.symbol)
