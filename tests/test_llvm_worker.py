@@ -251,10 +251,10 @@ def test_the_pool_made_by_the_worker_is_the_code_made_here(own_worker):
 
 
 def test_a_kernel_made_by_the_worker_is_all_made_before_anything_is_loaded(tmp_path):
-    """load_kernel in a fresh process with an empty cache: the worker makes the thread pool
-    and both of the kernel's modules, one request after another, before this process loads
-    any of them (loading is llvmlite calls, which wait for the process's LLVM lock: the
-    worker would sit idle meanwhile)."""
+    """load_kernel in a fresh process with an empty cache, for a program on more than one
+    thread: the worker makes the thread pool and both of the kernel's modules, one request
+    after another, before this process loads any of them (loading is llvmlite calls, which
+    wait for the process's LLVM lock: the worker would sit idle meanwhile)."""
     out = run_isolated(f"""
         import os
         os.environ["TAPEML_CACHE_DIR"] = {str(tmp_path)!r}
@@ -268,7 +268,8 @@ def test_a_kernel_made_by_the_worker_is_all_made_before_anything_is_loaded(tmp_p
         llvm_worker.in_worker = lambda *a, **k: (events.append("made"), real_worker(*a, **k))[1]
         cpu._object_engine = lambda *a: (events.append("loaded"), real_engine(*a))[1]
         spec = GemmSpec("f32", 1, 64, 64, 64, (0, 64, 1), (0, 64, 1), 0, False)
-        print(cpu.load_kernel(variant(spec, Target.host()), in_worker=True), pool.loaded())
+        print(cpu.load_kernel(variant(spec, Target.host()), in_worker=True, pooled=True),
+              pool.loaded())
         print(" ".join(events))
         """)
     origin, events = out.strip().split("\n")

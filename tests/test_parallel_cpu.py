@@ -13,6 +13,7 @@ from bits import assert_same_bits
 from concurrency import at_once  # tests/concurrency.py
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from isolated import run_isolated
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, memref, scf
 from xdsl.parser import Parser
@@ -155,6 +156,42 @@ def test_results_do_not_depend_on_the_thread_count(monkeypatch, threads):
     reference = tapeml.jit(step, backend="interp")(*args)
     for a, r in zip(flatten(together)[0], flatten(reference)[0], strict=True):
         np.testing.assert_allclose(a, np.asarray(r), rtol=2e-4, atol=2e-5)
+
+
+def test_one_thread_compiles_no_pool_and_two_threads_later_share_its_kernel():
+    """A process on one thread never makes the thread pool: its programs and GEMM kernels refer
+    to none (a caller passes its kernel the pool only where its plan shares the work). A
+    program compiled later in the same process on two threads loads the pool, and the kernel
+    loaded before (without one) shares its products' work through it: the same bits."""
+    out = run_isolated("""
+        import os
+        os.environ["TAPEML_CACHE"] = "0"
+        os.environ["TAPEML_NUM_THREADS"] = "1"
+        import numpy as np
+        import tapeml
+        from tapeml import ops
+        from tapeml.codegen import pool
+
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((384, 256)).astype(np.float32)
+        w = rng.standard_normal((256, 320)).astype(np.float32) / 16
+        step = tapeml.value_and_grad(lambda w, x: ops.sum(ops.tanh(x @ w)))  # (a sum over
+        with tapeml.profile() as stages:  # the batch: one program, not pieces of the batch)
+            alone = tapeml.jit(step)(w, x)
+        print(pool.loaded(), [s.detail for s in stages if s.name == "GEMM kernels"])
+        os.environ["TAPEML_NUM_THREADS"] = "2"
+        with tapeml.profile() as stages:
+            shared = tapeml.jit(step)(w, x)
+        print(pool.loaded(), [s.detail for s in stages if s.name == "GEMM kernels"])
+        h = np.tanh(x.astype(np.float64) @ w)
+        print(all(p.tobytes() == q.tobytes() for p, q in zip(alone, shared)),
+              np.allclose(shared[1], x.T.astype(np.float64) @ (1 - h * h), rtol=1e-3,
+                          atol=1e-3))
+        """)
+    first, second, same = out.strip().split("\n")
+    assert first.startswith("False") and "1 compiled" in first
+    assert second.startswith("True") and "1 loaded" in second
+    assert same == "True True"
 
 
 def test_programs_called_from_several_threads_at_once(monkeypatch):

@@ -47,6 +47,7 @@ from tapeml.codegen import (
 )
 from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.gemm import (
+    POOL,
     Target,
     Variant,
     caller,
@@ -308,7 +309,9 @@ def cached_engine(what: str, source: str, build: Any, symbol: str,
 def load_pool(in_worker: bool = False, made: Made | None = None) -> int:
     """The thread pool (pool.py), loaded once per process through the disk cache (`made`:
     its code made already; `in_worker`: compiled by llvm_worker's process, where it can be);
-    the address of `tapeml_parallel_for`."""
+    the address of `tapeml_parallel_for`. Only for code that calls it: a process whose
+    programs run on one thread never loads it (W3's cold first call on one core: 12-19 ms
+    less, the pool's compile)."""
     def engine() -> Any:
         source, build, elsewhere = _pool_module(in_worker)
         return cached_engine("thread pool", source, build, "tapeml_parallel_for", elsewhere,
@@ -327,22 +330,23 @@ def _pool_module(in_worker: bool) -> tuple[str, Any, Callable[[], bytes | None] 
 _ORIGINS = ("loaded", "disk cache", "compiled in a worker process", "compiled")
 
 
-def load_kernel(v: Variant, in_worker: bool = False) -> str:
+def load_kernel(v: Variant, in_worker: bool = False, pooled: bool = False) -> str:
     """Make the kernel `v` callable from every program MCJIT links from now on: each of its two
     modules (kernel_modules) compiled once per process (`in_worker`: by llvm_worker's process,
     where it can be) and loaded in an engine of its own (or its object code loaded from the
     disk cache, where it is stored once compiled) and its symbols published; where it came
-    from, the costlier of the two's ("loaded": this process had it). The code of the pool
-    (which the kernel calls) and of both modules is made before anything is loaded: a worker
-    process making it is kept busy (loading the pool here first, while the caller's thread
-    ran the passes, held the worker up 110 ms in W3's first call on two cores)."""
+    from, the costlier of the two's ("loaded": this process had it). `pooled`: the thread pool
+    too (the program runs on more than one thread; a kernel refers to no pool, its callers
+    pass it). The code of the pool and of both modules is made before anything is loaded: a
+    worker process making it is kept busy (loading the pool here first, while the caller's
+    thread ran the passes, held the worker up 110 ms in W3's first call on two cores)."""
     with _KERNELS_LOCK:
         todo = [module for module in kernel_modules(v) if module.prefix not in _KERNELS]
         sources = [f"{module.prefix} kc={v.kc} {disk_cache.sources_digest()} "
                    f"{llvm_worker.spelled(module.passes)}"  # (all else its text reads)
                    for module in todo]
         pool_made = (cached_code("thread pool", *_pool_module(in_worker), store=False)
-                     if todo and not pool.loaded() else None)
+                     if pooled and not pool.loaded() else None)
         made = [cached_code("gemm kernel", source, module.ir,
                             (lambda module=module: llvm_worker.in_worker(module.text(),
                                                                          module.passes))
@@ -350,8 +354,8 @@ def load_kernel(v: Variant, in_worker: bool = False) -> str:
                 for source, module in zip(sources, todo, strict=True)]
         for code in ([pool_made] if pool_made else []) + made:  # (after the compiles: a
             stored(code)  # put's file calls, each waiting for the GIL, held a worker up 17 ms)
-        if todo:
-            load_pool(made=pool_made)  # the kernel's threads are the pool's
+        if pool_made:
+            load_pool(made=pool_made)
         origins = ["loaded"]
         for source, module, code in zip(sources, todo, made, strict=True):
             engine, origin = cached_engine("gemm kernel", source, module.ir,
@@ -382,6 +386,7 @@ class Prefetch:
         variants = sorted({variant(op.spec, host) for op in module.walk()
                            if isinstance(op, kernel_dialect.GemmOp)}, key=lambda v: v.symbol)
         variants = [v for v in variants if not loaded(v)]
+        self.pooled = host.threads > 1  # (the program's kernel calls share their work)
         self.thread = None
         if variants and cores() > 1:
             self.thread = threading.Thread(target=self._load, args=(variants,), daemon=True,
@@ -391,7 +396,7 @@ class Prefetch:
     def _load(self, variants: list[Variant]) -> None:
         for v in variants:
             try:
-                self.origins[v] = load_kernel(v, in_worker=True)
+                self.origins[v] = load_kernel(v, in_worker=True, pooled=self.pooled)
             except Exception:  # noqa: BLE001 (load_kernels loads it again, and says why not)
                 return
 
@@ -514,6 +519,8 @@ def callers_module(specs: Iterable[GemmSpec], machine: llvm_binding.TargetMachin
                     continue
                 declared.add(line)
             lines.append(line)
+    if load and f"declare void @{POOL}(ptr, ptr, i64, i64)" in declared:
+        load_pool()  # (a caller on more than one thread passes the pool to its kernel)
     parsed = llvm_binding.parse_assembly("\n".join(lines))
     parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
     return parsed
@@ -671,6 +678,8 @@ class Native:
         """Where the machine code came from: "compiled" or "disk cache"."""
         self.profile_labels: list[str] | None = None
         """Compiled to be profiled: what each entry of the marks' table counts."""
+        self.pooled = True
+        """Its code calls the thread pool (loaded before it is: `_compile`, `_load`)."""
         self.arena_bytes = arena_bytes
         self.stages = stages or {}
         self._arenas: list[int] = []  # the addresses of the arenas no call holds
@@ -817,6 +826,7 @@ class CPUBackend:
             cache.put(key, _pack({"name": name, "arena_bytes": native.arena_bytes,
                                   "kernels": native.kernels,
                                   "variants": [dataclasses.astuple(v) for v in native.variants],
+                                  "pool": native.pooled,
                                   "data": data.store(cache, native.data)},
                                  objects))
             record("disk cache: stored", None, started, str(cache.path(key)))
@@ -874,8 +884,6 @@ class CPUBackend:
             objects = [llvm_worker.emit(machine, parsed, strength_reduction=False)]
             if share is not None:
                 objects.append(share.join())
-            load_pool()  # tapeml_parallel_for, for the programs that call it (a Prefetch
-            # loads it with the kernels, where there are any)
             if profile:
                 marks.load(target_machine())  # tapeml_profile_mark, what kernel.mark calls
             made = time.perf_counter() - started
@@ -883,6 +891,9 @@ class CPUBackend:
             # the program's machine code made as well to finish in
             load_kernels(variants, len(kernels), prefetch[0] if prefetch else None)
             started = time.perf_counter()
+            pooled = any(f.name == POOL for f in parsed.functions)
+            if pooled:  # its parallel loops or GEMM callers pass work to the thread pool (on
+                load_pool()  # more than one thread; after the kernels: a Prefetch loads both)
             engine = _object_engine(*objects)
             address = engine.get_function_address(SYMBOL_PREFIX + name)
             scratch = bind_scratch(engine, kernels)
@@ -892,6 +903,7 @@ class CPUBackend:
                         arena_bytes, scratch, kernels, variants, kept.texts, data=detached,
                         bound=bound)
         native.profile_labels = labels if profile else None
+        native.pooled = pooled
         return native, objects
 
 
@@ -935,13 +947,15 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
         kernels = [str(symbol) for symbol in meta["kernels"]]
         arena_bytes = int(meta["arena_bytes"])
         keys = {str(k): str(v) for k, v in meta.get("data", {}).items()}
+        pooled = bool(meta.get("pool", True))
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     detached = data.fetch(cache, keys)
     if detached is None:
         return None
     with _LLVM_LOCK:
-        load_pool()  # tapeml_parallel_for, for the programs that call it
+        if pooled:  # tapeml_parallel_for, for the programs that call it
+            load_pool()
         for v in variants:  # before the program's calls of them are resolved
             load_kernel(v)
         engine = _object_engine(*objects)

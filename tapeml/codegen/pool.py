@@ -1,4 +1,6 @@
-"""The CPU's thread pool, written as LLVM IR and compiled once per process: compiled programs
+"""The CPU's thread pool, written as LLVM IR and compiled once per process, by the first program
+that runs on more than one thread (one on one thread, and the GEMM kernels, refer to no pool:
+a kernel is passed it by its callers that share their work): compiled programs
 call `tapeml_parallel_for(fn, ctx, total, threads)`, which runs `fn(ctx, start, end)` over
 [0, total) on up to `threads` threads, the caller one of them. The range is cut into up to
 CHUNKS contiguous chunks per thread; each thread claims another chunk when it is done with

@@ -84,7 +84,7 @@ from tapeml.codegen.gemm.target import Target, host_threads, tiles
 from tapeml.codegen.gemm.writer import COLD, loop_metadata
 from tapeml.dialects.kernel import GemmSpec
 
-__all__ = ["PARALLEL_FLOPS", "GemmSpec", "Target", "Variant", "batch_groups", "caller",
+__all__ = ["PARALLEL_FLOPS", "POOL", "GemmSpec", "Target", "Variant", "batch_groups", "caller",
            "definition", "host_threads", "kernel", "partition", "shares_b", "tiles",
            "tiles_module", "tiles_of", "variant"]
 
@@ -119,7 +119,6 @@ def _kernel(v: Variant) -> str:
                        f"<{v.lanes} x {t}>")[:-1],
            "declare ptr @aligned_alloc(i64, i64)", "declare void @free(ptr)",
            "declare i32 @sched_yield()",
-           "declare void @tapeml_parallel_for(ptr, ptr, i64, i64)",
            ""]
     out += neutral_bias(name, t, v)
     out += epilogue(name, t, v)
@@ -201,6 +200,9 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
         out += [f"@{name}.state = internal global i8 0  ; 0, 1: packing, 2: packed",
                 _table(f"@{name}.plan.packed", whole)]
     passed = tiles_of(v)
+    pooled = table[INDEX["threads"]] > 1  # (else the kernel never calls the pool)
+    if pooled:
+        out.append(f"declare void @{POOL}(ptr, ptr, i64, i64)")
     if declare:
         out.append(f"declare void @{v.symbol}(ptr, ptr, ptr, ptr, ptr, ptr, ptr)")
         out.append(f"declare void @{v.symbol}.prepack_b({PREPACK_TYPES})")
@@ -218,6 +220,7 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
     values = {"bias": "%bias" if spec.bias else "null",
               "residual": "%residual" if spec.residual else "null",
               "rows": f"@{name}.rows" if spec.a_taps else "null",
+              "pool": f"@{POOL}" if pooled else "null",
               **{f: f"@{symbol}" if symbol else "null"
                  for f, symbol in zip(TILES, passed, strict=True)}}
     for i, x in enumerate(EXTRA):
@@ -257,6 +260,11 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
             "  ret void",
             "as.is:", f"  {call}", "  ret void", "}"]
     return "\n".join(out) + "\n"
+
+
+POOL = "tapeml_parallel_for"
+"""The thread pool's entry (tapeml/codegen/pool.py), which a caller whose plan runs on more
+than one thread passes its kernel (EXTRA)."""
 
 
 def _table(symbol: str, values: list[int]) -> str:

@@ -22,10 +22,11 @@ taken."""
 TILES = ("tile", "tile.half", "tile.direct", "pack_a")
 """The functions of a variant's tiles (Variant.tiles, routines.py) the kernel calls: the
 micro-kernels and A's packing, which depend on MR."""
-EXTRA = ("bias", "residual", "rows", *TILES)
+EXTRA = ("bias", "residual", "rows", *TILES, "pool")
 """What `%extra` points at, in order: the bias and the residual (null where the call has
 none), the table of A's columns (a windows kernel's), the tiles (TILES; null where the variant
-has none)."""
+has none), and the thread pool's `tapeml_parallel_for` (null where the call's plan runs on one
+thread: a kernel refers to no pool, so a process on one thread compiles none)."""
 
 
 def _tiles(w: Writer, extra: str) -> dict[str, str]:
@@ -33,6 +34,12 @@ def _tiles(w: Writer, extra: str) -> dict[str, str]:
     return {f: w(f"load ptr, ptr {w(f'getelementptr ptr, ptr {extra}, i64 {EXTRA.index(f)}')}",
                  f"{f.replace('.', '_')}.")
             for f in TILES}
+
+
+def _pool(w: Writer, extra: str) -> str:
+    """The pool's `tapeml_parallel_for`, loaded from `%extra`."""
+    slot = w(f"getelementptr ptr, ptr {extra}, i64 {EXTRA.index('pool')}")
+    return w(f"load ptr, ptr {slot}", "pool.")
 
 
 def _fields(w: Writer, plan: str, *names: str) -> list[str]:
@@ -188,7 +195,7 @@ def driver(v: Variant) -> list[str]:
         w.do(f"store ptr {value}, ptr {w(f'getelementptr ptr, ptr {context}, i64 {field}')}")
     w.do(f"br i1 {w(f'icmp sgt i64 {threads}, 1')}, label %pool, label %serial")
     w.label("%pool")
-    w.do(f"call void @tapeml_parallel_for(ptr @{name}.range, ptr {context}, i64 {parts}, "
+    w.do(f"call void {_pool(w, '%extra')}(ptr @{name}.range, ptr {context}, i64 {parts}, "
          f"i64 {threads})")
     w.do("br label %grouped")
     w.label("%serial")  # the groups of batches, one after another
@@ -237,6 +244,7 @@ def _shared(w: Writer, v: Variant, k: str, m: str, n: str, threads: str) -> None
                      (7, "%extra")):
         w.do(f"store ptr {value}, ptr {slots[i]}")
     panels = w(f"sdiv i64 {w(f'add i64 {n}, {v.nr - 1}')}, {v.nr}")
+    pool = _pool(w, "%extra")
     mr, = _fields(w, "%plan", "mr")
     rounded = w.add(m, w(f"sub i64 {mr}, 1"))
     tiles = w(f"sdiv i64 {rounded}, {mr}")
@@ -245,8 +253,8 @@ def _shared(w: Writer, v: Variant, k: str, m: str, n: str, threads: str) -> None
         w.do(f"store i64 {pc}, ptr {slots[4]}")
         w.do(f"store i64 {w.min(str(v.kc), w(f'sub i64 {k}, {pc}'))}, ptr {slots[5]}")
         for job, jobs in (("pack", panels), ("rows", tiles)):
-            w.do(f"call void @tapeml_parallel_for(ptr @{name}.{job}, ptr {context}, "
-                 f"i64 {jobs}, i64 {threads})")
+            w.do(f"call void {pool}(ptr @{name}.{job}, ptr {context}, i64 {jobs}, "
+                 f"i64 {threads})")
 
     w.loop("0", k, v.kc, block, "pc")
     w.do("br label %finish")
