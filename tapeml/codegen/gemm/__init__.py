@@ -179,6 +179,11 @@ def _masked(lanes: int, t: str, dtype: str) -> list[str]:
             f"declare void @llvm.masked.store.v{lanes}{dtype}.p0({vec}, ptr, i32, {mask})"]
 
 
+POOL = "tapeml_parallel_for"
+"""The thread pool's entry (tapeml/codegen/pool.py), which a caller whose plan runs on more
+than one thread passes its kernel (EXTRA)."""
+
+
 def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
     """The LLVM IR module defining `spec.symbol(A, B, C)` (then the bias and the residual,
     those `spec` has: kernel.gemm's epilogue): the kernel of its variant, called
@@ -260,11 +265,6 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
             "  ret void",
             "as.is:", f"  {call}", "  ret void", "}"]
     return "\n".join(out) + "\n"
-
-
-POOL = "tapeml_parallel_for"
-"""The thread pool's entry (tapeml/codegen/pool.py), which a caller whose plan runs on more
-than one thread passes its kernel (EXTRA)."""
 
 
 def _table(symbol: str, values: list[int]) -> str:
