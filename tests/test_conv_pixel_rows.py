@@ -139,3 +139,40 @@ def test_the_passes_padding_is_the_kernels():
                           target)
         assert mr <= rows and nr == convolutions.TILE[1]
         assert convolutions._padded(m, rows) == -(-m // mr) * mr, m
+
+
+_KEPT: list[dict] = []  # the kernels a test loads outlive it, as a process's would
+
+
+def test_only_programs_storing_c_transposed_load_that_store(monkeypatch, tmp_path):
+    """A kernel's store of its tiles into a C stored transposed is a module of its own
+    (gemm.transposed_module): a product of the same kernel into a C as it lies compiles none
+    of it; a convolution with its pixels as rows loads it, compiled or from the disk cache
+    (where the program's entry lists it), and gives the trace's values."""
+    from tapeml.codegen import cpu
+
+    monkeypatch.setenv("TAPEML_CACHE", "1")
+    monkeypatch.setenv("TAPEML_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 128, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((72, 128, 3, 3)).astype(np.float32)
+
+    def conv(x, w):
+        return nn.conv2d(x, w, padding=1)
+
+    expected = tapeml.trace(conv, x, w)(x, w)
+    for origin in ("compiled", "disk cache"):
+        kept: dict = {}
+        _KEPT.append(kept)
+        monkeypatch.setattr(cpu, "_KERNELS", kept)  # as in a new process
+        a, b = x.reshape(128, 49).T.copy(), w.reshape(72, -1)[:, :128].T.copy()
+        np.testing.assert_allclose(tapeml.jit(lambda a, b: a @ b)(a, b), a @ b, rtol=1e-4,
+                                   atol=1e-4)
+        assert kept and not any(name.endswith(".edge.transposed") for name in kept)
+        step = tapeml.jit(conv)
+        if origin == "compiled":
+            assert "c_transposed" in step.lower(x, w)["loops"]
+        np.testing.assert_allclose(step(x, w), expected, rtol=5e-5, atol=5e-5)
+        assert [native.origin for _, native in step.cache.values()] == [origin]
+        (store,) = [name for name in kept if name.endswith(".edge.transposed")]
+        assert store.removesuffix(".edge.transposed") in kept  # (beside its kernel)

@@ -553,10 +553,10 @@ def test_a_kernel_the_thread_could_not_load_is_loaded_again_in_line(monkeypatch)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     real = cpu.load_kernel
 
-    def failing_in_the_thread(v, in_worker=False):
+    def failing_in_the_thread(v, in_worker=False, **options):
         if threading.current_thread().name == "tapeml-kernels":
             raise MemoryError("no room in the thread")
-        return real(v, in_worker)
+        return real(v, in_worker, **options)
 
     monkeypatch.setattr(cpu, "load_kernel", failing_in_the_thread)
     step, args = _mlp_step()

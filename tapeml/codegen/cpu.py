@@ -20,7 +20,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import IO, Any
@@ -55,6 +55,8 @@ from tapeml.codegen.gemm import (
     kernel,
     tiles_module,
     tiles_of,
+    transposed_module,
+    transposed_symbol,
     variant,
 )
 from tapeml.codegen.gemm.target import compiled_for_threads, cores
@@ -230,7 +232,7 @@ _KERNELS_LOCK = threading.Lock()
 
 @dataclass(frozen=True)
 class KernelModule:
-    """One of a kernel's two modules (kernel_modules)."""
+    """One of a kernel's modules (kernel_modules)."""
 
     prefix: str
     text: Callable[[], str]
@@ -246,12 +248,22 @@ class KernelModule:
         return llvm_worker.optimized(self.text(), machine, self.passes if optimized else None)
 
 
-def kernel_modules(v: Variant) -> list[KernelModule]:
-    """The two modules of the kernel `v` (gemm.Variant): the kernel's, then its tiles'."""
+def kernel_modules(v: Variant, transposed: bool = False) -> list[KernelModule]:
+    """The modules of the kernel `v` (gemm.Variant): the kernel's, then its tiles', then,
+    where its callers store a C `transposed`, its store for that (gemm.transposed_module)."""
     tiles = [f"{v.tiles}.prepack_a", *(f for f in tiles_of(v) if f)]
+    store = transposed_symbol(v)
     return [KernelModule(v.symbol, lambda: kernel(v), [v.symbol, f"{v.symbol}.prepack_b"],
                          KERNEL_PASSES),
-            KernelModule(v.tiles, lambda: tiles_module(v), tiles, TILES_PASSES)]
+            KernelModule(v.tiles, lambda: tiles_module(v), tiles, TILES_PASSES),
+            *([KernelModule(store, lambda: transposed_module(v), [store], KERNEL_PASSES)]
+              if transposed else [])]
+
+
+def stores_transposed(specs: Iterable[GemmSpec], host: Target) -> set[Variant]:
+    """The kernels some of `specs` call with a C stored transposed: those load their store for
+    it (kernel_modules' third)."""
+    return {variant(spec, host) for spec in specs if spec.c_transposed}
 
 
 Made = tuple[bytes, str, str]
@@ -330,18 +342,21 @@ def _pool_module(in_worker: bool) -> tuple[str, Any, Callable[[], bytes | None] 
 _ORIGINS = ("loaded", "disk cache", "compiled in a worker process", "compiled")
 
 
-def load_kernel(v: Variant, in_worker: bool = False, pooled: bool = False) -> str:
-    """Make the kernel `v` callable from every program MCJIT links from now on: each of its two
-    modules (kernel_modules) compiled once per process (`in_worker`: by llvm_worker's process,
-    where it can be) and loaded in an engine of its own (or its object code loaded from the
-    disk cache, where it is stored once compiled) and its symbols published; where it came
-    from, the costlier of the two's ("loaded": this process had it). `pooled`: the thread pool
-    too (the program runs on more than one thread; a kernel refers to no pool, its callers
-    pass it). The code of the pool and of both modules is made before anything is loaded: a
-    worker process making it is kept busy (loading the pool here first, while the caller's
-    thread ran the passes, held the worker up 110 ms in W3's first call on two cores)."""
+def load_kernel(v: Variant, in_worker: bool = False, pooled: bool = False,
+                transposed: bool = False) -> str:
+    """Make the kernel `v` callable from every program MCJIT links from now on: each of its
+    modules (kernel_modules; its store into a C stored `transposed` where asked) compiled
+    once per process (`in_worker`: by llvm_worker's process, where it can be) and loaded in
+    an engine of its own (or its object code loaded from the disk cache, where it is stored
+    once compiled) and its symbols published; where it came from, the costliest of the
+    modules' ("loaded": this process had it). `pooled`: the thread pool too (the program
+    runs on more than one thread; a kernel refers to no pool, its callers pass it). The code
+    of the pool and of the modules is made before anything is loaded: a worker process
+    making it is kept busy (loading the pool here first, while the caller's thread ran the
+    passes, held the worker up 110 ms in W3's first call on two cores)."""
     with _KERNELS_LOCK:
-        todo = [module for module in kernel_modules(v) if module.prefix not in _KERNELS]
+        todo = [module for module in kernel_modules(v, transposed)
+                if module.prefix not in _KERNELS]
         sources = [f"{module.prefix} kc={v.kc} {disk_cache.sources_digest()} "
                    f"{llvm_worker.spelled(module.passes)}"  # (all else its text reads)
                    for module in todo]
@@ -367,9 +382,9 @@ def load_kernel(v: Variant, in_worker: bool = False, pooled: bool = False) -> st
         return max(origins, key=_ORIGINS.index)
 
 
-def loaded(v: Variant) -> bool:
-    """Both of the kernel `v`'s modules are loaded in this process."""
-    return v.symbol in _KERNELS and v.tiles in _KERNELS
+def loaded(v: Variant, transposed: bool = False) -> bool:
+    """The kernel `v`'s modules (kernel_modules) are loaded in this process."""
+    return all(module.prefix in _KERNELS for module in kernel_modules(v, transposed))
 
 
 class Prefetch:
@@ -383,9 +398,10 @@ class Prefetch:
         self.origins: dict[Variant, str] = {}
         """Each kernel -> where it came from ("compiled", "disk cache", "loaded")."""
         host = Target.host()
-        variants = sorted({variant(op.spec, host) for op in module.walk()
-                           if isinstance(op, kernel_dialect.GemmOp)}, key=lambda v: v.symbol)
-        variants = [v for v in variants if not loaded(v)]
+        specs = [op.spec for op in module.walk() if isinstance(op, kernel_dialect.GemmOp)]
+        self.transposed = stores_transposed(specs, host)
+        variants = sorted({variant(spec, host) for spec in specs}, key=lambda v: v.symbol)
+        variants = [v for v in variants if not loaded(v, v in self.transposed)]
         self.pooled = host.threads > 1  # (the program's kernel calls share their work)
         self.thread = None
         if variants and cores() > 1:
@@ -396,7 +412,8 @@ class Prefetch:
     def _load(self, variants: list[Variant]) -> None:
         for v in variants:
             try:
-                self.origins[v] = load_kernel(v, in_worker=True, pooled=self.pooled)
+                self.origins[v] = load_kernel(v, in_worker=True, pooled=self.pooled,
+                                              transposed=v in self.transposed)
             except Exception:  # noqa: BLE001 (load_kernels loads it again, and says why not)
                 return
 
@@ -512,7 +529,7 @@ def callers_module(specs: Iterable[GemmSpec], machine: llvm_binding.TargetMachin
     lines, declared = [], set()
     for spec in specs:
         if load:
-            load_kernel(variant(spec, host))
+            load_kernel(variant(spec, host), transposed=spec.c_transposed)
         for line in caller(spec, host).split("\n"):
             if line.startswith("declare "):  # (callers of one kernel declare it alike)
                 if line in declared:
@@ -528,29 +545,35 @@ def callers_module(specs: Iterable[GemmSpec], machine: llvm_binding.TargetMachin
 
 def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
                  standalone: bool = False, optimized: bool = True
-                 ) -> tuple[list[str], list[Variant]]:
+                 ) -> tuple[list[str], list[Variant], set[Variant]]:
     """Link into `parsed` (the llvm-dialect `module` as LLVM IR) the caller of every GEMM
     `module` declares, from the spec on its declaration, or, `standalone`, the kernels they
-    call too (as the CLI prints it; `optimized` or not); the callers' names and the kernels
-    (which `load_kernels` makes callable, before the code is linked)."""
+    call too (as the CLI prints it; `optimized` or not); the callers' names, the kernels
+    (which `load_kernels` makes callable, before the code is linked) and those called with a
+    C stored transposed (stores_transposed)."""
     host = Target.host()
     kernels = declared_kernels(module)
     variants = sorted({variant(spec, host) for spec in kernels.values()},
                       key=lambda v: v.symbol)
-    modules = {m.prefix: m for v in variants if standalone for m in kernel_modules(v)}
+    transposed = stores_transposed(kernels.values(), host)
+    modules = {m.prefix: m for v in variants if standalone
+               for m in kernel_modules(v, v in transposed)}
     for kernel_module in modules.values():  # (a kernel shared by two heights once)
         parsed.link_in(kernel_module.ir(machine, optimized))
     if kernels:
         parsed.link_in(callers_module(kernels.values(), machine, load=False))
-    return list(kernels), variants
+    return list(kernels), variants, transposed
 
 
-def load_kernels(variants: list[Variant], shapes: int, prefetch: Prefetch | None) -> None:
-    """Each kernel of `variants` loaded (load_kernel), for `shapes` calls of them: those a
-    Prefetch loaded waited for (it may still be at it), the rest loaded here."""
+def load_kernels(variants: list[Variant], shapes: int, prefetch: Prefetch | None,
+                 transposed: Collection[Variant] = ()) -> None:
+    """Each kernel of `variants` loaded (load_kernel; with its store into a C stored
+    transposed, those in `transposed`), for `shapes` calls of them: those a Prefetch loaded
+    waited for (it may still be at it), the rest loaded here."""
     started = time.perf_counter()
     found = prefetch.join() if prefetch is not None else {}
-    origins = Counter(found.get(v) or load_kernel(v) for v in variants)
+    origins = Counter(found.get(v) or load_kernel(v, transposed=v in transposed)
+                      for v in variants)
     if variants and profiling():
         record("GEMM kernels", len(variants), started,
                f"(kernels) called by {shapes} shapes"
@@ -649,7 +672,8 @@ class LLVMIRTarget(XTarget):
             machine = target_machine()
             text = str(convert_module(module, fallback_target_triple=machine.triple))
             parsed = llvm_binding.parse_assembly(text)
-            linked, _ = link_kernels(module, parsed, machine, standalone=True, optimized=False)
+            linked, _, _ = link_kernels(module, parsed, machine, standalone=True,
+                                        optimized=False)
             output.write(str(parsed) if linked else text)
 
 
@@ -662,7 +686,7 @@ class Native:
 
     def __init__(self, name: str, inputs: list[Argument], outputs: list[Argument],
                  engine: Any, function: Any, arena_bytes: int, scratch: list[np.ndarray],
-                 kernels: list[str], variants: list[Variant],
+                 kernels: list[str], variants: list[Variant], transposed: Collection[Variant],
                  stages: dict[str, str] | None = None, origin: str = "compiled",
                  data: dict[str, bytes] | None = None, bound: list[np.ndarray] | None = None
                  ) -> None:
@@ -674,6 +698,8 @@ class Native:
         self._bound = bound or []  # the copies the code points at
         self.kernels = kernels  # the GEMM callers linked in, by symbol
         self.variants = variants  # the shape-generic kernels they call (load_kernel)
+        self.transposed = sorted(transposed, key=lambda v: v.symbol)  # ... with a C stored
+        # transposed (their store for it loaded too)
         self.origin = origin
         """Where the machine code came from: "compiled" or "disk cache"."""
         self.profile_labels: list[str] | None = None
@@ -826,6 +852,8 @@ class CPUBackend:
             cache.put(key, _pack({"name": name, "arena_bytes": native.arena_bytes,
                                   "kernels": native.kernels,
                                   "variants": [dataclasses.astuple(v) for v in native.variants],
+                                  "transposed": [dataclasses.astuple(v)
+                                                 for v in native.transposed],
                                   "pool": native.pooled,
                                   "data": data.store(cache, native.data)},
                                  objects))
@@ -875,7 +903,7 @@ class CPUBackend:
                 record("LLVM O2", _instructions(parsed), started, "(LLVM instructions)" + (
                     f"; {len(share.names)} out-of-line functions in a worker process meanwhile"
                     if share is not None else ""))
-            kernels, variants = link_kernels(module, parsed, machine)
+            kernels, variants, transposed = link_kernels(module, parsed, machine)
             keep("llvm ir", lambda: ir_text)
             keep("optimized llvm ir", lambda: str(parsed))
             keep("assembly", lambda: llvm_worker.emit(machine, parsed, strength_reduction=False,
@@ -889,7 +917,8 @@ class CPUBackend:
             made = time.perf_counter() - started
             # the kernels are needed only now, where the objects are linked: a Prefetch had
             # the program's machine code made as well to finish in
-            load_kernels(variants, len(kernels), prefetch[0] if prefetch else None)
+            load_kernels(variants, len(kernels), prefetch[0] if prefetch else None,
+                         transposed)
             started = time.perf_counter()
             pooled = any(f.name == POOL for f in parsed.functions)
             if pooled:  # its parallel loops or GEMM callers pass work to the thread pool (on
@@ -900,7 +929,8 @@ class CPUBackend:
             bound = data.bind(engine, detached)
             record("machine code (MCJIT)", None, started - made)
         native = Native(name, inputs, outputs, engine, _entry(address, inputs, outputs),
-                        arena_bytes, scratch, kernels, variants, kept.texts, data=detached,
+                        arena_bytes, scratch, kernels, variants, transposed, kept.texts,
+                        data=detached,
                         bound=bound)
         native.profile_labels = labels if profile else None
         native.pooled = pooled
@@ -944,6 +974,8 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
         if start != len(payload):
             return None
         variants = [Variant(*fields) for fields in meta["variants"]]
+        transposed = ({Variant(*fields) for fields in meta["transposed"]}
+                      if "transposed" in meta else set(variants))
         kernels = [str(symbol) for symbol in meta["kernels"]]
         arena_bytes = int(meta["arena_bytes"])
         keys = {str(k): str(v) for k, v in meta.get("data", {}).items()}
@@ -957,7 +989,7 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
         if pooled:  # tapeml_parallel_for, for the programs that call it
             load_pool()
         for v in variants:  # before the program's calls of them are resolved
-            load_kernel(v)
+            load_kernel(v, transposed=v in transposed)
         engine = _object_engine(*objects)
         address = engine.get_function_address(SYMBOL_PREFIX + name)
         if not address:
@@ -965,5 +997,6 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
         scratch = bind_scratch(engine, kernels)
         bound = data.bind(engine, detached)
     return Native(name, inputs, outputs, engine, _entry(address, inputs, outputs),
-                  arena_bytes, scratch, kernels, variants, origin="disk cache", data=detached,
+                  arena_bytes, scratch, kernels, variants, transposed, origin="disk cache",
+                  data=detached,
                   bound=bound)

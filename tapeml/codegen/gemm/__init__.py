@@ -39,7 +39,8 @@ The packed panels are zero-padded at the n edge and clamp rows at the m edge, so
 micro-kernel always runs a full tile (a last panel holding at most a vector of columns a tile
 one vector wide, `.tile.half`); an edge tile is written through a small stack tile. So is
 every tile of a C stored transposed (GemmSpec.c_transposed: a convolution's product with the
-pixels as rows, written in the image's layout), its sums transposed in registers there.
+pixels as rows, written in the image's layout), its sums transposed in registers there (a
+module of its own, `transposed_module`, which only programs with such a product compile).
 Every element of C sums its k products in the same order whatever the tiling (each tile owns
 its elements; blocks of KC are added in order; a windows kernel sums all of k as one block),
 so results do not depend on threads.
@@ -79,6 +80,7 @@ from tapeml.codegen.gemm.routines import (
     neutral_bias,
     pack_a,
     pack_b,
+    transposed_edge,
 )
 from tapeml.codegen.gemm.target import Target, host_threads, tiles
 from tapeml.codegen.gemm.writer import COLD, loop_metadata
@@ -86,7 +88,7 @@ from tapeml.dialects.kernel import GemmSpec
 
 __all__ = ["PARALLEL_FLOPS", "POOL", "GemmSpec", "Target", "Variant", "batch_groups", "caller",
            "definition", "host_threads", "kernel", "partition", "shares_b", "tiles",
-           "tiles_module", "tiles_of", "variant"]
+           "tiles_module", "tiles_of", "transposed_module", "transposed_symbol", "variant"]
 
 
 def _header(v: Variant, comment: str) -> list[str]:
@@ -102,15 +104,36 @@ def _header(v: Variant, comment: str) -> list[str]:
 
 def kernel(v: Variant) -> str:
     """The LLVM IR module defining the kernel `v.symbol` (and its internal helpers): all of it
-    but its tiles (`tiles_module`), which each call passes it."""
+    but its tiles (`tiles_module`) and its store into a C stored transposed
+    (`transposed_module`), which each call passes it."""
     return loop_metadata(_kernel(v))
 
 
 def tiles_module(v: Variant) -> str:
     """The LLVM IR module defining the tiles of `v` (`v.tiles`, TILES: the micro-kernels and
-    A's packing, which depend on MR) and `.prepack_a`. Its tiles store an edge tile, and
-    every tile of a C stored transposed, through the kernel's `.edge` (passed them)."""
+    A's packing, which depend on MR) and `.prepack_a`. Its tiles store an edge tile through
+    the kernel's `.edge`, and every tile of a C stored transposed through
+    `transposed_symbol(v)` (passed them)."""
     return loop_metadata(_tiles(v))
+
+
+def transposed_symbol(v: Variant) -> str:
+    """The kernel `v`'s store of a tile into a C stored transposed (routines.transposed_edge),
+    which a caller of a product whose C is (GemmSpec.c_transposed) passes it."""
+    return f"{v.symbol}.edge.transposed"
+
+
+def transposed_module(v: Variant) -> str:
+    """The LLVM IR module defining `transposed_symbol(v)`: compiled only for programs that
+    store a C transposed (a convolution's, its pixels as rows)."""
+    return loop_metadata(_transposed(v))
+
+
+def _transposed(v: Variant) -> str:
+    out = _header(v, f"{transposed_symbol(v)}: the tiles of {v.symbol} into a C stored "
+                     "transposed")
+    out += transposed_edge(transposed_symbol(v), v.element[0], v)
+    return "\n".join(out) + "\n"
 
 
 def _kernel(v: Variant) -> str:
@@ -206,13 +229,14 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
                 _table(f"@{name}.plan.packed", whole)]
     passed = tiles_of(v)
     pooled = table[INDEX["threads"]] > 1  # (else the kernel never calls the pool)
+    transposed = transposed_symbol(v) if spec.c_transposed else ""
     if pooled:
         out.append(f"declare void @{POOL}(ptr, ptr, i64, i64)")
     if declare:
         out.append(f"declare void @{v.symbol}(ptr, ptr, ptr, ptr, ptr, ptr, ptr)")
         out.append(f"declare void @{v.symbol}.prepack_b({PREPACK_TYPES})")
         out += [f"declare void @{v.tiles}.prepack_a({PREPACK_TYPES})"]
-        out += [f"declare void @{f}()" for f in passed if f]  # (only their addresses)
+        out += [f"declare void @{f}()" for f in (*passed, transposed) if f]  # (addresses)
     extra = [x for x, used in (("bias", spec.bias), ("residual", spec.residual)) if used]
     params = "".join(f", ptr noalias %{x}" for x in extra)
     if spec.a_taps:  # where each column of A starts (kernel.gemm's a_taps)
@@ -226,6 +250,7 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
               "residual": "%residual" if spec.residual else "null",
               "rows": f"@{name}.rows" if spec.a_taps else "null",
               "pool": f"@{POOL}" if pooled else "null",
+              "transposed": f"@{transposed}" if transposed else "null",
               **{f: f"@{symbol}" if symbol else "null"
                  for f, symbol in zip(TILES, passed, strict=True)}}
     for i, x in enumerate(EXTRA):
@@ -273,11 +298,14 @@ def _table(symbol: str, values: list[int]) -> str:
 
 
 def definition(spec: GemmSpec, target: Target) -> str:
-    """One LLVM IR module defining `spec.symbol`, the kernel it calls and its tiles."""
+    """One LLVM IR module defining `spec.symbol`, the kernel it calls and its tiles (and its
+    store into a C stored transposed, where `spec`'s is)."""
     v = variant(spec, target)
     seen: set[str] = set()
     lines = []
-    for line in f"{_kernel(v)}\n{_tiles(v)}\n{caller(spec, target, declare=False)}".split("\n"):
+    parts = [_kernel(v), _tiles(v), *([_transposed(v)] if spec.c_transposed else []),
+             caller(spec, target, declare=False)]
+    for line in "\n".join(parts).split("\n"):
         if line.startswith("declare "):
             if line in seen:
                 continue

@@ -22,18 +22,21 @@ taken."""
 TILES = ("tile", "tile.half", "tile.direct", "pack_a")
 """The functions of a variant's tiles (Variant.tiles, routines.py) the kernel calls: the
 micro-kernels and A's packing, which depend on MR."""
-EXTRA = ("bias", "residual", "rows", *TILES, "pool")
+EXTRA = ("bias", "residual", "rows", *TILES, "transposed", "pool")
 """What `%extra` points at, in order: the bias and the residual (null where the call has
 none), the table of A's columns (a windows kernel's), the tiles (TILES; null where the variant
-has none), and the thread pool's `tapeml_parallel_for` (null where the call's plan runs on one
-thread: a kernel refers to no pool, so a process on one thread compiles none)."""
+has none), the kernel's `.edge.transposed` where the call's C is stored transposed (null
+elsewhere: a module of its own, routines.transposed_edge, which only such programs load), and
+the thread pool's `tapeml_parallel_for` (null where the call's plan runs on one thread: a
+kernel refers to no pool, so a process on one thread compiles none)."""
 
 
 def _tiles(w: Writer, extra: str) -> dict[str, str]:
-    """The tiles' addresses, loaded from `%extra`."""
+    """The tiles' addresses (TILES) and the transposed tiles' store ("transposed"), loaded
+    from `%extra`."""
     return {f: w(f"load ptr, ptr {w(f'getelementptr ptr, ptr {extra}, i64 {EXTRA.index(f)}')}",
                  f"{f.replace('.', '_')}.")
-            for f in TILES}
+            for f in (*TILES, "transposed")}
 
 
 def _pool(w: Writer, extra: str) -> str:
@@ -297,7 +300,9 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
     """Rows [ic, ic + height) of C (`c_shape`: m, n, and whether C is stored transposed),
     columns [j0, j1), against one packed block of A
     (`ap`, from row ic) and of B (`bp`, from column j0): a micro-kernel call per MR x NR
-    tile (`tiles`: their addresses, `_tiles`; `mr`: their height). `direct` = (flag, lda):
+    tile (`tiles`: their addresses, `_tiles`; `mr`: their height), which store an edge tile
+    through the kernel's `.edge` and every tile of a C stored transposed through
+    `tiles["transposed"]`. `direct` = (flag, lda):
     where the flag holds, `ap` is A itself at row ic (and the
     block's first k), read in place by `.tile.direct` with rows lda apart. `direct_b` =
     (flag, B at the block's first k, ldb): where the flag holds, B is read in place. `steps`:
@@ -317,6 +322,7 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
     m, n, transposed = c_shape
     ldc = w(f"select i1 {transposed}, i64 {m}, i64 {n}")  # C's (i, j) at i * ldc + j, or
     # j * ldc + i
+    store = w(f"select i1 {transposed}, ptr {tiles['transposed']}, ptr @{v.symbol}.edge")
     step, row_bytes = _prefetched(w, v, prefetch, height, mr, depth)
 
     def panel(jr: str) -> None:
@@ -342,7 +348,7 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
             finish = (f"ptr {w.gep(t, rb, w(f'mul i64 {row}, {rs}'))}, i64 {rs}, "
                       f"ptr {w.gep(t, cb, w(f'mul i64 {jr}, {cs}'))}, i1 {relu}, "
                       f"ptr {w.gep(t, res, at)}, i64 {w(f'mul i64 {ldc}, {rf}')}, i1 {last}, "
-                      f"i1 {transposed}, ptr @{v.symbol}.edge")
+                      f"i1 {transposed}, ptr {store}")
 
             def packed() -> None:
                 a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {a_step}"))

@@ -162,42 +162,56 @@ def _fetch_tile_of_c(w: Writer, t: str, mr: int, width: int) -> None:
     w.when(w(f"and i1 {short}, {w('xor i1 %transposed, true')}"), rows)
 
 
+EDGE_ARGS = "ptr noalias align 64 %tile, ptr noalias %c, i64 %ldc, i64 %mr, i64 %nr, i1 %load"
+"""`.edge`'s and `.edge.transposed`'s parameters (then TILE_EPILOGUE's): the micro-kernel's
+sums spilled to `tile` (MR x NR, aligned), where its tile of C is, and how much of it."""
+
+
 def edge(name: str, t: str, v: Variant) -> list[str]:
-    """`.edge(tile, ...)`: an edge tile of C (rows below %mr, lanes below %nr), or any tile of
-    a C stored transposed (%transposed: `_transposed_tile`), its sums spilled by the
-    micro-kernel to `tile` (MR x NR, aligned), stored as the micro-kernel stores a whole
-    tile: added to what C holds where %load, then through `.epilogue` where %epilogue (the
-    same steps in the same order, so the same bits). Out of line, once per kernel: written
-    into each micro-kernel, the masked stores were half of its code."""
+    """`.edge(tile, ...)`: an edge tile of C (rows below %mr, lanes below %nr), its sums
+    spilled by the micro-kernel to `tile`, stored as the micro-kernel stores a whole tile:
+    added to what C holds where %load, then through `.epilogue` where %epilogue (the same steps
+    in the same order, so the same bits). Out of line, once per kernel: written into each
+    micro-kernel, the masked stores were half of its code. A C stored transposed has every
+    tile stored by `transposed_edge` instead."""
     w = Writer()
     lanes, dtype, align = v.lanes, v.dtype, v.element[1]
     vec, mask_type = f"<{lanes} x {t}>", f"<{lanes} x i1>"
-    w.lines.append(f"define internal void @{name}.edge(ptr noalias align 64 %tile, "
-                   f"ptr noalias %c, i64 %ldc, i64 %mr, i64 %nr, i1 %load, "
-                   f"{TILE_EPILOGUE}) noinline {WIDE} {{")
+    w.lines.append(f"define internal void @{name}.edge({EDGE_ARGS}, {TILE_EPILOGUE}) "
+                   f"noinline {WIDE} {{")
     w.label("%entry")
+    masks = [_lanes_below(w, lanes, j * lanes, "%nr") for j in range(v.nr // lanes)]
+    adds = [w(f"and {mask_type} {mask}, {_splat_i1(w, lanes, '%load')}") for mask in masks]
 
-    def rows() -> None:
-        masks = [_lanes_below(w, lanes, j * lanes, "%nr") for j in range(v.nr // lanes)]
-        adds = [w(f"and {mask_type} {mask}, {_splat_i1(w, lanes, '%load')}") for mask in masks]
+    def row(i: str) -> None:
+        start = w.gep(t, "%c", w(f"mul i64 {i}, %ldc"))
+        sums = w.gep(t, "%tile", w(f"mul i64 {i}, {v.nr}"))
+        for j, mask in enumerate(masks):
+            p = start if j == 0 else w.gep(t, start, str(j * lanes))
+            x = w(f"load {vec}, ptr {w.gep(t, sums, str(j * lanes))}, align 64")
+            w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0("
+                 f"{vec} {_added(w, vec, lanes, dtype, align, p, adds[j], x)}, ptr {p}, "
+                 f"i32 {align}, {mask_type} {mask})")
 
-        def row(i: str) -> None:
-            start = w.gep(t, "%c", w(f"mul i64 {i}, %ldc"))
-            sums = w.gep(t, "%tile", w(f"mul i64 {i}, {v.nr}"))
-            for j, mask in enumerate(masks):
-                p = start if j == 0 else w.gep(t, start, str(j * lanes))
-                x = w(f"load {vec}, ptr {w.gep(t, sums, str(j * lanes))}, align 64")
-                w.do(f"call void @llvm.masked.store.v{lanes}{dtype}.p0("
-                     f"{vec} {_added(w, vec, lanes, dtype, align, p, adds[j], x)}, ptr {p}, "
-                     f"i32 {align}, {mask_type} {mask})")
-
-        w.loop("0", "%mr", 1, row, "i")
-        w.when("%epilogue", lambda: w.do(
-            f"call void @{name}.epilogue(ptr %c, i64 %ldc, i64 %mr, i64 %nr, ptr %rb, "
-            "i64 %rs, ptr %cb, i1 %relu, ptr %res, i64 %ldr)"))
-
-    w.choose("%transposed", lambda: _transposed_tile(w, name, t, v), rows)
+    w.loop("0", "%mr", 1, row, "i")
+    w.when("%epilogue", lambda: w.do(
+        f"call void @{name}.epilogue(ptr %c, i64 %ldc, i64 %mr, i64 %nr, ptr %rb, "
+        "i64 %rs, ptr %cb, i1 %relu, ptr %res, i64 %ldr)"))
     return w.end()
+
+
+def transposed_edge(symbol: str, t: str, v: Variant) -> list[str]:
+    """`@<symbol>(tile, ...)`, `.edge`'s parameters: any tile of a C stored transposed
+    (GemmSpec.c_transposed: `_transposed_tile`), and the -0.0s it reads where there is
+    nothing (`@<symbol>.no_bias`, `neutral_bias`). A module of its own
+    (gemm.transposed_module), which only programs with such a product (a convolution's, its
+    pixels as rows) load: in the kernel's module it took 15% of that module's compile time
+    (W3's kernel 117 -> 100 ms, one core), in every program's first call."""
+    w = Writer()
+    w.lines.append(f"define void @{symbol}({EDGE_ARGS}, {TILE_EPILOGUE}) noinline {WIDE} {{")
+    w.label("%entry")
+    _transposed_tile(w, symbol, t, v)
+    return [*neutral_bias(symbol, t, v), *w.end()]
 
 
 def _added(w: Writer, vec: str, lanes: int, dtype: str, align: int, p: str, mask: str,
@@ -214,8 +228,8 @@ the kernel's module, serves the tiles of every height."""
 
 
 def _transposed_tile(w: Writer, name: str, t: str, v: Variant) -> None:
-    """`.edge`'s tile into a C stored transposed (GemmSpec.c_transposed: the tile's column j
-    is C's row j, %ldc apart): per lanes x lanes block of the spilled sums (a loop over the
+    """`.edge.transposed`'s tile into a C stored transposed (GemmSpec.c_transposed: the tile's
+    column j is C's row j, %ldc apart): per lanes x lanes block of the spilled sums (a loop over the
     tile's vectors), the block transposed in registers (`_transpose`; rows past %mr .no_bias's)
     into a stack buffer, then per column below %nr, its first %mr lanes added to what C
     holds where %load, through the epilogue (`_store_tile`'s steps in its order: the rows'
