@@ -168,12 +168,17 @@ def xdsl_version() -> str:
 
 @lru_cache(maxsize=1)
 def sources_digest() -> str:
-    """A sha256 of every Python source of the tapeml package, by relative path."""
-    root = Path(__file__).resolve().parent.parent
+    """A sha256 of every Python source of the tapeml package, by relative path (in the
+    order of their parts). Once per process, in every first call: os.walk and plain
+    strings, not pathlib's rglob and relative_to (5.8 -> 3.0 ms of a warm start's 43)."""
+    root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    sources = [[*folder[len(root) + 1:].split(os.sep), name] if folder != root else [name]
+               for folder, _, names in os.walk(root) for name in names if name.endswith(".py")]
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0")
-        digest.update(path.read_bytes())
+    for parts in sorted(sources):
+        digest.update("/".join(parts).encode() + b"\0")
+        with open(os.path.join(root, *parts), "rb") as source:
+            digest.update(source.read())
     return digest.hexdigest()
 
 
