@@ -80,6 +80,7 @@ from tapeml.codegen.gemm.routines import (
     neutral_bias,
     pack_a,
     pack_b,
+    transpose_table,
     transposed_edge,
 )
 from tapeml.codegen.gemm.target import Target, host_threads, tiles
@@ -132,6 +133,7 @@ def transposed_module(v: Variant) -> str:
 def _transposed(v: Variant) -> str:
     out = _header(v, f"{transposed_symbol(v)}: the tiles of {v.symbol} into a C stored "
                      "transposed")
+    out += transpose_table(transposed_symbol(v), v)
     out += transposed_edge(transposed_symbol(v), v.element[0], v)
     return "\n".join(out) + "\n"
 
@@ -144,6 +146,7 @@ def _kernel(v: Variant) -> str:
            "declare i32 @sched_yield()",
            ""]
     out += neutral_bias(name, t, v)
+    out += transpose_table(name, v)
     out += epilogue(name, t, v)
     out += edge(name, t, v)
     out += pack_b(name, t, v)
@@ -157,6 +160,7 @@ def _tiles(v: Variant) -> str:
     vec = f"<{v.lanes} x {t}>"
     assert v.mr <= MOST_ROWS, v  # (the kernel's `.edge` serves at most that many rows)
     out = _header(v, f"{name}: the {v.mr}x{v.nr} register tiles of {v.symbol}")
+    out += transpose_table(name, v)
     if v.windows:  # (A read in place through the caller's table of columns)
         out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True,
                             windows=True)

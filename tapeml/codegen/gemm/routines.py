@@ -284,7 +284,7 @@ def _transposed_tile(w: Writer, name: str, t: str, v: Variant) -> None:
                     rows.append(w(f"load {vec}, ptr {at}, align {align}"))
                 else:
                     rows.append("zeroinitializer")
-            for c, x in enumerate(_transpose(w, vec, lanes, rows)):
+            for c, x in enumerate(_transpose(w, v, name, rows)):
                 w.do(f"store {vec} {x}, ptr {w.gep(t, columns, str(c * lanes))}, align 64")
             w.loop("0", w.min(str(lanes), w(f"sub i64 %nr, {j0}")), 1, lambda c: column(
                 w.add(j0, c), w(f"load {vec}, ptr {w.gep(t, columns, w(f'mul i64 {c}, {lanes}'))}"
@@ -493,8 +493,9 @@ def _pack_b(name: str, t: str, v: Variant, order: str) -> list[str]:
 
                 def group(first: str) -> None:
                     bases = [address("0", w.add(jp, w.add(first, str(r)))) for r in range(lanes)]
-                    _transposed(w, t, v, [(first, lanes, bases)], whole, lambda p, first: w.gep(
-                        t, into, w.add(w(f"mul i64 {p}, {nr}"), first)))
+                    _transposed(w, t, v, name, [(first, lanes, bases)], whole,
+                                lambda p, first: w.gep(
+                                    t, into, w.add(w(f"mul i64 {p}, {nr}"), first)))
 
                 w.loop("0", str(nr), lanes, group, "jg", scalar=True)
                 w.loop(whole, "%kc", 1, lambda p: w.loop(
@@ -595,7 +596,7 @@ def _pack_a(name: str, t: str, v: Variant, order: str) -> list[str]:
                 w.do(f"store {t} {x}, ptr {w.gep(t, into, w.add(w(f'mul i64 {p}, {mr}'), ii))}")
 
             if transposed:
-                _transposed_rows(w, t, v, into, row_of, copy)
+                _transposed_rows(w, t, v, name, into, row_of, copy)
             elif order == "rows":  # along each of the MR rows
                 w.loop("0", str(mr), 1, lambda ii: (lambda row: w.loop(
                     "0", "%kc", 1, lambda p: copy(row, p, ii), "p"))(row_of(ii)),
@@ -651,7 +652,8 @@ def _transposes(v: Variant) -> bool:
     return v.a_unit and (rest == 0 or 2 * rest >= v.lanes)
 
 
-def _transposed_rows(w: Writer, t: str, v: Variant, into: str, row_of, copy) -> None:
+def _transposed_rows(w: Writer, t: str, v: Variant, name: str, into: str, row_of,
+                     copy) -> None:
     """A panel of MR rows of A (row i at %src + row_of(i) * %s1 + %pc, contiguous along k)
     into Ap[p][MR] (`_transposed`), the last kc % lanes columns element by element. The
     element-by-element walk took 5-8% of W2 (n=512)."""
@@ -663,25 +665,26 @@ def _transposed_rows(w: Writer, t: str, v: Variant, into: str, row_of, copy) -> 
         groups.append((first, count, [w.gep(t, "%src", w.add(w(f"mul i64 {row}, %s1"), "%pc"))
                                       for row in rows]))
     whole = w(f"and i64 %kc, {-lanes}")
-    _transposed(w, t, v, groups, whole, lambda p, first: w.gep(
+    _transposed(w, t, v, name, groups, whole, lambda p, first: w.gep(
         t, into, w.add(w(f"mul i64 {p}, {mr}"), first)))
     w.loop(whole, "%kc", 1, lambda p: w.loop(
         "0", str(mr), 1, lambda ii: copy(row_of(ii), p, ii), "ii"), "p", scalar=True)
 
 
-def _transposed(w: Writer, t: str, v: Variant, groups: list[tuple[int, int, list[str]]],
-                whole: str, target) -> None:
+def _transposed(w: Writer, t: str, v: Variant, name: str,
+                groups: list[tuple[int, int, list[str]]], whole: str, target) -> None:
     """Packing by transposed blocks, for p0 in [0, whole) by L = lanes: for each group
     (first, count, bases) of L lines of the operand (a row of A, a column of B; each
     contiguous along k, line r's element p at bases[r] + p; `first` a constant or a value),
-    L vectors loaded at p0, transposed in registers (`_transpose`), and vector c, the group's
+    L vectors loaded at p0, transposed in registers (`_transpose`, with the masks of the
+    module `name`'s `transpose_table`), and vector c, the group's
     lines at k = p0 + c, stored at target(k, first): its first `count` lanes (masked past)."""
     lanes, size = v.lanes, v.element[1]
     vec = f"<{lanes} x {t}>"
 
     def block(p0: str) -> None:
         for first, count, bases in groups:
-            rows = _transpose(w, vec, lanes, [
+            rows = _transpose(w, v, name, [
                 w(f"load {vec}, ptr {w.gep(t, base, p0)}, align {size}") for base in bases])
             mask = ", ".join(f"i1 {'true' if lane < count else 'false'}"
                              for lane in range(lanes))
@@ -696,23 +699,77 @@ def _transposed(w: Writer, t: str, v: Variant, groups: list[tuple[int, int, list
     w.loop("0", whole, lanes, block, "p0", scalar=True)
 
 
-def _transpose(w: Writer, vec: str, lanes: int, rows: list[str]) -> list[str]:
+def _transpose(w: Writer, v: Variant, name: str, rows: list[str]) -> list[str]:
     """The `lanes` vectors of a lanes x lanes block, row r in rows[r], as its columns: log2
     lanes rounds of shuffles, each exchanging the off-diagonal halves of blocks (for 16
-    lanes, 64 shuffles)."""
+    lanes, 64 shuffles; `_masks`): shufflevectors, or, where a vector is 512 bits, AVX-512's
+    two-source permutes on the masks of `@<name>.transposes` (`transpose_table`)."""
+    lanes, t = v.lanes, v.element[0]
+    vec = f"<{lanes} x {t}>"
+    masks = _masks(lanes)
+    permute = _permute(v)
 
-    def shuffle(a: str, b: str, mask: list[int]) -> str:
-        picks = ", ".join(f"i32 {i}" for i in mask)
-        return w(f"shufflevector {vec} {a}, {vec} {b}, <{lanes} x i32> <{picks}>")
+    def shuffle(a: str, b: str, i: int, loaded: list[str]) -> str:
+        if permute is None:
+            picks = ", ".join(f"i32 {x}" for x in masks[i])
+            return w(f"shufflevector {vec} {a}, {vec} {b}, <{lanes} x i32> <{picks}>")
+        index = f"<{lanes} x {permute[1]}>"
+        return w(f"call {vec} @{permute[0]}({vec} {a}, {index} {loaded[i % 2]}, {vec} {b})")
 
-    half = lanes // 2
-    while half:  # rows r and r + half swap the blocks off their diagonal
+    for round_ in range(len(masks) // 2):  # rows r and r + half swap the blocks off their
+        half = lanes >> (round_ + 1)  # diagonal
+        loaded = []
+        if permute is not None:
+            index = f"<{lanes} x {permute[1]}>"
+            loaded = [w(f"load {index}, ptr {w.gep(index, f'@{name}.transposes', str(i))}, "
+                        "align 64") for i in (2 * round_, 2 * round_ + 1)]
         swapped = list(rows)
         for r in (r for r in range(lanes) if not r & half):
             a, b = rows[r], rows[r + half]
-            swapped[r] = shuffle(a, b, [c if not c & half else lanes + c - half
-                                        for c in range(lanes)])
-            swapped[r + half] = shuffle(a, b, [c + half if not c & half else lanes + c
-                                               for c in range(lanes)])
-        rows, half = swapped, half // 2
+            swapped[r] = shuffle(a, b, 2 * round_, loaded)
+            swapped[r + half] = shuffle(a, b, 2 * round_ + 1, loaded)
+        rows = swapped
     return rows
+
+
+def _masks(lanes: int) -> list[list[int]]:
+    """`_transpose`'s masks over the two rows' lanes (the first row's, then the second's), two
+    per round (half = lanes / 2, ..., 1): the first row's blocks off the diagonal taken from
+    the second, and the second's from the first."""
+    out = []
+    half = lanes // 2
+    while half:
+        out.append([c if not c & half else lanes + c - half for c in range(lanes)])
+        out.append([c + half if not c & half else lanes + c for c in range(lanes)])
+        half //= 2
+    return out
+
+
+def _permute(v: Variant) -> tuple[str, str] | None:
+    """AVX-512's two-source permute of `v`'s vectors and the type of its lane indices, where
+    a vector is 512 bits (vpermi2ps, vpermi2pd), else None (shufflevectors). Each is one
+    instruction, which LLVM selects as it is; of the same transposes written as
+    shufflevectors its x86 shuffle lowering searched each of the 64 for a cheaper sequence:
+    W3's kernel (the two modules) compiled 204 -> 194 ms (one core, medians of seven),
+    and W2 (n = 1024, either operand transposed) and W3 ran the same, to the same bits."""
+    if v.lanes * v.element[1] != 64:
+        return None
+    return (("llvm.x86.avx512.vpermi2var.ps.512", "i32") if v.dtype == "f32"
+            else ("llvm.x86.avx512.vpermi2var.pd.512", "i64"))
+
+
+def transpose_table(name: str, v: Variant) -> list[str]:
+    """`@<name>.transposes`, `_transpose`'s masks (`_masks`) as `_permute`'s lane indices, and
+    the permute's declaration, for a module of `v` whose code transposes blocks by permutes;
+    nothing where it shuffles. A global written nowhere, not a constant: InstCombine folds a
+    permute of constant indices back into the shufflevector (X86InstCombineIntrinsic)."""
+    permute = _permute(v)
+    if permute is None:
+        return []
+    intrinsic, lane = permute
+    vec, index = f"<{v.lanes} x {v.element[0]}>", f"<{v.lanes} x {lane}>"
+    rows = ", ".join(f"{index} <{', '.join(f'{lane} {x}' for x in mask)}>"
+                     for mask in _masks(v.lanes))
+    count = len(_masks(v.lanes))
+    return [f"@{name}.transposes = internal global [{count} x {index}] [{rows}], align 64",
+            f"declare {vec} @{intrinsic}({vec}, {index}, {vec})", ""]
