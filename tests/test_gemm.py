@@ -101,11 +101,14 @@ def _prepacked(v, operand: str, held: np.ndarray, size: int, *args: int) -> np.n
     first `size` elements; the 64 bytes past them must be as they were (never written)."""
     import llvmlite.binding as llvm
 
-    prepack = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4)(
+    after = [ctypes.c_void_p] if operand == "a" else []  # (A's: the kernel's `.transpose`)
+    prepack = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4,
+                               *after)(
         llvm.address_of_symbol(f"{v.tiles if operand == 'a' else v.symbol}.prepack_{operand}"))
     pattern = 0x5A5A5A5A5A5A5A5A & np.iinfo(held.dtype).max
     out = np.full(size + 64 // held.itemsize, pattern, held.dtype)
-    prepack(held.ctypes.data, out.ctypes.data, *args)
+    prepack(held.ctypes.data, out.ctypes.data, *args,
+            *([llvm.address_of_symbol(f"{v.symbol}.transpose")] if after else []))
     assert (out[size:] == pattern).all(), f"{v.symbol}: written past the packed panels"
     return out[:size]
 

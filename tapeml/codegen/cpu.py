@@ -253,7 +253,8 @@ def kernel_modules(v: Variant, transposed: bool = False) -> list[KernelModule]:
     where its callers store a C `transposed`, its store for that (gemm.transposed_module)."""
     tiles = [f"{v.tiles}.prepack_a", *(f for f in tiles_of(v) if f)]
     store = transposed_symbol(v)
-    return [KernelModule(v.symbol, lambda: kernel(v), [v.symbol, f"{v.symbol}.prepack_b"],
+    return [KernelModule(v.symbol, lambda: kernel(v),
+                         [v.symbol, f"{v.symbol}.prepack_b", f"{v.symbol}.transpose"],
                          KERNEL_PASSES),
             KernelModule(v.tiles, lambda: tiles_module(v), tiles, TILES_PASSES),
             *([KernelModule(store, lambda: transposed_module(v), [store], KERNEL_PASSES)]

@@ -80,6 +80,7 @@ from tapeml.codegen.gemm.routines import (
     neutral_bias,
     pack_a,
     pack_b,
+    transpose_lines,
     transpose_table,
     transposed_edge,
 )
@@ -97,6 +98,7 @@ def _header(v: Variant, comment: str) -> list[str]:
     vec = f"<{v.lanes} x {t}>"
     return [f"; {comment}",
             "declare i64 @llvm.smin.i64(i64, i64)",
+            "declare i64 @llvm.smax.i64(i64, i64)",
             "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
             f"declare {vec} @llvm.fma.v{v.lanes}{v.dtype}({vec}, {vec}, {vec})",
             *(line for width in sorted({v.lanes, v.nr}) for line in _masked(width, t, v.dtype)),
@@ -147,6 +149,7 @@ def _kernel(v: Variant) -> str:
            ""]
     out += neutral_bias(name, t, v)
     out += transpose_table(name, v)
+    out += transpose_lines(name, t, v)
     out += epilogue(name, t, v)
     out += edge(name, t, v)
     out += pack_b(name, t, v)
@@ -160,7 +163,6 @@ def _tiles(v: Variant) -> str:
     vec = f"<{v.lanes} x {t}>"
     assert v.mr <= MOST_ROWS, v  # (the kernel's `.edge` serves at most that many rows)
     out = _header(v, f"{name}: the {v.mr}x{v.nr} register tiles of {v.symbol}")
-    out += transpose_table(name, v)
     if v.windows:  # (A read in place through the caller's table of columns)
         out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True,
                             windows=True)
@@ -184,7 +186,8 @@ def tiles_of(v: Variant) -> tuple[str, ...]:
 
 PREPACK_ARGS = "ptr %src, ptr %dst, i64 %rows, i64 %columns, i64 %s1, i64 %s2"
 """`@<tiles>.prepack_a` and `@<kernel>.prepack_b`'s parameters: the operand (rows x columns,
-strides s1 and s2) and where its whole packing goes (plan.packed_bytes)."""
+strides s1 and s2) and where its whole packing goes (plan.packed_bytes); `.prepack_a` then
+takes the kernel's `.transpose` (what its `.pack_a` calls)."""
 PREPACK_TYPES = "ptr, ptr, i64, i64, i64, i64"
 
 
@@ -193,10 +196,10 @@ def _prepack(name: str, operand: str) -> list[str]:
     as [m/MR][k][MR] (`.prepack_a`, in the tiles' module), B (k x n) as [n/NR][k][NR]
     (`.prepack_b`, the kernel's; not a windows kernel's: it reads B in place), by the packing
     routines run over all of it."""
-    start = "i64 %rows, " if operand == "a" else ""
-    return [f"define void @{name}.prepack_{operand}({PREPACK_ARGS}) {COLD} {{",
+    start, end = ("i64 %rows, ", ", ptr %transpose") if operand == "a" else ("", "")
+    return [f"define void @{name}.prepack_{operand}({PREPACK_ARGS}{end}) {COLD} {{",
             f"  call void @{name}.pack_{operand}(ptr %src, ptr %dst, i64 0, i64 %rows, i64 0, "
-            f"i64 %columns, {start}i64 %s1, i64 %s2)",
+            f"i64 %columns, {start}i64 %s1, i64 %s2{end})",
             "  ret void", "}", ""]
 
 
@@ -239,7 +242,8 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
     if declare:
         out.append(f"declare void @{v.symbol}(ptr, ptr, ptr, ptr, ptr, ptr, ptr)")
         out.append(f"declare void @{v.symbol}.prepack_b({PREPACK_TYPES})")
-        out += [f"declare void @{v.tiles}.prepack_a({PREPACK_TYPES})"]
+        out += [f"declare void @{v.tiles}.prepack_a({PREPACK_TYPES}, ptr)",
+                f"declare void @{v.symbol}.transpose()"]  # (its address)
         out += [f"declare void @{f}()" for f in (*passed, transposed) if f]  # (addresses)
     extra = [x for x, used in (("bias", spec.bias), ("residual", spec.residual)) if used]
     params = "".join(f", ptr noalias %{x}" for x in extra)
@@ -271,7 +275,8 @@ def caller(spec: GemmSpec, target: Target, declare: bool = True) -> str:
     packs = []
     if a_bytes:
         packs.append(f"  call void @{v.tiles}.prepack_a(ptr %A, ptr %kept, i64 {spec.m}, "
-                     f"i64 {spec.k}, i64 {spec.a[1]}, i64 {spec.a[2]})")
+                     f"i64 {spec.k}, i64 {spec.a[1]}, i64 {spec.a[2]}, "
+                     f"ptr @{v.symbol}.transpose)")
     if b_bytes:
         packs.append(f"  call void @{v.symbol}.prepack_b(ptr %B, ptr %kept.b, i64 {spec.k}, "
                      f"i64 {spec.n}, i64 {spec.b[1]}, i64 {spec.b[2]})")

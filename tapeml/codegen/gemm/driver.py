@@ -414,7 +414,8 @@ def _rows_job(v: Variant) -> list[str]:
     def rows(ic: str) -> None:
         height = w.min(mc, w(f"sub i64 {r1}, {ic}"))
         w.do(f"call void {tiles['pack_a']}(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
-             f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})")
+             f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2}, "
+             f"ptr @{v.symbol}.transpose)")
         _macro_kernel(w, v, tiles, mr, (m, n, _true(w, transposed)), (ap, bp, c),
                       (ic, height), ("0", n), depth, load, (last, *epilogue[1:]))
 
@@ -494,7 +495,7 @@ def _part(v: Variant) -> list[str]:
     shared_a = w(f"and i1 {shared_a}, {not_whole_a}")
     w.when(shared_a, lambda: w.do(
         f"call void {tiles['pack_a']}(ptr %A, ptr {ap}, i64 %m0, i64 {w('sub i64 %m1, %m0')}, "
-        f"i64 0, i64 {k}, i64 {m}, i64 {a1}, i64 {a2})"))
+        f"i64 0, i64 {k}, i64 {m}, i64 {a1}, i64 {a2}, ptr @{v.symbol}.transpose)"))
     own_a = w(f"and i1 {w(f'xor i1 {shared_a}, true')}, {w(f'xor i1 {direct}, true')}")
     own_a = w(f"and i1 {own_a}, {not_whole_a}")
     summed = w(f"icmp eq i64 {c0}, 0")
@@ -538,7 +539,8 @@ def _part(v: Variant) -> list[str]:
                     height = w.min(mc, w(f"sub i64 %m1, {ic}"))
                     w.when(pack_a_here, lambda: w.do(
                         f"call void {tiles['pack_a']}(ptr {a}, ptr {ap}, i64 {ic}, i64 {height}, "
-                        f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2})"))
+                        f"i64 {pc}, i64 {depth}, i64 {m}, i64 {a1}, i64 {a2}, "
+                        f"ptr @{v.symbol}.transpose)"))
                     in_place = w.gep(t, a, w(f"mul i64 {ic}, {a1}") if v.windows else
                                      w.add(w(f"mul i64 {ic}, {a1}"), pc))  # (a_taps: the
                     # block's first k through the table)

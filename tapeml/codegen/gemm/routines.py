@@ -441,7 +441,10 @@ def _by_strides(routine: str, params: str, args: str, linkage: str = "internal "
 _PACK_B = ("ptr noalias %src, ptr noalias align 64 %dst, i64 %pc, i64 %kc, i64 %j0, i64 %j1, "
            "i64 %s1, i64 %s2")
 _PACK_A = ("ptr noalias %src, ptr noalias align 64 %dst, i64 %ic, i64 %mc, i64 %pc, i64 %kc, "
-           "i64 %m, i64 %s1, i64 %s2")
+           "i64 %m, i64 %s1, i64 %s2, ptr %transpose")
+"""`.pack_a`'s parameters: where the panels go, A's rows [ic, ic + mc) (clamped at %m) and
+columns [pc, pc + kc), its strides, and the kernel's `transpose_lines` (`@<kernel>.transpose`,
+in the kernel's module, which the tiles' modules of every height share)."""
 
 
 def _arguments(params: str) -> str:
@@ -467,7 +470,8 @@ def _pack_b(name: str, t: str, v: Variant, order: str) -> list[str]:
     up to a whole panel; B[p, j] = src[p * s1 + j * s2]. Where B's rows are contiguous, the whole
     panels B_ROWS rows at a time (a vector per row and panel); else panel by panel, along B's
     rows or down its columns (a transposed B; contiguous columns as transposed blocks,
-    `_transposed`); an edge panel element by element (masked vectors along contiguous rows)."""
+    the kernel's `transpose_lines`); an edge panel element by element (masked vectors along
+    contiguous rows)."""
     w = Writer()
     nr = v.nr
     b1, b2 = _strides(order, v.b_unit)
@@ -490,19 +494,12 @@ def _pack_b(name: str, t: str, v: Variant, order: str) -> list[str]:
             if order == "rows":
                 w.loop("0", "%kc", 1, lambda p: w.loop(
                     "0", str(nr), 1, lambda jj: copy(p, jj), "jj"), "p")
-            elif v.b_unit:  # B's columns contiguous (a transposed B): transposed blocks,
-                lanes = v.lanes  # a vector's lanes of columns at a time (one copy of the code)
-                whole = w(f"and i64 %kc, {-lanes}")
-
-                def group(first: str) -> None:
-                    bases = [address("0", w.add(jp, w.add(first, str(r)))) for r in range(lanes)]
-                    _transposed(w, t, v, name, [(first, lanes, bases)], whole,
-                                lambda p, first: w.gep(
-                                    t, into, w.add(w(f"mul i64 {p}, {nr}"), first)))
-
-                w.loop("0", str(nr), lanes, group, "jg", scalar=True)
-                w.loop(whole, "%kc", 1, lambda p: w.loop(
-                    "0", str(nr), 1, lambda jj: copy(p, jj), "jj"), "p", scalar=True)
+            elif v.b_unit:  # B's columns contiguous (a transposed B): transposed blocks of
+                lanes = v.lanes  # a vector's lanes of columns (`transpose_lines`)
+                w.loop("0", str(nr), lanes, lambda first: w.do(
+                    f"call void @{name}.transpose(ptr {address('0', w.add(jp, first))}, "
+                    f"i64 {b2}, i64 {lanes}, i64 {lanes}, ptr {w.gep(t, into, first)}, "
+                    f"i64 {nr}, i64 %kc)"), "jg", scalar=True)
             else:  # down B's columns, each read along k
                 w.loop("0", str(nr), 1, lambda jj: w.loop(
                     "0", "%kc", 1, lambda p: copy(p, jj), "p"), "jj")
@@ -599,7 +596,7 @@ def _pack_a(name: str, t: str, v: Variant, order: str) -> list[str]:
                 w.do(f"store {t} {x}, ptr {w.gep(t, into, w.add(w(f'mul i64 {p}, {mr}'), ii))}")
 
             if transposed:
-                _transposed_rows(w, t, v, name, into, row_of, copy)
+                _transposed_rows(w, t, v, into, top)
             elif order == "rows":  # along each of the MR rows
                 w.loop("0", str(mr), 1, lambda ii: (lambda row: w.loop(
                     "0", "%kc", 1, lambda p: copy(row, p, ii), "p"))(row_of(ii)),
@@ -655,51 +652,70 @@ def _transposes(v: Variant) -> bool:
     return v.a_unit and (rest == 0 or 2 * rest >= v.lanes)
 
 
-def _transposed_rows(w: Writer, t: str, v: Variant, name: str, into: str, row_of,
-                     copy) -> None:
-    """A panel of MR rows of A (row i at %src + row_of(i) * %s1 + %pc, contiguous along k)
-    into Ap[p][MR] (`_transposed`), the last kc % lanes columns element by element. The
-    element-by-element walk took 5-8% of W2 (n=512)."""
+def _transposed_rows(w: Writer, t: str, v: Variant, into: str, top: str) -> None:
+    """A panel of MR rows of A (row i at %src + min(top + i, %m - 1) * %s1 + %pc, contiguous
+    along k) into Ap[p][MR], a group of lanes rows at a time through the kernel's
+    `transpose_lines` (%transpose): the rows past %m the last one again."""
     lanes, mr = v.lanes, v.mr
-    groups = []
     for first in range(0, mr, lanes):
         count = min(lanes, mr - first)
-        rows = [row_of(str(first + min(r, count - 1))) for r in range(lanes)]
-        groups.append((first, count, [w.gep(t, "%src", w.add(w(f"mul i64 {row}, %s1"), "%pc"))
-                                      for row in rows]))
-    whole = w(f"and i64 %kc, {-lanes}")
-    _transposed(w, t, v, name, groups, whole, lambda p, first: w.gep(
-        t, into, w.add(w(f"mul i64 {p}, {mr}"), first)))
-    w.loop(whole, "%kc", 1, lambda p: w.loop(
-        "0", str(mr), 1, lambda ii: copy(row_of(ii), p, ii), "ii"), "p", scalar=True)
+        row = w.add(top, str(first))
+        line = w.gep(t, "%src", w.add(w(f"mul i64 {w.min(row, w('sub i64 %m, 1'))}, %s1"),
+                                      "%pc"))
+        rest = w.min(str(count), w(f"sub i64 %m, {row}"))
+        valid = w(f"call i64 @llvm.smax.i64(i64 1, i64 {rest})")
+        w.do(f"call void %transpose(ptr {line}, i64 %s1, i64 {valid}, i64 {count}, "
+             f"ptr {w.gep(t, into, str(first))}, i64 {mr}, i64 %kc)")
 
 
-def _transposed(w: Writer, t: str, v: Variant, name: str,
-                groups: list[tuple[int, int, list[str]]], whole: str, target) -> None:
-    """Packing by transposed blocks, for p0 in [0, whole) by L = lanes: for each group
-    (first, count, bases) of L lines of the operand (a row of A, a column of B; each
-    contiguous along k, line r's element p at bases[r] + p; `first` a constant or a value),
-    L vectors loaded at p0, transposed in registers (`_transpose`, with the masks of the
-    module `name`'s `transpose_table`), and vector c, the group's
-    lines at k = p0 + c, stored at target(k, first): its first `count` lanes (masked past)."""
+TRANSPOSE_ARGS = ("ptr noalias %line, i64 %stride, i64 %valid, i64 %count, "
+                  "ptr noalias %dst, i64 %width, i64 %kc")
+
+
+def transpose_lines(name: str, t: str, v: Variant) -> list[str]:
+    """`@<name>.transpose(TRANSPOSE_ARGS)`: lanes lines of an operand, each contiguous along k
+    (line l at %line + min(l, %valid - 1) * %stride: past the valid ones, the last again),
+    written transposed, dst[p * %width + l] = line l's element p for p < %kc and l < %count:
+    by blocks of lanes x lanes, loaded, transposed in registers (`_transpose`) and stored a
+    vector per k (masked past %count), the last %kc % lanes element by element. What both
+    transposing packings call, a group of lanes lines of a panel at a time: `.pack_b.columns`
+    (B's columns) and the tiles' `.pack_a.rows` (A's rows), so a kernel compiles that code
+    once, not once more in each height's tiles: W3's kernel and tiles 175 -> 157 ms (one core,
+    medians of ten alternating in one process), W2 (n = 1024, B as it is and transposed) as
+    fast (six alternating process pairs: 108.5 and 107.5 GFLOP/s either way), the same bits.
+    The element-by-element walk took 5-8% of W2 (n=512)."""
+    w = Writer()
     lanes, size = v.lanes, v.element[1]
     vec = f"<{lanes} x {t}>"
+    w.lines.append(f"define void @{name}.transpose({TRANSPOSE_ARGS}) {WIDE} {{")
+    w.label("%entry")
+    last = w("sub i64 %valid, 1")
+    bases = [w.gep(t, "%line", w(f"mul i64 {w.min(str(r), last)}, %stride"))
+             for r in range(lanes)]
+    whole = w(f"and i64 %kc, {-lanes}")
+    all_lanes = w(f"icmp eq i64 %count, {lanes}")
+    mask = _lanes_below(w, lanes, 0, "%count")
 
     def block(p0: str) -> None:
-        for first, count, bases in groups:
-            rows = _transpose(w, v, name, [
-                w(f"load {vec}, ptr {w.gep(t, base, p0)}, align {size}") for base in bases])
-            mask = ", ".join(f"i1 {'true' if lane < count else 'false'}"
-                             for lane in range(lanes))
-            for c, column in enumerate(rows):  # column c: k = p0 + c, the group's lines
-                at = target(w.add(p0, str(c)), str(first))
-                if count == lanes:
-                    w.do(f"store {vec} {column}, ptr {at}, align {size}")
-                else:
-                    w.do(f"call void @llvm.masked.store.v{lanes}{v.dtype}.p0({vec} {column}, "
-                         f"ptr {at}, i32 {size}, <{lanes} x i1> <{mask}>)")
+        rows = _transpose(w, v, name, [
+            w(f"load {vec}, ptr {w.gep(t, base, p0)}, align {size}") for base in bases])
+        targets = [w.gep(t, "%dst", w(f"mul i64 {w.add(p0, str(c))}, %width"))
+                   for c in range(lanes)]
+        w.choose(all_lanes, lambda: [w.do(f"store {vec} {x}, ptr {at}, align {size}")
+                                     for x, at in zip(rows, targets, strict=True)],
+                 lambda: [w.do(f"call void @llvm.masked.store.v{lanes}{v.dtype}.p0({vec} {x}, "
+                               f"ptr {at}, i32 {size}, <{lanes} x i1> {mask})")
+                          for x, at in zip(rows, targets, strict=True)])
+
+    def element(p: str, line: str) -> None:
+        start = w.gep(t, "%line", w(f"mul i64 {w.min(line, last)}, %stride"))
+        x = w(f"load {t}, ptr {w.gep(t, start, p)}")
+        w.do(f"store {t} {x}, ptr {w.gep(t, '%dst', w.add(w(f'mul i64 {p}, %width'), line))}")
 
     w.loop("0", whole, lanes, block, "p0", scalar=True)
+    w.loop(whole, "%kc", 1, lambda p: w.loop("0", "%count", 1, lambda line: element(p, line),
+                                              "l", scalar=True), "p", scalar=True)
+    return w.end()
 
 
 def _transpose(w: Writer, v: Variant, name: str, rows: list[str]) -> list[str]:
