@@ -516,6 +516,21 @@ def _pack_b(name: str, t: str, v: Variant, order: str) -> list[str]:
 
                 w.loop("0", "%kc", 1, masked, "p")
                 return
+            if v.b_unit:  # its columns through `transpose_lines` (a group at a time), then
+                vec = f"<{nr} x {t}>"  # zeros past them, a masked store per row
+                for first in range(0, nr, v.lanes):
+                    count = w.min(str(v.lanes), w(f"sub i64 {width}, {first}"))
+                    w.when(w(f"icmp sgt i64 {count}, 0"), lambda first=first, count=count: w.do(
+                        f"call void @{name}.transpose(ptr {address('0', w.add(jp, str(first)))}, "
+                        f"i64 {b2}, i64 {count}, i64 {count}, "
+                        f"ptr {w.gep(t, into, str(first))}, i64 {nr}, i64 %kc)"))
+                past = w(f"xor <{nr} x i1> {_lanes_below(w, nr, 0, width)}, "
+                         f"<{', '.join(['i1 true'] * nr)}>")
+                w.loop("0", "%kc", 1, lambda p: w.do(
+                    f"call void @llvm.masked.store.v{nr}{v.dtype}.p0({vec} zeroinitializer, "
+                    f"ptr {w.gep(t, into, w(f'mul i64 {p}, {nr}'))}, i32 {v.element[1]}, "
+                    f"<{nr} x i1> {past})"), "p", scalar=True)
+                return
 
             def row(p: str) -> None:
                 w.loop("0", width, 1, lambda jj: copy(p, jj), "jj")
