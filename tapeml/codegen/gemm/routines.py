@@ -514,7 +514,7 @@ def _pack_b(name: str, t: str, v: Variant, order: str) -> list[str]:
                     w.do(f"store {vec} {x}, ptr {w.gep(t, into, w(f'mul i64 {p}, {nr}'))}, "
                          f"align {v.element[1]}")
 
-                w.loop("0", "%kc", 1, masked, "p")
+                w.loop("0", "%kc", 1, masked, "p", scalar=True)
                 return
             if v.b_unit:  # its columns through `transpose_lines` (a group at a time), then
                 vec = f"<{nr} x {t}>"  # zeros past them, a masked store per row
