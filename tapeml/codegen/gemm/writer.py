@@ -85,10 +85,10 @@ class Writer:
         return [*self.lines, ""]
 
     def loop(self, start: str, end: str, step: int, body, hint: str = "i",
-             scalar: bool = False) -> None:
+             scalar: bool = False, paired: bool = False) -> None:
         """for iv in range(start, end, step): body(iv) -- i64 values, end exclusive; `scalar`:
         LLVM is asked not to vectorize or unroll it (SCALAR_LOOP, which `loop_metadata`
-        numbers)."""
+        numbers); `paired`: to unroll it by two (PAIRED_LOOP)."""
         head, inner, latch, done = (self.fresh(f"{hint}.{s}") for s in
                                     ("head", "body", "latch", "done"))
         before = self.block
@@ -104,7 +104,8 @@ class Writer:
         self.do(f"br label {latch}")
         self.label(latch)
         self.do(f"{nxt} = add i64 {iv}, {step}")
-        self.do(f"br label {head}" + (f", !llvm.loop {SCALAR_LOOP}" if scalar else ""))
+        mark = SCALAR_LOOP if scalar else PAIRED_LOOP if paired else ""
+        self.do(f"br label {head}" + (f", !llvm.loop {mark}" if mark else ""))
         self.label(done)
 
     def when(self, condition: str, body) -> None:
