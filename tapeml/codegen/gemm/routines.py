@@ -472,8 +472,9 @@ def _pack_b(name: str, t: str, v: Variant, order: str) -> list[str]:
     up to a whole panel; B[p, j] = src[p * s1 + j * s2]. Where B's rows are contiguous, the whole
     panels B_ROWS rows at a time (a vector per row and panel); else panel by panel, along B's
     rows or down its columns (a transposed B; contiguous columns as transposed blocks,
-    the kernel's `transpose_lines`); an edge panel element by element (masked vectors along
-    contiguous rows)."""
+    the kernel's `transpose_lines`); a ragged last panel as masked vectors along contiguous
+    rows, or contiguous columns through `transpose_lines` and zeros past them, else element
+    by element."""
     w = Writer()
     nr = v.nr
     b1, b2 = _strides(order, v.b_unit)
