@@ -356,12 +356,16 @@ def first(system: str, variant: str, layers: int) -> float:
     return time.perf_counter() - start
 
 
-def rebatch(variant: str, layers: int, batch: int) -> list[float]:
+def rebatch(variant: str, layers: int, batch: int, generic: bool = False) -> list[float]:
     """tapeml's first call at BATCH, then the same step's first call at `batch`, in this
     (fresh) process, imports excluded: seconds each (the second compiles a new program and
-    shares the GEMM kernels)."""
+    shares the GEMM kernels; `generic`: jitted with batch_argnums, it shares the program's
+    machine code where its lowering at `batch` is an instance of the first's)."""
     _import("tapeml")
-    step = tapeml_step(variant)
+    import tapeml
+
+    step = (tapeml.jit(tapeml.value_and_grad(tapeml_loss(variant)), batch_argnums=(1, 2))
+            if generic else tapeml_step(variant))
     seconds = []
     for size in (BATCH, batch):
         _, params, tokens, targets = make(variant, layers, batch=size)
@@ -378,7 +382,7 @@ def main(argv: list[str]) -> None:
     elif argv[0] == "first":
         print(json.dumps(first(argv[1], argv[2], int(argv[3]))))
     elif argv[0] == "rebatch":
-        print(json.dumps(rebatch(argv[1], int(argv[2]), int(argv[3]))))
+        print(json.dumps(rebatch(argv[1], int(argv[2]), int(argv[3]), argv[4:] == ["generic"])))
     else:
         raise SystemExit(__doc__)
 

@@ -345,12 +345,14 @@ def compile_scaling(rounds: int) -> None:
         print(f"{f'C GPT {layers} layers, first call':<34}{median:>12.3f} s "
               f"({median / base:.2f}x the {DEPTHS[0]}-layer one; "
               f"{min(cold[layers]):.3f}-{max(cold[layers]):.3f} s)")
-    pairs = [_worker("rebatch", "ids", str(DEPTHS[0]), "8", cores=core,
-                     cache=tempfile.mkdtemp(prefix="tapeml-bench-batch-"))
-             for _ in range(rounds)]
-    first, then = (statistics.median(p[i] for p in pairs) for i in (0, 1))
-    print(f"{f'C GPT {DEPTHS[0]} layers, batch 8 after 16':<34}{then:>12.3f} s "
-          f"({then / first:.2f} of the first call, {first:.3f} s)")
+    for how in ("", "generic"):  # jit as it is; with batch_argnums
+        pairs = [_worker("rebatch", "ids", str(DEPTHS[0]), "8", *[how] * bool(how),
+                         cores=core, cache=tempfile.mkdtemp(prefix="tapeml-bench-batch-"))
+                 for _ in range(rounds)]
+        first, then = (statistics.median(p[i] for p in pairs) for i in (0, 1))
+        label = f"C GPT {DEPTHS[0]} layers, batch 8 after 16" + (", batch_argnums" * bool(how))
+        print(f"{label:<34}{then:>12.3f} s ({then / first:.2f} of its first call, "
+              f"{first:.3f} s; {then / base:.2f} of the cold one above)")
 
 
 def w6(repeat: int) -> None:

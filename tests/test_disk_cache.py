@@ -535,7 +535,7 @@ def test_binding_data_to_code_without_its_global_raises():
     from tapeml.codegen import data, llvm_worker
 
     code = llvm_worker.object_code("define void @f() {\n  ret void\n}\n", None)
-    engine = cpu._object_engine(code)
+    engine = cpu.object_engine(code)
     with pytest.raises(RuntimeError, match="'weights'"):
         data.bind(engine, {"weights": bytes(64)})
 

@@ -264,9 +264,9 @@ def test_a_kernel_made_by_the_worker_is_all_made_before_anything_is_loaded(tmp_p
         from tapeml.dialects.kernel import GemmSpec
 
         events = []
-        real_worker, real_engine = llvm_worker.in_worker, cpu._object_engine
+        real_worker, real_engine = llvm_worker.in_worker, cpu.object_engine
         llvm_worker.in_worker = lambda *a, **k: (events.append("made"), real_worker(*a, **k))[1]
-        cpu._object_engine = lambda *a: (events.append("loaded"), real_engine(*a))[1]
+        cpu.object_engine = lambda *a: (events.append("loaded"), real_engine(*a))[1]
         spec = GemmSpec("f32", 1, 64, 64, 64, (0, 64, 1), (0, 64, 1), 0, False)
         print(cpu.load_kernel(variant(spec, Target.host()), in_worker=True, pooled=True),
               pool.loaded())

@@ -40,7 +40,7 @@ def _entries(out) -> dict[str, tuple[int, int]]:
 def test_a_kernels_functions_are_mapped_where_the_engine_loaded_them(map_file, monkeypatch):
     monkeypatch.setenv(perf_map.ENABLED, "1")
     prefix, published, code = _kernel("f64", 40)
-    engine = cpu._object_engine(code)
+    engine = cpu.object_engine(code)
     entries = _entries(map_file)
     for symbol in published:  # the global ones: where the engine says
         assert entries[symbol][0] == engine.get_function_address(symbol)

@@ -74,7 +74,7 @@ from tapeml.transforms.pipelines import cpu_pipeline
 from tapeml.transforms.to_llvm import SYMBOL_PREFIX
 from tapeml.transforms.to_loops import PROFILE_ATTR
 
-_LLVM_LOCK = threading.Lock()  # compiling with llvmlite is not thread-safe; running is
+LLVM_LOCK = threading.Lock()  # compiling with llvmlite is not thread-safe; running is
 
 
 def optimize(module: Any, machine: llvm_binding.TargetMachine, detached: Sequence[str] = ()
@@ -310,7 +310,7 @@ def cached_engine(what: str, source: str, build: Any, symbol: str,
     `cached_code(what, source, build, elsewhere)`. An entry of the disk cache that is whole
     but does not define `symbol` is deleted and the module compiled here."""
     code, origin, key = made or cached_code(what, source, build, elsewhere)
-    engine = _object_engine(code)
+    engine = object_engine(code)
     if origin != "disk cache" or engine.get_function_address(symbol):
         return engine, origin
     cache = disk_cache.default()
@@ -526,12 +526,25 @@ def callers_module(specs: Iterable[GemmSpec], machine: llvm_binding.TargetMachin
     with its plan and its scratch: gemm.caller), parsed (one module, parsed and linked once:
     the GPT step's 21 callers one by one took 12.9 ms); the kernels they call loaded
     (load_kernel) unless not to `load`."""
+    parsed = llvm_binding.parse_assembly(callers_text(specs, load))
+    parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
+    return parsed
+
+
+def callers_text(specs: Iterable[GemmSpec], load: bool = True,
+                 names: Sequence[str] | None = None) -> str:
+    """callers_module's LLVM IR; the callers (and their globals) named `names` where given,
+    one for each spec."""
     host = Target.host()
     lines, declared = [], set()
-    for spec in specs:
+    for n, spec in enumerate(specs):
         if load:
             load_kernel(variant(spec, host), transposed=spec.c_transposed)
-        for line in caller(spec, host).split("\n"):
+        text = caller(spec, host)
+        if names is not None:  # @<symbol>, @<symbol>.plan, ... -> @"<name>", @"<name>.plan"
+            text = re.sub(rf"@{re.escape(spec.symbol)}((?:\.\w+)*)(?!\w)",
+                          lambda m, n=n: f'@"{names[n]}{m.group(1)}"', text)
+        for line in text.split("\n"):
             if line.startswith("declare "):  # (callers of one kernel declare it alike)
                 if line in declared:
                     continue
@@ -539,9 +552,7 @@ def callers_module(specs: Iterable[GemmSpec], machine: llvm_binding.TargetMachin
             lines.append(line)
     if load and f"declare void @{POOL}(ptr, ptr, i64, i64)" in declared:
         load_pool()  # (a caller on more than one thread passes the pool to its kernel)
-    parsed = llvm_binding.parse_assembly("\n".join(lines))
-    parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
-    return parsed
+    return "\n".join(lines)
 
 
 def link_kernels(module: Any, parsed: Any, machine: llvm_binding.TargetMachine,
@@ -603,7 +614,7 @@ def _host_key(triple: Callable[[], str], name: Callable[[], str],
             f"llvmlite {llvmlite.__version__} llvm {llvm_binding.llvm_version_info}")
 
 
-def _object_engine(*objects: bytes) -> Any:
+def object_engine(*objects: bytes) -> Any:
     """A new engine holding the object code `objects`, linked (their external symbols
     resolved, among them and outside)."""
     machine = target_machine()
@@ -653,7 +664,7 @@ class HostAsmTarget(XTarget):
     name = "host-asm"
 
     def emit(self, ctx: Context, module: Any, output: IO[str]) -> None:
-        with _LLVM_LOCK:
+        with LLVM_LOCK:
             machine = target_machine()
             _, parsed = optimize(module, machine)
             link_kernels(module, parsed, machine, standalone=True)
@@ -669,7 +680,7 @@ class LLVMIRTarget(XTarget):
     name = "llvm"
 
     def emit(self, ctx: Context, module: Any, output: IO[str]) -> None:
-        with _LLVM_LOCK:
+        with LLVM_LOCK:
             machine = target_machine()
             text = str(convert_module(module, fallback_target_triple=machine.triple))
             parsed = llvm_binding.parse_assembly(text)
@@ -779,7 +790,7 @@ def _aligned(nbytes: int) -> tuple[np.ndarray, int]:
     return buffer, address + (-address) % ALIGN
 
 
-def _instructions(module: Any) -> int:
+def instructions(module: Any) -> int:
     return sum(1 for f in module.functions for b in f.blocks for _ in b.instructions)
 
 
@@ -868,13 +879,12 @@ class CPUBackend:
             f"fuse={self.fuse} libm={self.libm} threads={threads}",
             disk_cache.sources_digest(), f"xdsl {disk_cache.xdsl_version()}", *machine_key())
 
-    def _compile(self, module: ModuleOp, name: str, inputs: list[Argument],
-                 outputs: list[Argument], threads: int, kept: Stages,
-                 profile: bool = False, in_place: bool = False
-                 ) -> tuple[Native, list[bytes]]:
-        """Compiled through the pipeline; with its object code (the program's, then the
-        share a worker process compiled, if any: Share)."""
-        keep = kept.keep
+    def passes(self, module: ModuleOp, name: str, threads: int, kept: Stages,
+               profile: bool = False, in_place: bool = False
+               ) -> tuple[ModuleOp, int, list[Prefetch], list[str]]:
+        """`module` through tapeml's passes to the llvm dialect (run_pipeline); its arena's
+        bytes, the kernels' Prefetch (started after tape-to-loops) and, `profile`, what each
+        mark counts."""
         if cores() > 1:  # ready by the time tape-to-loops has found the kernels (Prefetch)
             llvm_worker.start()
         prefetch: list[Prefetch] = []
@@ -890,9 +900,19 @@ class CPUBackend:
             module, cpu_pipeline(self.fuse, self.libm, threads, profile=profile,
                                  weight_runs=Target.host().weight_runs), kept, after,
             in_place)
-        arena_bytes = reports["plan-arena"].sizes[name]
+        return module, reports["plan-arena"].sizes[name], prefetch, labels
+
+    def _compile(self, module: ModuleOp, name: str, inputs: list[Argument],
+                 outputs: list[Argument], threads: int, kept: Stages,
+                 profile: bool = False, in_place: bool = False
+                 ) -> tuple[Native, list[bytes]]:
+        """Compiled through the pipeline; with its object code (the program's, then the
+        share a worker process compiled, if any: Share)."""
+        keep = kept.keep
+        module, arena_bytes, prefetch, labels = self.passes(module, name, threads, kept,
+                                                            profile, in_place)
         detached = data.detach(module)
-        with _LLVM_LOCK:
+        with LLVM_LOCK:
             started = time.perf_counter()
             machine = target_machine()
             ir_text, parsed = lowered(module, machine, list(detached))
@@ -901,7 +921,7 @@ class CPUBackend:
                      if cores() > 1 and not (kept.wanted or profile) else None)
             optimize_program(parsed, machine)
             if profiling():
-                record("LLVM O2", _instructions(parsed), started, "(LLVM instructions)" + (
+                record("LLVM O2", instructions(parsed), started, "(LLVM instructions)" + (
                     f"; {len(share.names)} out-of-line functions in a worker process meanwhile"
                     if share is not None else ""))
             kernels, variants, transposed = link_kernels(module, parsed, machine)
@@ -924,12 +944,12 @@ class CPUBackend:
             pooled = any(f.name == POOL for f in parsed.functions)
             if pooled:  # its parallel loops or GEMM callers pass work to the thread pool (on
                 load_pool()  # more than one thread; after the kernels: a Prefetch loads both)
-            engine = _object_engine(*objects)
+            engine = object_engine(*objects)
             address = engine.get_function_address(SYMBOL_PREFIX + name)
             scratch = bind_scratch(engine, kernels)
             bound = data.bind(engine, detached)
             record("machine code (MCJIT)", None, started - made)
-        native = Native(name, inputs, outputs, engine, _entry(address, inputs, outputs),
+        native = Native(name, inputs, outputs, engine, entry(address, inputs, outputs),
                         arena_bytes, scratch, kernels, variants, transposed, kept.texts,
                         data=detached,
                         bound=bound)
@@ -944,7 +964,7 @@ def _profile_labels(module: ModuleOp, name: str) -> list[str]:
     return [label.data for label in f.attributes[PROFILE_ATTR].data]
 
 
-def _entry(address: int, inputs: list[Argument], outputs: list[Argument]) -> Any:
+def entry(address: int, inputs: list[Argument], outputs: list[Argument]) -> Any:
     c_type = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(inputs) + len(outputs) + 1))
     return c_type(address)
 
@@ -986,18 +1006,18 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
     detached = data.fetch(cache, keys)
     if detached is None:
         return None
-    with _LLVM_LOCK:
+    with LLVM_LOCK:
         if pooled:  # tapeml_parallel_for, for the programs that call it
             load_pool()
         for v in variants:  # before the program's calls of them are resolved
             load_kernel(v, transposed=v in transposed)
-        engine = _object_engine(*objects)
+        engine = object_engine(*objects)
         address = engine.get_function_address(SYMBOL_PREFIX + name)
         if not address:
             return None
         scratch = bind_scratch(engine, kernels)
         bound = data.bind(engine, detached)
-    return Native(name, inputs, outputs, engine, _entry(address, inputs, outputs),
+    return Native(name, inputs, outputs, engine, entry(address, inputs, outputs),
                   arena_bytes, scratch, kernels, variants, transposed, origin="disk cache",
                   data=detached,
                   bound=bound)

@@ -32,15 +32,15 @@ may fold its elements."""
 PTR = llvm.LLVMPointerType()
 
 
-def detach(module: ModuleOp) -> dict[str, bytes]:
-    """(The llvm dialect, in place.) Each large constant global as a pointer global of its
-    name (`initialize` makes it null in the LLVM IR), every address of it a load of the
-    pointer; the globals' bytes, by name."""
+def detach(module: ModuleOp, larger_than: int = DATA_BYTES) -> dict[str, bytes]:
+    """(The llvm dialect, in place.) Each constant global of more than `larger_than` bytes
+    as a pointer global of its name (`initialize` makes it null in the LLVM IR), every address
+    of it a load of the pointer; the globals' bytes, by name."""
     data: dict[str, bytes] = {}
     for op in list(module.ops):
         if (isinstance(op, llvm.GlobalOp) and op.constant is not None
                 and isinstance(op.value, DenseIntOrFPElementsAttr)
-                and len(op.value.data.data) > DATA_BYTES
+                and len(op.value.data.data) > larger_than
                 and op.value.get_element_type().bitwidth % 8 == 0):
             name = op.sym_name.data
             data[name] = op.value.data.data

@@ -138,7 +138,7 @@ class PTXModule:
 def compile_ptx(kernels: gpu.ModuleOp | Sequence[gpu.ModuleOp], arch: str = "sm_90"
                 ) -> PTXModule:
     """PTX for every kernel of one or more gpu.modules, optimized at O3 for `arch`."""
-    from tapeml.codegen.cpu import _LLVM_LOCK
+    from tapeml.codegen.cpu import LLVM_LOCK
 
     text, names = llvm_ir(kernels)
     needs_libdevice = _check_calls(text)
@@ -146,7 +146,7 @@ def compile_ptx(kernels: gpu.ModuleOp | Sequence[gpu.ModuleOp], arch: str = "sm_
     if needs_libdevice and library is None:
         raise PTXError("PTX: pow (and libm-style exp/log/tanh) needs the CUDA toolkit's libdevice "
                        "(nvvm/libdevice/libdevice.10.bc): set CUDA_HOME or TAPEML_LIBDEVICE")
-    with _LLVM_LOCK:
+    with LLVM_LOCK:
         machine = target_machine(arch)
         parsed = llvm_binding.parse_assembly(text)
         parsed.verify()

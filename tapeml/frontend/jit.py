@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tapeml.codegen import Compiled, get_backend
+from tapeml.frontend.batch_sizes import BatchSizes
 from tapeml.frontend.program import Spec, argument_paths, is_device_array, trace
 from tapeml.profile import KernelProfile
 from tapeml.tracing.pytree import LEAF, TreeDef, flatten, unflatten
@@ -87,9 +88,14 @@ class Jitted:
     """A function compiled per argument signature (see the module doc)."""
 
     def __init__(self, fn: Callable, backend: str, static_argnums: int | Sequence[int],
-                 cache_size: int, options: dict[str, Any]) -> None:
+                 cache_size: int, options: dict[str, Any],
+                 batch_argnums: int | Sequence[int] | None = None) -> None:
         self.fn = fn
         self.backend = get_backend(backend, **options)
+        if batch_argnums is not None and backend != "cpu":
+            raise ValueError(f"jit: batch_argnums is the cpu backend's, not {backend}'s")
+        self.batch = None if batch_argnums is None else BatchSizes(batch_argnums)
+        """batch_argnums' programs (tapeml/frontend/batch_sizes.py), if it was given."""
         numbers = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in numbers):
             raise TypeError(f"jit: static_argnums must be ints, got {static_argnums!r}")
@@ -155,8 +161,16 @@ class Jitted:
                 return dynamic, leaves, entry
             self.log.append(self._why((tree, specs), static))
             with _no_cycle_collection():
-                program = trace(self._with_static(static, positions), *dynamic, **kwargs)
-                entry = (program.out_tree, self.backend.compile(program.module, owned=True))
+                fn = self._with_static(static, positions)
+                generic = None if self.batch is None else self.batch.compile(
+                    self.backend, fn, (dynamic, kwargs), tree, leaves, specs, static_key,
+                    self.batch.batch_leaves(args, positions, dynamic))
+                if generic is not None:
+                    entry = generic[:2]
+                    self.log[-1] += "; " + generic[2]
+                else:
+                    program = trace(fn, *dynamic, **kwargs)
+                    entry = (program.out_tree, self.backend.compile(program.module, owned=True))
             if getattr(entry[1], "origin", None) == "disk cache":
                 self.log[-1] += "; its machine code came from the disk cache"
             if (describe := getattr(entry[1], "describe", None)) is not None:
@@ -274,13 +288,18 @@ class Jitted:
 
 
 def jit(fn: Callable | None = None, *, backend: str = "cpu",
-        static_argnums: int | Sequence[int] = (), cache_size: int = 16, **options: Any) -> Any:
+        static_argnums: int | Sequence[int] = (), cache_size: int = 16,
+        batch_argnums: int | Sequence[int] | None = None, **options: Any) -> Any:
     """Compile `fn` for `backend` ("cpu", "cuda", or "interp" for the reference interpreter)
     on its first call with each argument signature. Usable as `@jit` or `@jit(backend=...)`.
     Backend options: cpu takes `fuse=True` and `libm=False` (True: libm's exp/log/tanh/erf instead
     of the vectorizable arithmetic, within 4 ulp of numpy either way); cuda takes `fuse=True`,
     `emulate=False` (True: the GPU kernels on xDSL's interpreter, no GPU needed), `arch=None`
-    (sm_80 or sm_90; default the GPU's) and `gemm_tile=16`."""
+    (sm_80 or sm_90; default the GPU's) and `gemm_tile=16`.
+
+    `batch_argnums` (cpu): the positional arguments whose arrays all have the batch as their
+    leading axis; the first call compiles one program for every batch size, and a call at a
+    new batch size compiles only what differs (tapeml/frontend/batch_sizes.py)."""
     if fn is None:
-        return lambda f: Jitted(f, backend, static_argnums, cache_size, options)
-    return Jitted(fn, backend, static_argnums, cache_size, options)
+        return lambda f: Jitted(f, backend, static_argnums, cache_size, options, batch_argnums)
+    return Jitted(fn, backend, static_argnums, cache_size, options, batch_argnums)

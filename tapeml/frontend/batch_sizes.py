@@ -1,0 +1,114 @@
+"""`jit(..., batch_argnums=...)`: one compiled program for every batch size.
+
+The arrays in the arguments at `batch_argnums` (every leaf of them) have the batch as their
+leading axis. The first call at a batch size B traces the function at B and at B + 1 (or, where
+those two lower otherwise, at the next size with B's powers of two: 2B for a power of two),
+lowers both, and compiles the template of the two (tapeml/codegen/batch_generic.py): the program's
+machine code with every value that differs between them loaded from a small module of the
+batch's own. A later call at a new batch size traces and lowers the function at that size
+(tapeml's passes, no LLVM optimization) and, where its lowering is an instance of the
+template, compiles only that module. Where it is not (the lowering decided something otherwise
+at that size), or where no template could be made, the call compiles as `jit` does without
+the option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tapeml.codegen import Compiled
+from tapeml.codegen.gemm import host_threads
+from tapeml.frontend.program import Spec, trace
+from tapeml.tracing.pytree import TreeDef, flatten, unflatten
+
+
+class BatchSizes:
+    """The batch-generic programs of one jitted function, by the structure of its arguments
+    with the batch left out (None: the function makes none; each batch compiles apart)."""
+
+    def __init__(self, argnums: int | Sequence[int]) -> None:
+        numbers = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in numbers):
+            raise TypeError(f"jit: batch_argnums must be ints, got {argnums!r}")
+        self.argnums = numbers
+        self.programs: dict[tuple, Any] = {}
+        """A family's GenericProgram, or None where it makes none."""
+
+    def batch_leaves(self, args: tuple, static: tuple[int, ...], dynamic: tuple
+                     ) -> set[int]:
+        """The indices, among the flattened (dynamic, kwargs) leaves, of the leaves of the
+        arguments at `batch_argnums` (positions in `args`, the call's)."""
+        count = len(args)
+        positions = set()
+        for i in self.argnums:
+            if not -count <= i < count:
+                raise TypeError(f"jit: batch_argnums {i} is out of range for a call with "
+                                f"{count} positional argument{'s' if count != 1 else ''}")
+            if i % count in static:
+                raise TypeError(f"jit: argument {i % count} is in both static_argnums and "
+                                "batch_argnums")
+            positions.add(i % count)
+        kept = [p for p in range(count) if p not in static]
+        out, start = [], 0
+        for p, arg in zip(kept, dynamic, strict=True):
+            n = len(flatten(arg)[0])
+            if p in positions:
+                out.extend(range(start, start + n))
+            start += n
+        return set(out)
+
+    def compile(self, backend: Any, fn: Callable, args: tuple[tuple, dict], tree: TreeDef,
+                leaves: list[Any], specs: tuple, static_key: Any, batch: set[int]
+                ) -> tuple[TreeDef, Compiled, str] | None:
+        """`fn` compiled for `args` (the dynamic arguments and keywords; flattened: `tree`,
+        `leaves`, their `specs`) through its batch-generic program, made here if the family
+        has none yet: its out tree, the program and what happened; None where the family
+        makes none or this batch size is no instance of it."""
+        from tapeml.codegen.batch_generic import GenericProgram, Lowered  # (loads LLVM)
+
+        size = _batch_size(leaves, batch)
+        family = (tree, tuple(((None, *spec[0][1:]), spec[1]) if i in batch else spec
+                              for i, spec in enumerate(specs)), static_key)
+        threads = host_threads()
+        program = self.programs.get(family, False)
+        if program is None:
+            return None
+        traced = trace(fn, *args[0], **args[1])
+        lowered = Lowered.of(backend, traced.module, threads)
+        if program is False:
+            for other in _second_sizes(size):
+                at = unflatten(tree, [Spec((other, *np.shape(x)[1:]), x.dtype)
+                                      if i in batch else x for i, x in enumerate(leaves)])
+                second = Lowered.of(backend, trace(fn, *at[0], **at[1]).module, threads)
+                program = GenericProgram.compile(lowered, second)
+                if program is not None:
+                    break
+            self.programs[family] = program
+            if program is None:
+                return None
+            how = f"batch-generic: compiled at batch sizes {size} and {other}"
+        else:
+            how = f"batch-generic: batch size {size} an instance of the compiled program"
+        native = program.instance(lowered)
+        return None if native is None else (traced.out_tree, native, how)
+
+
+def _second_sizes(size: int) -> tuple[int, ...]:
+    """The batch sizes a template is tried at beside `size`: the next one (where nothing is
+    a multiple of the batch but its products with other sizes, as in a transformer's steps:
+    every value that depends on it differs), then the next with `size`'s largest power of two
+    dividing it (where loops over the batch itself unroll by that: the same remainders)."""
+    return (size + 1, size + (size & -size))
+
+
+def _batch_size(leaves: list[Any], batch: set[int]) -> int:
+    """The leading axis the batch leaves share; a TypeError where they share none."""
+    sizes = {np.shape(leaves[i])[0] if np.ndim(leaves[i]) else None for i in batch}
+    if not batch or None in sizes or len(sizes) != 1:
+        shapes = [np.shape(leaves[i]) for i in sorted(batch)]
+        raise TypeError("jit: the arrays at batch_argnums must share a leading axis (the "
+                        f"batch), got shapes {shapes}")
+    return sizes.pop()

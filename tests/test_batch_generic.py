@@ -1,0 +1,173 @@
+"""jit(..., batch_argnums=...): one program's machine code for every batch size
+(tapeml/frontend/batch_sizes.py, tapeml/codegen/batch_generic.py). Every result is compared
+bit for bit with the same function compiled per batch size (the same loops, the same order of
+every sum), and with numpy."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tapeml
+from tapeml.codegen.batch_generic import LITERAL, Template, canonical
+from tapeml.codegen.gemm.target import compiled_for_threads
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+# --- the template, on LLVM IR text ---------------------------------------------------------
+
+_PROGRAM = """define void @"tapeml.f"(ptr %".1", ptr %".2")
+{{
+.3:
+  br label %".4"
+.4:
+  %".5" = phi  i64 [0, %".3"], [%".8", %".6"]
+  %".7" = icmp slt i64 %".5", {n}
+  br i1 %".7", label %".6", label %".9"
+.6:
+  %".10" = getelementptr inbounds i8, ptr %".2", i64 {offset}
+  %".11" = fdiv float 1.0, {mean}
+  %".8" = add i64 %".5", 1
+  br label %".4"
+.9:
+  ret void
+}}"""
+
+
+def _text(batch: int) -> str:
+    return _PROGRAM.format(n=64 * batch, offset=256 * batch + 128,
+                           mean=f"{float(64 * batch):e}")
+
+
+def test_literals_that_differ_are_loaded_and_each_batch_supplies_them():
+    template = Template.of(_text(16), _text(17), "tapeml.f.")
+    assert template is not None
+    assert template.types == ["i64", "i64", "float"]
+    assert '%"batch.0" = load i64, ptr @"tapeml.f.batch.0"' in template.text
+    assert "icmp slt i64 %\".5\", %\"batch.0\"" in template.text
+    assert template.values(_text(8)) == ["512", "2176", f"{512.0:e}"]
+    assert template.data_module(template.values(_text(3))).split("\n")[0] == \
+        '@"tapeml.f.batch.0" = constant i64 192'
+
+
+def test_names_holding_digits_are_not_literals():
+    assert LITERAL.findall('%".12" = add i64 %".3", 7 ; @"tapeml._lambda__op12" #0 !3') == ["7"]
+
+
+def test_a_text_that_differs_beyond_literals_is_no_template_and_no_instance():
+    other = _text(17).replace("fdiv", "fmul")
+    assert Template.of(_text(16), other, "tapeml.f.") is None
+    template = Template.of(_text(16), _text(17), "tapeml.f.")
+    assert template.values(other) is None
+    unchanged = _text(16).replace("add i64 %\".5\", 1", "add i64 %\".5\", 2")
+    assert template.values(unchanged) is None  # a literal alike at 16 and 17 differs
+
+
+def test_a_literal_outside_an_instruction_makes_no_template():
+    first, second = (f"@g = constant i64 {n}\n" + _text(16) for n in (16, 17))
+    assert Template.of(first, second, "tapeml.f.") is None
+
+
+def test_callers_are_named_by_the_order_of_their_calls():
+    text = ('  call ccc void @"tapeml_gemm_m64"(ptr %".1")\n'
+            '  call ccc void @"tapeml_gemm_m32"(ptr %".1")\n'
+            'declare void @"tapeml_gemm_m32"(ptr %".1")\n'
+            'declare void @"tapeml_gemm_m64"(ptr %".1")')
+    out, order = canonical(text, {"tapeml_gemm_m32", "tapeml_gemm_m64"}, "p.")
+    assert order == ["tapeml_gemm_m64", "tapeml_gemm_m32"]
+    assert out.split("\n")[-2:] == ['declare void @"p.gemm.0"(ptr %".1")',
+                                   'declare void @"p.gemm.1"(ptr %".1")']
+
+
+# --- jit, end to end -------------------------------------------------------------------------
+
+
+def _loss(params, x, y):
+    h = np.tanh(x @ params["W1"] + params["b1"])
+    logits = h @ params["W2"] + params["b2"]
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return -(logp * y).sum() / x.shape[0]
+
+
+def _params(rng):
+    return {"W1": rng.standard_normal((20, 32)).astype(np.float32) * 0.3,
+            "b1": rng.standard_normal(32).astype(np.float32) * 0.1,
+            "W2": rng.standard_normal((32, 5)).astype(np.float32) * 0.3,
+            "b2": rng.standard_normal(5).astype(np.float32) * 0.1}
+
+
+def _batch(rng, n):
+    x = rng.standard_normal((n, 20)).astype(np.float32)
+    y = np.eye(5, dtype=np.float32)[rng.integers(0, 5, n)]
+    return x, y
+
+
+def _same(got, want):
+    got, _ = tapeml.tracing.pytree.flatten(got)
+    want, _ = tapeml.tracing.pytree.flatten(want)
+    return all(a.tobytes() == b.tobytes() for a, b in zip(got, want, strict=True))
+
+
+def test_a_transformer_step_at_new_batch_sizes_is_the_program_compiled_once():
+    import gpt_step  # (bench/)
+
+    loss = gpt_step.tapeml_loss("ids")
+    with compiled_for_threads(1):
+        generic = tapeml.jit(tapeml.value_and_grad(loss), batch_argnums=(1, 2))
+        each = tapeml.jit(tapeml.value_and_grad(loss))
+        for batch in (16, 8, 12, 16):
+            _, params, tokens, targets = gpt_step.make("ids", 2, batch=batch)
+            assert _same(generic(params, tokens, targets), each(params, tokens, targets))
+    log = generic.explain().split("\n")
+    assert len(log) == 3  # (16 again: the first call's program)
+    assert "compiled at batch sizes 16 and 17" in log[0]
+    assert all("an instance of the compiled program" in line for line in log[1:]), log
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_batch_size_computes_what_its_own_compile_does(threads):
+    # (a step whose lowering decides otherwise at each batch size (a reduction over the
+    # batch in groups of its rows) compiles each apart, through the same option)
+    rng = np.random.default_rng(0)
+    params = _params(rng)
+    step = tapeml.value_and_grad(_loss)
+    with compiled_for_threads(threads):
+        generic = tapeml.jit(step, batch_argnums=(1, 2))
+        each = tapeml.jit(step)
+        for n in (16, 9, 33, 16, 64):
+            x, y = _batch(rng, n)
+            assert _same(generic(params, x, y), each(params, x, y))
+            np.testing.assert_allclose(generic(params, x, y)[0], _loss(params, x, y),
+                                       rtol=1e-5)
+    assert len(generic.explain().split("\n")) == 4
+
+
+def test_a_batch_size_that_lowers_otherwise_compiles_on_its_own():
+    # at batch 1 the batch axis is dropped from every loop nest: another program
+    rng = np.random.default_rng(1)
+    params = _params(rng)
+    generic = tapeml.jit(tapeml.value_and_grad(_loss), batch_argnums=(1, 2))
+    each = tapeml.jit(tapeml.value_and_grad(_loss))
+    for n in (8, 1):
+        x, y = _batch(rng, n)
+        assert _same(generic(params, x, y), each(params, x, y))
+    assert "batch-generic" not in generic.explain().split("\n")[1]
+
+
+def test_batch_argnums_mistakes_are_clear_errors():
+    f = tapeml.jit(lambda a, b: a + b, batch_argnums=(0, 1))
+    with pytest.raises(TypeError, match="share a leading axis"):
+        f(np.ones((3, 2), np.float32), np.ones((4, 2), np.float32))
+    with pytest.raises(TypeError, match="out of range"):
+        tapeml.jit(lambda a: a, batch_argnums=3)(np.ones(2, np.float32))
+    with pytest.raises(TypeError, match="both static_argnums and batch_argnums"):
+        tapeml.jit(lambda a, k: a * k, static_argnums=1, batch_argnums=(0, 1))(
+            np.ones(2, np.float32), 2)
+    with pytest.raises(ValueError, match="cpu backend's"):
+        tapeml.jit(lambda a: a, backend="interp", batch_argnums=0)
+    with pytest.raises(TypeError, match="must be ints"):
+        tapeml.jit(lambda a: a, batch_argnums="0")
