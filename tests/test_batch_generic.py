@@ -1,7 +1,7 @@
 """jit(..., batch_argnums=...): one program's machine code for every batch size
 (tapeml/frontend/batch_sizes.py, tapeml/codegen/batch_generic.py). Every result is compared
-bit for bit with the same function compiled per batch size (the same loops, the same order of
-every sum), and with numpy."""
+bit for bit with a program compiled first at its batch size (the same loops, the same order of
+every sum), within rounding with the function compiled without the option, and with numpy."""
 
 from __future__ import annotations
 
@@ -112,50 +112,72 @@ def _same(got, want):
     return all(a.tobytes() == b.tobytes() for a, b in zip(got, want, strict=True))
 
 
+def _close(got, want):
+    for a, b in zip(tapeml.tracing.pytree.flatten(got)[0], tapeml.tracing.pytree.flatten(want)[0],
+                    strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _check(step, sizes, args_at, threads):
+    """`step` jitted with batch_argnums=(1, 2) called at each of `sizes` in turn: each
+    result bit for bit what a program compiled first at that size computes (the same loops,
+    the same order of every sum), and within rounding the per-batch compile's (whose sums over
+    the batch may be grouped otherwise); its explain() log."""
+    with compiled_for_threads(threads):
+        generic = tapeml.jit(step, batch_argnums=(1, 2))
+        each = tapeml.jit(step)
+        for n in sizes:
+            args = args_at(n)
+            got = generic(*args)
+            assert _same(got, tapeml.jit(step, batch_argnums=(1, 2))(*args)), n
+            _close(got, each(*args))
+    return generic.explain().split("\n")
+
+
 def test_a_transformer_step_at_new_batch_sizes_is_the_program_compiled_once():
     import gpt_step  # (bench/)
 
-    loss = gpt_step.tapeml_loss("ids")
-    with compiled_for_threads(1):
-        generic = tapeml.jit(tapeml.value_and_grad(loss), batch_argnums=(1, 2))
-        each = tapeml.jit(tapeml.value_and_grad(loss))
-        for batch in (16, 8, 12, 16):
-            _, params, tokens, targets = gpt_step.make("ids", 2, batch=batch)
-            assert _same(generic(params, tokens, targets), each(params, tokens, targets))
-    log = generic.explain().split("\n")
+    def args_at(n):
+        _, params, tokens, targets = gpt_step.make("ids", 2, batch=n)
+        return params, tokens, targets
+
+    log = _check(tapeml.value_and_grad(gpt_step.tapeml_loss("ids")), (16, 8, 12, 16), args_at,
+                 threads=1)
     assert len(log) == 3  # (16 again: the first call's program)
-    assert "compiled at batch sizes 16 and 17" in log[0]
+    assert "compiled at batch sizes 16 and 33" in log[0]
     assert all("an instance of the compiled program" in line for line in log[1:]), log
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_every_batch_size_computes_what_its_own_compile_does(threads):
-    # (a step whose lowering decides otherwise at each batch size (a reduction over the
-    # batch in groups of its rows) compiles each apart, through the same option)
+def test_an_mlp_step_at_new_batch_sizes_is_the_program_compiled_once(threads):
     rng = np.random.default_rng(0)
     params = _params(rng)
-    step = tapeml.value_and_grad(_loss)
-    with compiled_for_threads(threads):
-        generic = tapeml.jit(step, batch_argnums=(1, 2))
-        each = tapeml.jit(step)
-        for n in (16, 9, 33, 16, 64):
-            x, y = _batch(rng, n)
-            assert _same(generic(params, x, y), each(params, x, y))
-            np.testing.assert_allclose(generic(params, x, y)[0], _loss(params, x, y),
-                                       rtol=1e-5)
-    assert len(generic.explain().split("\n")) == 4
+
+    def args_at(n):
+        x, y = _batch(rng, n)
+        return params, x, y
+
+    sizes = (16, 9, 33, 16, 64, 200)
+    log = _check(tapeml.value_and_grad(_loss), sizes, args_at, threads)
+    assert len(log) == 5, log
+    assert "compiled at batch sizes 16 and 33" in log[0]
+    assert all("an instance of the compiled program" in line for line in log[1:]), log
+    x, y = _batch(rng, 9)
+    np.testing.assert_allclose(tapeml.jit(tapeml.value_and_grad(_loss), batch_argnums=(1, 2))(
+        params, x, y)[0], _loss(params, x, y), rtol=1e-5)
 
 
 def test_a_batch_size_that_lowers_otherwise_compiles_on_its_own():
     # at batch 1 the batch axis is dropped from every loop nest: another program
     rng = np.random.default_rng(1)
     params = _params(rng)
-    generic = tapeml.jit(tapeml.value_and_grad(_loss), batch_argnums=(1, 2))
-    each = tapeml.jit(tapeml.value_and_grad(_loss))
-    for n in (8, 1):
+
+    def args_at(n):
         x, y = _batch(rng, n)
-        assert _same(generic(params, x, y), each(params, x, y))
-    assert "batch-generic" not in generic.explain().split("\n")[1]
+        return params, x, y
+
+    log = _check(tapeml.value_and_grad(_loss), (8, 1), args_at, threads=1)
+    assert "batch-generic" not in log[1]
 
 
 def test_batch_argnums_mistakes_are_clear_errors():

@@ -37,13 +37,16 @@ from tapeml.dialects.kernel import GemmSpec, declared_kernels
 from tapeml.profile import record
 from tapeml.transforms.to_llvm import SYMBOL_PREFIX
 
-LITERAL = re.compile(r'(?<![\w.%@"#!$-])(-?\d+(?:\.\d+(?:e[+-]?\d+)?)?|0x[0-9A-F]{16})(?![\w."])')
+LITERAL = re.compile(r'(?<![\w.%@"#!$-])(-?\d+(?:\.\d+(?:e[+-]?\d+)?)?|0x[0-9A-Fa-f]{16})(?![\w."])')
 """A numeric literal of LLVM IR text (an integer, a float in decimal or hex), not a part of a
 name (`%".12"`, `@"tapeml_gemm_f32_m16..."`), an attribute group (`#0`), metadata (`!3`) or a
 type (`i64`)."""
 
 _TYPE = re.compile(r"\b(i\d+|half|bfloat|float|double)\b")
 _SLOT_USE = re.compile(r'%"batch\.(\d+)"')
+_ARENA_OFFSET = re.compile(r'= getelementptr inbounds i8, ptr %"[^"]+", i64 $')
+"""A byte offset into a buffer (the arena's views): a slot even where it is alike at the two
+sizes, since where the arena places a buffer depends on every size before it."""
 _DECLARED = re.compile(r'declare [^@]*@"([^"]+)"\(')
 _CALLED = re.compile(r'call [^@]*@"([^"]+)"\(')
 
@@ -93,7 +96,7 @@ class Template:
         out = list(pieces)
         line = ""  # the current line, up to the piece at hand
         for i, piece in enumerate(pieces):
-            if i % 2 == 0 or piece == others[i]:
+            if i % 2 == 0 or (piece == others[i] and not _ARENA_OFFSET.search(line)):
                 newline = piece.rfind("\n")
                 line = piece[newline + 1:] if newline >= 0 else line + piece
                 continue
@@ -175,7 +178,7 @@ class Lowered:
     def of(cls, backend: CPUBackend, module: ModuleOp, threads: int) -> Lowered:
         name, inputs, outputs = signature(module)
         module, arena_bytes, _, _ = backend.passes(module, name, threads, Stages(False),
-                                                   in_place=True)
+                                                   in_place=True, any_batch=True)
         detached = data.detach(module, larger_than=0)
         machine = target_machine()
         with cpu.LLVM_LOCK:

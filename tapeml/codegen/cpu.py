@@ -880,11 +880,11 @@ class CPUBackend:
             disk_cache.sources_digest(), f"xdsl {disk_cache.xdsl_version()}", *machine_key())
 
     def passes(self, module: ModuleOp, name: str, threads: int, kept: Stages,
-               profile: bool = False, in_place: bool = False
+               profile: bool = False, in_place: bool = False, any_batch: bool = False
                ) -> tuple[ModuleOp, int, list[Prefetch], list[str]]:
-        """`module` through tapeml's passes to the llvm dialect (run_pipeline); its arena's
-        bytes, the kernels' Prefetch (started after tape-to-loops) and, `profile`, what each
-        mark counts."""
+        """`module` through tapeml's passes to the llvm dialect (run_pipeline; `any_batch`,
+        cpu_pipeline's); its arena's bytes, the kernels' Prefetch (started after
+        tape-to-loops) and, `profile`, what each mark counts."""
         if cores() > 1:  # ready by the time tape-to-loops has found the kernels (Prefetch)
             llvm_worker.start()
         prefetch: list[Prefetch] = []
@@ -898,8 +898,8 @@ class CPUBackend:
 
         module, reports = run_pipeline(
             module, cpu_pipeline(self.fuse, self.libm, threads, profile=profile,
-                                 weight_runs=Target.host().weight_runs), kept, after,
-            in_place)
+                                 weight_runs=Target.host().weight_runs, any_batch=any_batch),
+            kept, after, in_place)
         return module, reports["plan-arena"].sizes[name], prefetch, labels
 
     def _compile(self, module: ModuleOp, name: str, inputs: list[Argument],

@@ -1,9 +1,8 @@
 """`jit(..., batch_argnums=...)`: one compiled program for every batch size.
 
 The arrays in the arguments at `batch_argnums` (every leaf of them) have the batch as their
-leading axis. The first call at a batch size B traces the function at B and at B + 1 (or, where
-those two lower otherwise, at the next size with B's powers of two: 2B for a power of two),
-lowers both, and compiles the template of the two (tapeml/codegen/batch_generic.py): the program's
+leading axis. The first call at a batch size B traces the function at B and at 2B + 1 (or, where
+those two lower otherwise, at B + 1), lowers both, and compiles the template of the two (tapeml/codegen/batch_generic.py): the program's
 machine code with every value that differs between them loaded from a small module of the
 batch's own. A later call at a new batch size traces and lowers the function at that size
 (tapeml's passes, no LLVM optimization) and, where its lowering is an instance of the
@@ -97,11 +96,11 @@ class BatchSizes:
 
 
 def _second_sizes(size: int) -> tuple[int, ...]:
-    """The batch sizes a template is tried at beside `size`: the next one (where nothing is
-    a multiple of the batch but its products with other sizes, as in a transformer's steps:
-    every value that depends on it differs), then the next with `size`'s largest power of two
-    dividing it (where loops over the batch itself unroll by that: the same remainders)."""
-    return (size + 1, size + (size & -size))
+    """The batch sizes a template is tried at beside `size`, in turn: 2 * size + 1 first, where
+    every quotient of the batch by a smaller count and every remainder by a power of two
+    differs (they do not at size + 1: 16 // 8 == 17 // 8), so each value that depends on the
+    batch is a slot; then size + 1."""
+    return (2 * size + 1, size + 1)
 
 
 def _batch_size(leaves: list[Any], batch: set[int]) -> int:

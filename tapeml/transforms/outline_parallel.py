@@ -70,6 +70,10 @@ class Outliner:
     module: ModuleOp
     function: func.FuncOp
     min_work: int = MIN_WORK
+    any_batch: bool = False
+    """A program for every batch size: every parallel loop outlined (even of one iteration; of
+    none, none is), its outer dimensions all but the innermost, whatever its sizes (which a batch
+    changes)."""
     count: int = 0
 
     def outline(self, op: scf.ParallelOp) -> None:
@@ -78,11 +82,14 @@ class Outliner:
         if any(None in b for b in bounds) or op.initVals:
             return
         counts = [max(0, -(-(hi - lo) // st)) for lo, hi, st in bounds]
-        if work([op]) < self.min_work or math.prod(counts) < 2:
+        if math.prod(counts) == 0 or not self.any_batch and (
+                work([op]) < self.min_work or math.prod(counts) < 2):
             return
         outer = 1
         while outer < len(counts) and math.prod(counts[:outer]) < OUTER:
             outer += 1
+        if self.any_batch:
+            outer = max(1, len(counts) - 1)
         body_ops = list(op.body.block.ops)[:-1]  # without scf.reduce
         external = [v for v in external_values(body_ops) if v not in op.body.block.args]
         buffers = [v for v in external if isinstance(v.type, MemRefType)]
@@ -138,11 +145,13 @@ def _outermost_parallel(block: Block) -> list[scf.ParallelOp]:
     return found
 
 
-def outline_parallel_loops(module: ModuleOp, min_work: int = MIN_WORK) -> int:
-    """Outline the parallel loops worth threads in every function of `module`; how many."""
+def outline_parallel_loops(module: ModuleOp, min_work: int = MIN_WORK,
+                           any_batch: bool = False) -> int:
+    """Outline the parallel loops worth threads in every function of `module` (`any_batch`:
+    Outliner's); how many."""
     outlined = 0
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
-        outliner = Outliner(module, f, min_work)
+        outliner = Outliner(module, f, min_work, any_batch)
         for op in _outermost_parallel(f.body.block):
             outliner.outline(op)
         outlined += outliner.count
@@ -157,10 +166,12 @@ class OutlineParallelLoopsPass(ModulePass):
 
     min_work: int = MIN_WORK
     """The least estimated scalar work of a loop worth handing to threads."""
+    any_batch: bool = False
+    """Every parallel loop outlined, whatever its sizes (Outliner.any_batch)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.run(op)
 
     def run(self, module: ModuleOp) -> str:
-        outlined = outline_parallel_loops(module, self.min_work)
+        outlined = outline_parallel_loops(module, self.min_work, self.any_batch)
         return f"{outlined} loop{'s' if outlined != 1 else ''} outlined for the thread pool"

@@ -39,19 +39,22 @@ class Step(NamedTuple):
 
 
 def cpu_pipeline(fuse: bool = True, libm: bool = False, threads: int = 1, tidy: bool = False,
-                 profile: bool = False, weight_runs: bool = True) -> list[Step]:
+                 profile: bool = False, weight_runs: bool = True, any_batch: bool = False
+                 ) -> list[Step]:
     """tape -> the llvm dialect, for the CPU: `threads` > 1 outlines the parallel loops worth
     it for the thread pool; `tidy` runs canonicalize and cse after convert-scf-to-cf, for a
     reader (LLVM does that work again, so the backend does not); `profile` marks each tape
-    op's loops for a profiled run (tape-to-loops')."""
+    op's loops for a profiled run (tape-to-loops'); `any_batch`, loops for every batch size
+    (tape-to-loops')."""
     return [
         *([Step(FusePass(), "fused tape")] if fuse else []),
         Step(ToLoopsPass(libm=libm, row_reductions=True, share=True, profile=profile,
                          weight_runs=weight_runs, image_group=max(threads, 1),
                          concat_in_place=True, gemm_epilogues=True, window_convs=True,
-                         pixel_rows=True),
+                         pixel_rows=True, any_batch=any_batch),
              "loops"),
-        *([Step(OutlineParallelLoopsPass(), "outlined loops")] if threads > 1 else []),
+        *([Step(OutlineParallelLoopsPass(any_batch=any_batch), "outlined loops")]
+          if threads > 1 else []),
         Step(PlanArenaPass(), "arena"),
         Step(MergeLoopNestsPass()),
         Step(ConvertScfToCfPass()),

@@ -126,7 +126,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                    share: bool = False, profile: bool = False, weight_runs: bool = True,
                    image_group: int = 0, concat_in_place: bool = False,
                    gemm_epilogues: bool = False, window_convs: bool = False,
-                   pixel_rows: bool = False) -> None:
+                   pixel_rows: bool = False, any_batch: bool = False) -> None:
     if len(f.body.blocks) != 1 or not isinstance(f.body.block.last_op, func.ReturnOp):
         raise LoweringError(f"tape-to-loops: @{f.sym_name.data} must be one block of tape ops "
                             "ending in func.return")
@@ -156,7 +156,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     counter = iter(range(1 << 30))
     cx = Context(module, report, views, row_reductions,
                  lambda: f"{f.sym_name.data}_constant_{next(counter)}", weight_runs, image_group,
-                 window_convs, pixel_rows)
+                 window_convs, pixel_rows, any_batch=any_batch)
     folded, firsts = epilogues.gemm_epilogues(block, views, set(direct)) if gemm_epilogues \
         else ({}, {})
     products = {first for first, _ in firsts.values()}  # lowered where the op that folds
@@ -388,7 +388,7 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
                  share: bool = False, profile: bool = False, weight_runs: bool = True,
                  image_group: int = 0, concat_in_place: bool = False,
                  gemm_epilogues: bool = False, window_convs: bool = False,
-                 pixel_rows: bool = False) -> PlanReport:
+                 pixel_rows: bool = False, any_batch: bool = False) -> PlanReport:
     """Lower every function of `module` in place; returns the buffer plan's report. `libm`:
     call libm for exp, log, tanh, sigmoid and f32 erf (default: vectorizable arithmetic, see
     transcendentals.py). `row_reductions`: reductions that keep the input's last axes fold a
@@ -412,11 +412,13 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     (kernel.gemm's a_taps) instead of an im2col matrix (lower_conv2d_gemm; the CPU's).
     `pixel_rows`: a forward convolution whose product pads fewer tiles with the pixels as C's
     rows is that product, stored transposed into the output (kernel.gemm's c_transposed;
-    lower_conv2d_gemm; the CPU's)."""
+    lower_conv2d_gemm; the CPU's). `any_batch`: no choice that depends on a size is made
+    where a loop over the batch would make it otherwise at another batch size (Context's)."""
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
         lower_function(f, module, report, libm, row_reductions, share, profile, weight_runs,
-                       image_group, concat_in_place, gemm_epilogues, window_convs, pixel_rows)
+                       image_group, concat_in_place, gemm_epilogues, window_convs, pixel_rows,
+                       any_batch)
     return report
 
 
@@ -452,6 +454,9 @@ class ToLoopsPass(ModulePass):
     pixel_rows: bool = False
     """A forward convolution whose product pads fewer tiles with the pixels as C's rows is that
     product, stored transposed into the output (kernel.gemm's c_transposed; the CPU's)."""
+    any_batch: bool = False
+    """Loops whose structure does not depend on the sizes a batch changes, where it would
+    (Context.any_batch; jit's batch_argnums)."""
 
     def apply(self, ctx: PassContext, op: ModuleOp) -> None:
         self.run(op)
@@ -459,4 +464,5 @@ class ToLoopsPass(ModulePass):
     def run(self, module: ModuleOp) -> PlanReport:
         return lower_module(module, self.libm, self.row_reductions, self.share, self.profile,
                             self.weight_runs, self.image_group, self.concat_in_place,
-                            self.gemm_epilogues, self.window_convs, self.pixel_rows)
+                            self.gemm_epilogues, self.window_convs, self.pixel_rows,
+                            self.any_batch)

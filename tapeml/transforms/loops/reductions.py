@@ -86,7 +86,8 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
     last = max(axes, default=len(shape))
     width = math.prod(shape[last + 1:])
     if rows is not None and axes and width >= ROW_WIDTH:
-        _row_reduction(e, op, ins[0], out, rows, wide, combine, identity)
+        _row_reduction(e, op, ins[0], out, rows, wide, combine, identity,
+                       grouped=not cx.any_batch)
         return
 
     # the kept dims and the reduced ones each merged where the input runs on across them
@@ -134,7 +135,7 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
                                    [e.scalar(identity, wide)] * (count * LANES), lane_step)
             totals = [_pairwise(e, combine, partial[j * LANES:(j + 1) * LANES])
                       for j in range(count)]
-            if rest:  # each run's last terms, one after another, run after run
+            if rest or cx.any_batch:  # each run's last terms, one after another, run after run
                 def tail(e: Emitter, inner: list[SSAValue],
                          accs: list[SSAValue]) -> list[SSAValue]:
                     at = e.addi(run_start(e, inner), e.addi(inner[-1], e.index(whole * LANES)))
@@ -155,10 +156,10 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
     e.loops([*kept_shape[:-1], blocks],
             lambda e, ivs: outputs(e, [*ivs[:-1], e.muli(ivs[-1], e.index(side))], side),
             parallel=True)
-    if rest:
+    if rest or cx.any_batch:  # (any_batch: a loop of no trips at some sizes, not outlined)
         e.loops([*kept_shape[:-1], rest],
                 lambda e, ivs: outputs(e, [*ivs[:-1], e.addi(ivs[-1], e.index(blocks * side))],
-                                       1), parallel=True)
+                                       1), parallel=not cx.any_batch)
 
 
 def _pairwise(e: Emitter, combine: type[Operation], values: list[SSAValue]) -> SSAValue:
@@ -192,13 +193,14 @@ def row_groups(outer: int, rows: int, width: int) -> int:
 
 def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SSAValue,
                    report: PlanReport, wide: Attribute, combine: type[Operation],
-                   init: float | int) -> None:
+                   init: float | int, grouped: bool = True) -> None:
     """`lower_reduction` with rows: for each index of the kept axes before the last reduced
     one (in parallel), a row of accumulators over the trailing kept axes (contiguous in x and
     in out), folded over the reduced indices in row-major order, then stored. Where those
     rows are few (`row_groups`: a bias gradient's one), the reduced indices are folded in
     groups of consecutive ones instead, each group's row of its own (in parallel), and then
-    the groups' rows combined in order: the same groups at any thread count."""
+    the groups' rows combined in order: the same groups at any thread count (not where not
+    `grouped`: a program for every batch size)."""
     shape = shape_of(op.input)
     axes = op.params["axes"]
     last = max(axes)
@@ -214,7 +216,8 @@ def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SS
     reduced_shape, (reduced_src,), _ = coalesce([shape[a] for a in axes],
                                                 [[src[a] for a in axes]])
     size = math.prod(outer_shape) * width
-    groups = row_groups(math.prod(outer_shape), reduced_shape[0], width) if reduced_shape else 1
+    groups = (row_groups(math.prod(outer_shape), reduced_shape[0], width)
+              if reduced_shape and grouped else 1)
     acc = e.insert(alloc(MemRefType(wide, [groups * size])))
     report.scratch_bytes = max(report.scratch_bytes, groups * size * (wide.bitwidth // 8))
     per_group = [reduced_shape[0] // groups, *reduced_shape[1:]] if reduced_shape else []

@@ -43,6 +43,11 @@ class Context:
     pixel_rows: bool = False
     """A forward convolution whose product pads fewer tiles with the pixels as C's rows as
     that product, stored transposed (see lower_conv2d_gemm; the CPU's)."""
+    any_batch: bool = False
+    """The loops of a program compiled for every batch size (jit's batch_argnums,
+    tapeml/codegen/batch_generic.py): no choice of structure by a size a batch changes, where
+    the lowering can do without one (a reduction's remainder loop is written even where it
+    runs no trip; the rows of a sum over the batch are not grouped by their count)."""
     epilogue: Epilogue | None = None
     """Set for a product (conv2d, matmul) lowered in place of the op that folds into it
     (epilogues.py): its kernel.gemm's epilogue, the bias a buffer."""
