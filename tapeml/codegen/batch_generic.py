@@ -37,7 +37,8 @@ from tapeml.dialects.kernel import GemmSpec, declared_kernels
 from tapeml.profile import record
 from tapeml.transforms.to_llvm import SYMBOL_PREFIX
 
-LITERAL = re.compile(r'(?<![\w.%@"#!$-])(-?\d+(?:\.\d+(?:e[+-]?\d+)?)?|0x[0-9A-Fa-f]{16})(?![\w."])')
+LITERAL = re.compile(r'(?<![\w.%@"#!$-])(-?\d+(?:\.\d+(?:e[+-]?\d+)?)?|0x[0-9A-Fa-f]{16})'
+                     r'(?![\w."])')
 """A numeric literal of LLVM IR text (an integer, a float in decimal or hex), not a part of a
 name (`%".12"`, `@"tapeml_gemm_f32_m16..."`), an attribute group (`#0`), metadata (`!3`) or a
 type (`i64`)."""
