@@ -5,11 +5,11 @@ leading axis. The first call at a batch size B traces the function at B and at 2
 where those two lower otherwise, at B + 1), lowers both with loops whose structure no batch
 size changes (tape-to-loops' and outline-parallel-loops' `any_batch`), and compiles the
 template of the two (tapeml/codegen/batch_generic.py): the program's machine code with
-every value that differs between them loaded from a small module of the batch's own. A later call at a new batch size traces and lowers the function at that size
-(tapeml's passes, no LLVM optimization) and, where its lowering is an instance of the
-template, compiles only that module. Where it is not (the lowering decided something otherwise
-at that size), or where no template could be made, the call compiles as `jit` does without
-the option.
+every value that differs between them loaded from a small module of the batch's own. A later
+call at a new batch size traces and lowers the function at that size (tapeml's passes, no
+LLVM optimization) and, where its lowering is an instance of the template, compiles only that
+module. Where it is not (the lowering decided something otherwise at that size), or where no
+template could be made, the call compiles as `jit` does without the option.
 """
 
 from __future__ import annotations
