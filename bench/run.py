@@ -211,7 +211,7 @@ def _cnn():
     def loss(p, x, y):
         h = nn.max_pool2d(ops.relu(nn.conv2d(x, p["c1"]["W"], p["c1"]["b"], padding=1)), 2)
         h = nn.max_pool2d(ops.relu(nn.conv2d(h, p["c2"]["W"], p["c2"]["b"], padding=1)), 2)
-        return nn.softmax_cross_entropy(nn.linear(p["out"], ops.reshape(h, (64, -1))), y)
+        return nn.softmax_cross_entropy(nn.linear(p["out"], ops.reshape(h, (h.shape[0], -1))), y)
 
     return loss, params, x, y
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from tapeml.codegen import Compiled
 from tapeml.codegen.gemm import host_threads
+from tapeml.errors import ShapeError, TracingError
 from tapeml.frontend.program import Spec, trace
 from tapeml.tracing.pytree import TreeDef, flatten, unflatten
 
@@ -62,11 +63,11 @@ class BatchSizes:
 
     def compile(self, backend: Any, fn: Callable, args: tuple[tuple, dict], tree: TreeDef,
                 leaves: list[Any], specs: tuple, static_key: Any, batch: set[int]
-                ) -> tuple[TreeDef, Compiled, str] | None:
+                ) -> tuple[tuple[TreeDef, Compiled] | None, str]:
         """`fn` compiled for `args` (the dynamic arguments and keywords; flattened: `tree`,
         `leaves`, their `specs`) through its batch-generic program, made here if the family
-        has none yet: its out tree, the program and what happened; None where the family
-        makes none or this batch size is no instance of it."""
+        has none yet: its out tree and the program, or None where the family makes none or this
+        batch size is no instance of it; and what happened, for explain() ("" if nothing)."""
         from tapeml.codegen.batch_generic import GenericProgram, Lowered  # (loads LLVM)
 
         size = _batch_size(leaves, batch)
@@ -75,25 +76,35 @@ class BatchSizes:
         threads = host_threads()
         program = self.programs.get(family, False)
         if program is None:
-            return None
+            return None, ""
         traced = trace(fn, *args[0], **args[1])
         lowered = Lowered.of(backend, traced.module, threads)
         if program is False:
+            why = "its lowerings at other batch sizes differ beyond their values"
             for other in _second_sizes(size):
                 at = unflatten(tree, [Spec((other, *np.shape(x)[1:]), x.dtype)
                                       if i in batch else x for i, x in enumerate(leaves)])
-                second = Lowered.of(backend, trace(fn, *at[0], **at[1]).module, threads)
-                program = GenericProgram.compile(lowered, second)
+                try:
+                    second = trace(fn, *at[0], **at[1])
+                except (ShapeError, TracingError) as error:  # (a batch size written in `fn`)
+                    why = f"it does not trace at batch size {other}: {error}"
+                    program = None
+                    break
+                program = GenericProgram.compile(lowered,
+                                                 Lowered.of(backend, second.module, threads))
                 if program is not None:
                     break
             self.programs[family] = program
             if program is None:
-                return None
+                return None, f"batch-generic: none, {why.splitlines()[0]}"
             how = f"batch-generic: compiled at batch sizes {size} and {other}"
         else:
             how = f"batch-generic: batch size {size} an instance of the compiled program"
         native = program.instance(lowered)
-        return None if native is None else (traced.out_tree, native, how)
+        if native is None:
+            return None, (f"batch-generic: batch size {size} lowers otherwise than the compiled "
+                          "program; compiled on its own")
+        return (traced.out_tree, native), how
 
 
 def _second_sizes(size: int) -> tuple[int, ...]:

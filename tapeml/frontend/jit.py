@@ -162,15 +162,16 @@ class Jitted:
             self.log.append(self._why((tree, specs), static))
             with _no_cycle_collection():
                 fn = self._with_static(static, positions)
-                generic = None if self.batch is None else self.batch.compile(
+                generic, note = (None, "") if self.batch is None else self.batch.compile(
                     self.backend, fn, (dynamic, kwargs), tree, leaves, specs, static_key,
                     self.batch.batch_leaves(args, positions, dynamic))
-                if generic is not None:
-                    entry = generic[:2]
-                    self.log[-1] += "; " + generic[2]
-                else:
+                if note:
+                    self.log[-1] += "; " + note
+                if generic is None:
                     program = trace(fn, *dynamic, **kwargs)
-                    entry = (program.out_tree, self.backend.compile(program.module, owned=True))
+                    generic = (program.out_tree,
+                               self.backend.compile(program.module, owned=True))
+                entry = generic
             if getattr(entry[1], "origin", None) == "disk cache":
                 self.log[-1] += "; its machine code came from the disk cache"
             if (describe := getattr(entry[1], "describe", None)) is not None:
