@@ -120,14 +120,14 @@ def _outline(module: ModuleOp, function: func.FuncOp, name: str, nest: Operation
     return outlined
 
 
-def _repeated(keyed: Iterable[tuple[Hashable | None, T]]) -> list[list[T]]:
-    """The items that share a key with another (None: no key), grouped, in order of first
-    appearance."""
+def _repeated(keyed: Iterable[tuple[Hashable | None, T]], least: int = 2) -> list[list[T]]:
+    """The items that share a key with `least` - 1 others or more (None: no key), grouped, in
+    order of first appearance."""
     groups: defaultdict[Hashable, list[T]] = defaultdict(list)
     for key, item in keyed:
         if key is not None:
             groups[key].append(item)
-    return [members for members in groups.values() if len(members) > 1]
+    return [members for members in groups.values() if len(members) >= least]
 
 
 MAY_ALIAS_ATTR = "tapeml.may_alias"
@@ -281,9 +281,11 @@ class Merged:
                 f"{self.parts} thread-pool parts were the same as another")
 
 
-def merge_loop_nests(module: ModuleOp, merge_runs: bool = True) -> Merged:
+def merge_loop_nests(module: ModuleOp, merge_runs: bool = True, every: bool = False
+                     ) -> Merged:
     """Merge the repeated loop nests, runs of ops (if `merge_runs`) and outlined functions of
-    `module`'s functions (see the module doc)."""
+    `module`'s functions (see the module doc); `every`: each nest a function, repeated or
+    not."""
     functions = [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]
     merged_parts, called = _merge_functions(module, functions)
     calls = outlined = run_calls = runs = 0
@@ -291,8 +293,9 @@ def merge_loop_nests(module: ModuleOp, merge_runs: bool = True) -> Merged:
         if function.parent is not None and function.sym_name.data not in called:
             nests = [op for op in function.body.block.ops
                      if isinstance(op, scf.ParallelOp | scf.ForOp) and not op.results]
-            for members in _repeated((_nest_key(op, external), (op, external)) for op in nests
-                                     for external in [external_values([op])]):
+            keyed = [(_nest_key(op, external), (op, external)) for op in nests
+                     for external in [external_values([op])]]
+            for members in _repeated(keyed, least=1 if every else 2):
                 name = f"{function.sym_name.data}_nest{outlined}"
                 first, external = members[0]
                 buffers = [v for v in external if isinstance(v.type, MemRefType)]
@@ -360,10 +363,14 @@ class MergeLoopNestsPass(ModulePass):
 
     runs: bool = True
     """Merge the runs of ops that repeat (a model's layers), not only the loop nests."""
+    every: bool = False
+    """Every nest a function, even one that occurs once (a program for every batch size,
+    jit's batch_argnums: its buffers are views of the arena at offsets read from memory, which
+    LLVM cannot tell apart inline, and a function's buffer parameters are noalias)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.run(op)
 
     def run(self, module: ModuleOp) -> Merged:
-        return merge_loop_nests(module, self.runs)
+        return merge_loop_nests(module, self.runs, self.every)
 

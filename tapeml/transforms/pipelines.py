@@ -53,12 +53,10 @@ def cpu_pipeline(fuse: bool = True, libm: bool = False, threads: int = 1, tidy: 
                          concat_in_place=True, gemm_epilogues=True, window_convs=True,
                          pixel_rows=True, any_batch=any_batch),
              "loops"),
-        # (any_batch, on one thread too: an outlined loop's buffers are parameters, noalias,
-        # where inline they are views of the arena at offsets LLVM cannot see apart)
         *([Step(OutlineParallelLoopsPass(any_batch=any_batch), "outlined loops")]
-          if threads > 1 or any_batch else []),
+          if threads > 1 else []),
         Step(PlanArenaPass(), "arena"),
-        Step(MergeLoopNestsPass()),
+        Step(MergeLoopNestsPass(every=any_batch)),
         Step(ConvertScfToCfPass()),
         *([Step(CanonicalizePass()), Step(CommonSubexpressionElimination())] if tidy else []),
         Step(ConvertLoopsToLLVMPass(threads=threads), "llvm dialect"),
