@@ -205,3 +205,31 @@ def test_a_function_that_writes_its_batch_size_compiles_per_batch_size():
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
     assert f(w, x) == np.float32((x @ w).sum())
     assert "batch-generic: none, it does not trace at batch size 9" in f.explain()
+
+
+def test_the_template_comes_from_the_disk_cache_and_a_damaged_entry_is_compiled_again(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("TAPEML_CACHE", "1")
+    monkeypatch.setenv("TAPEML_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(2)
+    params = _params(rng)
+    x, y = _batch(rng, 12)
+    step = tapeml.value_and_grad(_loss)
+
+    def first_call() -> tuple[object, list[str]]:
+        with compiled_for_threads(1), tapeml.profile() as stages:
+            out = tapeml.jit(step, batch_argnums=(1, 2))(params, x, y)
+        return out, [str(s) for s in stages]
+
+    compiled, stages = first_call()
+    assert any("LLVM O2 (batch-generic)" in s for s in stages)
+    cached, stages = first_call()
+    assert any("disk cache: hit" in s for s in stages)
+    assert not any("LLVM O2 (batch-generic)" in s for s in stages)
+    assert _same(cached, compiled)
+    for entry in tmp_path.rglob("*"):  # every entry damaged: each is found out and rebuilt
+        if entry.is_file():
+            entry.write_bytes(entry.read_bytes()[:-7] + b"garbage")
+    again, stages = first_call()
+    assert any("LLVM O2 (batch-generic)" in s for s in stages)
+    assert _same(again, compiled)

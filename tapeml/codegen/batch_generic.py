@@ -14,7 +14,8 @@ GEMM callers (under the template's names for them, `canonical`) is all that is c
 Nothing is assumed about how a batch size shapes the program: a batch whose lowering differs
 anywhere else (a decision made otherwise, a type's size) is no instance, and is compiled as a
 program of its own. A template that LLVM rejects (a slot where only a constant may stand)
-is no template.
+is no template. A template's object code is kept in the disk cache, keyed by its text (and
+what else determines machine code: tapeml's sources, xDSL's version, the CPU, LLVM).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm_binding
 from xdsl.dialects.builtin import ModuleOp
 
-from tapeml.codegen import cpu, data, llvm_worker
+from tapeml.codegen import cpu, data, disk_cache, llvm_worker
 from tapeml.codegen.arguments import Argument, signature
 from tapeml.codegen.cpu import CPUBackend, Native
 from tapeml.codegen.gemm import POOL, Target, variant
@@ -206,6 +207,14 @@ class GenericProgram:
         template = Template.of(first.text, second.text, f"{SYMBOL_PREFIX}{first.name}.")
         if template is None:
             return None
+        cache = disk_cache.default()
+        key = disk_cache.key("cpu batch-generic", template.text, disk_cache.sources_digest(),
+                             f"xdsl {disk_cache.xdsl_version()}", *cpu.machine_key())
+        started = time.perf_counter()
+        payload = None if cache is None else cache.get(key)
+        if payload is not None and payload[:1] in (b"0", b"1"):
+            record("disk cache: hit", None, started, str(cache.path(key)))
+            return cls(template, payload[1:], payload[:1] == b"1")
         with cpu.LLVM_LOCK:
             started = time.perf_counter()
             machine = target_machine()
@@ -221,7 +230,10 @@ class GenericProgram:
             started = time.perf_counter()
             code = llvm_worker.emit(machine, parsed, strength_reduction=False)
             record("machine code (batch-generic)", None, started)
-        return cls(template, code, any(f.name == POOL for f in parsed.functions))
+        pooled = any(f.name == POOL for f in parsed.functions)
+        if cache is not None:  # (whether it calls the pool, then its object code)
+            cache.put(key, (b"1" if pooled else b"0") + code)
+        return cls(template, code, pooled)
 
     def instance(self, lowered: Lowered) -> Native | None:
         """The program at `lowered`'s batch size: the template's code with that batch's values
