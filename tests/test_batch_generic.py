@@ -207,29 +207,38 @@ def test_a_function_that_writes_its_batch_size_compiles_per_batch_size():
     assert "batch-generic: none, it does not trace at batch size 9" in f.explain()
 
 
-def test_the_template_comes_from_the_disk_cache_and_a_damaged_entry_is_compiled_again(
+def test_a_new_process_finds_the_program_in_the_disk_cache_and_damage_is_compiled_again(
         tmp_path, monkeypatch):
-    monkeypatch.setenv("TAPEML_CACHE", "1")
-    monkeypatch.setenv("TAPEML_CACHE_DIR", str(tmp_path))
     rng = np.random.default_rng(2)
     params = _params(rng)
-    x, y = _batch(rng, 12)
+    at = {n: _batch(rng, n) for n in (12, 20)}
     step = tapeml.value_and_grad(_loss)
+    with compiled_for_threads(1):  # (the disk cache off, as conftest.py sets it)
+        want = {n: tapeml.jit(step, batch_argnums=(1, 2))(params, *at[n]) for n in at}
+    monkeypatch.setenv("TAPEML_CACHE", "1")
+    monkeypatch.setenv("TAPEML_CACHE_DIR", str(tmp_path))
 
-    def first_call() -> tuple[object, list[str]]:
+    def first_call(n: int) -> tuple[object, list[str], str]:
+        # a new jit, as a new process makes: nothing of the earlier ones in memory
+        f = tapeml.jit(step, batch_argnums=(1, 2))
         with compiled_for_threads(1), tapeml.profile() as stages:
-            out = tapeml.jit(step, batch_argnums=(1, 2))(params, x, y)
-        return out, [str(s) for s in stages]
+            out = f(params, *at[n])
+        return out, [str(s) for s in stages], f.explain()
 
-    compiled, stages = first_call()
+    compiled, stages, _ = first_call(12)
     assert any("LLVM O2 (batch-generic)" in s for s in stages)
-    cached, stages = first_call()
-    assert any("disk cache: hit" in s for s in stages)
-    assert not any("LLVM O2 (batch-generic)" in s for s in stages)
+    assert _same(compiled, want[12])
+    cached, stages, log = first_call(12)  # the instance and its template: no pass runs
+    assert "batch size 12 from the disk cache" in log
+    assert not any("tape-to-loops" in s or "LLVM O2" in s for s in stages), stages
     assert _same(cached, compiled)
+    other, stages, log = first_call(20)  # another size: lowered, the template's code cached
+    assert "compiled at batch sizes 20 and 41" in log
+    assert not any("LLVM O2" in s for s in stages), stages
+    assert _same(other, want[20])
     for entry in tmp_path.rglob("*"):  # every entry damaged: each is found out and rebuilt
         if entry.is_file():
             entry.write_bytes(entry.read_bytes()[:-7] + b"garbage")
-    again, stages = first_call()
+    again, stages, _ = first_call(12)
     assert any("LLVM O2 (batch-generic)" in s for s in stages)
     assert _same(again, compiled)

@@ -14,16 +14,17 @@ GEMM callers (under the template's names for them, `canonical`) is all that is c
 Nothing is assumed about how a batch size shapes the program: a batch whose lowering differs
 anywhere else (a decision made otherwise, a type's size) is no instance, and is compiled as a
 program of its own. A template that LLVM rejects (a slot where only a constant may stand)
-is no template. A template's object code is kept in the disk cache, keyed by its text (and
-what else determines machine code: tapeml's sources, xDSL's version, the CPU, LLVM).
+is no template. The disk cache keeps templates and instances (GenericProgram).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import llvmlite.binding as llvm_binding
 from xdsl.dialects.builtin import ModuleOp
@@ -166,7 +167,8 @@ def _with_loads(text: str, prefix: str, types: list[str]) -> str | None:
 class Lowered:
     """A program through tapeml's passes as canonical LLVM IR text, and what its instance
     needs: its signature, its arena's bytes, its data (every constant detached: a constant's
-    size may depend on the batch) and its GEMM callers' specs in the text's order."""
+    size may depend on the batch) and its GEMM callers' specs in the text's order; `key`, its
+    instance's in the disk cache (by the traced program: `GenericProgram.cached`)."""
 
     name: str
     inputs: list[Argument]
@@ -175,10 +177,13 @@ class Lowered:
     arena_bytes: int
     detached: dict[str, bytes]
     specs: list[GemmSpec]
+    key: str
 
     @classmethod
-    def of(cls, backend: CPUBackend, module: ModuleOp, threads: int) -> Lowered:
+    def of(cls, backend: CPUBackend, module: ModuleOp, threads: int, key: str = ""
+           ) -> Lowered:
         name, inputs, outputs = signature(module)
+        key = key or instance_key(backend, module, threads)
         module, arena_bytes, _, _ = backend.passes(module, name, threads, Stages(False),
                                                    in_place=True, any_batch=True)
         detached = data.detach(module, larger_than=0)
@@ -189,19 +194,32 @@ class Lowered:
         kernels = declared_kernels(module)
         text, order = canonical(text, kernels, f"{SYMBOL_PREFIX}{name}.")
         return cls(name, inputs, outputs, text, arena_bytes, detached,
-                   [kernels[symbol] for symbol in order])
+                   [kernels[symbol] for symbol in order], key)
+
+
+def instance_key(backend: CPUBackend, module: ModuleOp, threads: int) -> str:
+    """The disk cache's key for the instance of the traced program `module` (the tape
+    dialect): what determines its lowering."""
+    return disk_cache.key("cpu batch-generic instance", disk_cache.program_text(module),
+                          f"fuse={backend.fuse} libm={backend.libm} threads={threads}",
+                          disk_cache.sources_digest(), f"xdsl {disk_cache.xdsl_version()}",
+                          *cpu.machine_key())
 
 
 class GenericProgram:
-    """A template's machine code (compiled once) and its instances, one per batch size."""
+    """A template's machine code (compiled once) and its instances, one per batch size. The
+    disk cache keeps the template (its two lowerings' texts and its object code, keyed by its
+    text) and each instance (its values, GEMM callers, arena and data, keyed by the traced
+    program: `instance_key`), so that a new process's call at a batch size seen before links
+    it without lowering anything."""
 
-    def __init__(self, template: Template, code: bytes, pooled: bool) -> None:
-        self.template, self.code, self.pooled = template, code, pooled
+    def __init__(self, template: Template, code: bytes, pooled: bool, key: str) -> None:
+        self.template, self.code, self.pooled, self.key = template, code, pooled, key
 
     @classmethod
     def compile(cls, first: Lowered, second: Lowered) -> GenericProgram | None:
-        """The template of two lowerings of one program at two batch sizes, compiled; None
-        where they make none (see the module doc)."""
+        """The template of two lowerings of one program at two batch sizes, compiled (or
+        from the disk cache); None where they make none (see the module doc)."""
         if first.name != second.name or len(first.specs) != len(second.specs):
             return None
         template = Template.of(first.text, second.text, f"{SYMBOL_PREFIX}{first.name}.")
@@ -210,11 +228,8 @@ class GenericProgram:
         cache = disk_cache.default()
         key = disk_cache.key("cpu batch-generic", template.text, disk_cache.sources_digest(),
                              f"xdsl {disk_cache.xdsl_version()}", *cpu.machine_key())
-        started = time.perf_counter()
-        payload = None if cache is None else cache.get(key)
-        if payload is not None and payload[:1] in (b"0", b"1"):
-            record("disk cache: hit", None, started, str(cache.path(key)))
-            return cls(template, payload[1:], payload[:1] == b"1")
+        if cache is not None and (found := cls._cached_template(cache, key, template)):
+            return found
         with cpu.LLVM_LOCK:
             started = time.perf_counter()
             machine = target_machine()
@@ -230,27 +245,91 @@ class GenericProgram:
             started = time.perf_counter()
             code = llvm_worker.emit(machine, parsed, strength_reduction=False)
             record("machine code (batch-generic)", None, started)
-        pooled = any(f.name == POOL for f in parsed.functions)
-        if cache is not None:  # (whether it calls the pool, then its object code)
-            cache.put(key, (b"1" if pooled else b"0") + code)
-        return cls(template, code, pooled)
+        program = cls(template, code, any(f.name == POOL for f in parsed.functions), key)
+        if cache is not None:
+            cache.put(key, cpu.pack({"pooled": program.pooled, "prefix": template.prefix},
+                                    [code, first.text.encode(), second.text.encode()]))
+        return program
+
+    @classmethod
+    def _cached_template(cls, cache: Any, key: str, template: Template | None = None
+                         ) -> GenericProgram | None:
+        """The template the disk cache holds under `key` (`template` where it is known: its
+        code alone is read), or None."""
+        started = time.perf_counter()
+        payload = cache.get(key)
+        unpacked = None if payload is None else cpu.unpack(payload)
+        if unpacked is None or len(unpacked[1]) != 3:
+            return None
+        meta, (code, first, second) = unpacked
+        if template is None:
+            template = Template.of(first.decode(), second.decode(), str(meta.get("prefix")))
+        if template is None:
+            return None
+        record("disk cache: hit", None, started, str(cache.path(key)))
+        return cls(template, code, bool(meta.get("pooled")), key)
+
+    @classmethod
+    def cached(cls, key: str, inputs: list[Argument], outputs: list[Argument],
+               program: GenericProgram | None = None
+               ) -> tuple[GenericProgram, Native] | None:
+        """The instance the disk cache holds under `key` (instance_key), linked with its
+        template (`program` where it is that one, else the cache's); None where it holds
+        none, or not whole."""
+        cache = disk_cache.default()
+        payload = None if cache is None else cache.get(key)
+        unpacked = None if payload is None else cpu.unpack(payload)
+        if unpacked is None:
+            return None
+        meta = unpacked[0]
+        try:
+            template_key, name = str(meta["template"]), str(meta["name"])
+            values = [str(v) for v in meta["values"]]
+            specs = [GemmSpec(**{k: tuple(v) if isinstance(v, list) else v
+                                 for k, v in fields.items()}) for fields in meta["specs"]]
+            arena_bytes = int(meta["arena_bytes"])
+            keys = {str(k): str(v) for k, v in meta["data"].items()}
+        except (KeyError, TypeError, ValueError):
+            return None
+        if program is None or program.key != template_key:
+            program = cls._cached_template(cache, template_key)
+        detached = data.fetch(cache, keys)
+        if program is None or detached is None or len(values) != len(program.template.types):
+            return None
+        return program, program.link(name, inputs, outputs, values, specs, arena_bytes,
+                                     detached)
 
     def instance(self, lowered: Lowered) -> Native | None:
         """The program at `lowered`'s batch size: the template's code with that batch's values
-        and GEMM callers; None if `lowered` is no instance of the template."""
+        and GEMM callers (kept in the disk cache under `lowered.key`); None if `lowered` is no
+        instance of the template."""
         values = self.template.values(lowered.text)
         if values is None:
             return None
+        native = self.link(lowered.name, lowered.inputs, lowered.outputs, values,
+                           lowered.specs, lowered.arena_bytes, lowered.detached)
+        cache = disk_cache.default()
+        if cache is not None:
+            cache.put(lowered.key, cpu.pack({
+                "template": self.key, "name": lowered.name, "values": values,
+                "specs": [dataclasses.asdict(spec) for spec in lowered.specs],
+                "arena_bytes": lowered.arena_bytes,
+                "data": data.store(cache, lowered.detached)}, []))
+        return native
+
+    def link(self, name: str, inputs: list[Argument], outputs: list[Argument],
+             values: list[str], specs: list[GemmSpec], arena_bytes: int,
+             detached: dict[str, bytes]) -> Native:
+        """The template's code linked with a module of `values` and the callers of `specs`."""
         started = time.perf_counter()
-        prefix = f"{SYMBOL_PREFIX}{lowered.name}."
-        names = [f"{prefix}gemm.{n}" for n in range(len(lowered.specs))]
+        prefix = f"{SYMBOL_PREFIX}{name}."
+        names = [f"{prefix}gemm.{n}" for n in range(len(specs))]
         host = Target.host()
-        variants = sorted({variant(spec, host) for spec in lowered.specs},
-                          key=lambda v: v.symbol)
-        transposed = cpu.stores_transposed(lowered.specs, host)
+        variants = sorted({variant(spec, host) for spec in specs}, key=lambda v: v.symbol)
+        transposed = cpu.stores_transposed(specs, host)
         with cpu.LLVM_LOCK:
             machine = target_machine()
-            text = cpu.callers_text(lowered.specs, names=names) + "\n" + \
+            text = cpu.callers_text(specs, names=names) + "\n" + \
                 self.template.data_module(values)
             parsed = llvm_binding.parse_assembly(text)
             parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
@@ -260,13 +339,12 @@ class GenericProgram:
             if self.pooled:
                 cpu.load_pool()
             engine = cpu.object_engine(self.code, code)
-            address = engine.get_function_address(SYMBOL_PREFIX + lowered.name)
+            address = engine.get_function_address(SYMBOL_PREFIX + name)
             scratch = cpu.bind_scratch(engine, names)
-            bound = data.bind(engine, lowered.detached)
-        native = Native(lowered.name, lowered.inputs, lowered.outputs, engine,
-                        cpu.entry(address, lowered.inputs, lowered.outputs),
-                        lowered.arena_bytes, scratch, names, variants, transposed,
-                        origin="batch-generic", data=lowered.detached, bound=bound)
+            bound = data.bind(engine, detached)
+        native = Native(name, inputs, outputs, engine, cpu.entry(address, inputs, outputs),
+                        arena_bytes, scratch, names, variants, transposed,
+                        origin="batch-generic", data=detached, bound=bound)
         native.pooled = self.pooled
         record("batch-generic instance", None, started,
                f"{len(values)} values, {len(names)} GEMM callers")

@@ -861,7 +861,7 @@ class CPUBackend:
                                         Stages(stages), profile=profile, in_place=owned)
         if cache is not None:
             started = time.perf_counter()
-            cache.put(key, _pack({"name": name, "arena_bytes": native.arena_bytes,
+            cache.put(key, pack({"name": name, "arena_bytes": native.arena_bytes,
                                   "kernels": native.kernels,
                                   "variants": [dataclasses.astuple(v) for v in native.variants],
                                   "transposed": [dataclasses.astuple(v)
@@ -969,31 +969,37 @@ def entry(address: int, inputs: list[Argument], outputs: list[Argument]) -> Any:
     return c_type(address)
 
 
-def _pack(meta: dict[str, Any], objects: list[bytes]) -> bytes:
+def pack(meta: dict[str, Any], objects: list[bytes]) -> bytes:
     """A cache entry's payload: its metadata as JSON (with the objects' lengths),
     length-prefixed, then the object code, one object after another."""
     text = json.dumps({**meta, "objects": [len(code) for code in objects]}).encode()
     return struct.pack("<Q", len(text)) + text + b"".join(objects)
 
 
-def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argument],
-          cache: Any) -> Native | None:
-    """A cache entry's program, linked into a new engine; None if it is not `name`'s (or its
-    data is no longer in `cache`)."""
-    (length,) = struct.unpack_from("<Q", payload)
+def unpack(payload: bytes) -> tuple[dict[str, Any], list[bytes]] | None:
+    """`pack`'s metadata and objects; None if `payload` is not what it wrote."""
     try:
+        (length,) = struct.unpack_from("<Q", payload)
         meta = json.loads(payload[8:8 + length])
-    except ValueError:
-        return None
-    if not isinstance(meta, dict) or meta.get("name") != name:
-        return None
-    try:
         objects, start = [], 8 + length
         for size in meta["objects"]:
             objects.append(payload[start:start + int(size)])
             start += int(size)
-        if start != len(payload):
-            return None
+    except (ValueError, struct.error, KeyError, TypeError):
+        return None
+    return (meta, objects) if start == len(payload) else None
+
+
+def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argument],
+          cache: Any) -> Native | None:
+    """A cache entry's program, linked into a new engine; None if it is not `name`'s (or its
+    data is no longer in `cache`)."""
+    unpacked = unpack(payload)
+    if unpacked is None or not isinstance(unpacked[0], dict) or \
+            unpacked[0].get("name") != name:
+        return None
+    meta, objects = unpacked
+    try:
         variants = [Variant(*fields) for fields in meta["variants"]]
         transposed = ({Variant(*fields) for fields in meta["transposed"]}
                       if "transposed" in meta else set(variants))

@@ -68,7 +68,8 @@ class BatchSizes:
         `leaves`, their `specs`) through its batch-generic program, made here if the family
         has none yet: its out tree and the program, or None where the family makes none or this
         batch size is no instance of it; and what happened, for explain() ("" if nothing)."""
-        from tapeml.codegen.batch_generic import GenericProgram, Lowered  # (loads LLVM)
+        from tapeml.codegen.arguments import signature  # (these load LLVM)
+        from tapeml.codegen.batch_generic import GenericProgram, Lowered, instance_key
 
         size = _batch_size(leaves, batch)
         family = (tree, tuple(((None, *spec[0][1:]), spec[1]) if i in batch else spec
@@ -78,7 +79,14 @@ class BatchSizes:
         if program is None:
             return None, ""
         traced = trace(fn, *args[0], **args[1])
-        lowered = Lowered.of(backend, traced.module, threads)
+        key = instance_key(backend, traced.module, threads)
+        found = GenericProgram.cached(key, *signature(traced.module)[1:],
+                                      program=program or None)
+        if found is not None:  # (seen at this batch size by another process)
+            self.programs[family] = found[0]
+            return (traced.out_tree, found[1]), (f"batch-generic: batch size {size} from the "
+                                                 "disk cache")
+        lowered = Lowered.of(backend, traced.module, threads, key)
         if program is False:
             why = "its lowerings at other batch sizes differ beyond their values"
             for other in _second_sizes(size):
