@@ -242,3 +242,24 @@ def test_a_new_process_finds_the_program_in_the_disk_cache_and_damage_is_compile
     again, stages, _ = first_call(12)
     assert any("LLVM O2 (batch-generic)" in s for s in stages)
     assert _same(again, compiled)
+
+
+def test_outputs_that_lead_with_the_batch_and_static_arguments_beside_it():
+    def predict(scale, params, x):
+        h = np.tanh(x @ params["W1"] + params["b1"]) * scale
+        return h @ params["W2"] + params["b2"], h.sum(axis=0)
+
+    rng = np.random.default_rng(3)
+    params = _params(rng)
+    with compiled_for_threads(1):
+        f = tapeml.jit(predict, static_argnums=0, batch_argnums=2)
+        for n in (16, 40, 24):
+            x = rng.standard_normal((n, 20)).astype(np.float32)
+            logits, total = f(0.5, params, x)
+            assert logits.shape == (n, 5) and total.shape == (32,)
+            h = np.tanh(x @ params["W1"] + params["b1"]) * np.float32(0.5)
+            np.testing.assert_allclose(logits, h @ params["W2"] + params["b2"], rtol=1e-5,
+                                       atol=1e-6)
+            np.testing.assert_allclose(total, h.sum(axis=0), rtol=1e-5, atol=1e-5)
+        log = f.explain().split("\n")
+    assert all("an instance of the compiled program" in line for line in log[1:]), log
