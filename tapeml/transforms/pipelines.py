@@ -101,10 +101,14 @@ class TapeToLLVMPass(ModulePass):
     work to LLVM)."""
     weight_runs: bool = True
     """tape-to-loops' (jit: the host's choice, Target.weight_runs)."""
+    any_batch: bool = False
+    """Loops for every batch size (jit's batch_argnums): tape-to-loops{any_batch},
+    outline-parallel-loops{any_batch}, merge-loop-nests{every}."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         apply_pipeline(cpu_pipeline(self.fuse, self.libm, self.threads, self.tidy,
-                                    weight_runs=self.weight_runs), ctx, op)
+                                    weight_runs=self.weight_runs, any_batch=self.any_batch),
+                       ctx, op)
 
 
 @dataclass(frozen=True)
