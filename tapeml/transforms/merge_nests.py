@@ -104,8 +104,10 @@ def structure(ops: list[Operation], external: list[SSAValue], any_type: bool = F
 
 
 def _outline(module: ModuleOp, function: func.FuncOp, name: str, nest: Operation,
-             buffers: list[SSAValue], external: list[SSAValue]) -> func.FuncOp:
-    """A function of `buffers` running a clone of `nest` (its constants cloned in)."""
+             buffers: list[SSAValue], external: list[SSAValue], move: bool = False
+             ) -> func.FuncOp:
+    """A function of `buffers` running a clone of `nest` (its constants cloned in); `move`:
+    the nest itself, taken out of `function` (the nest of no other copy: no clone needed)."""
     entry = Block(arg_types=[b.type for b in buffers])
     mapping: dict[SSAValue, SSAValue] = dict(zip(buffers, entry.args, strict=True))
     for value in external:
@@ -113,7 +115,13 @@ def _outline(module: ModuleOp, function: func.FuncOp, name: str, nest: Operation
             clone = constant_op(value).clone()
             entry.add_op(clone)
             mapping[value] = clone.result
-    entry.add_op(nest.clone(value_mapper=mapping))
+    if move:
+        nest.detach()
+        for old, new in mapping.items():
+            old.replace_uses_with_if(new, lambda use: nest.is_ancestor(use.operation))
+        entry.add_op(nest)
+    else:
+        entry.add_op(nest.clone(value_mapper=mapping))
     entry.add_op(func.ReturnOp())
     outlined = func.FuncOp(name, ([b.type for b in buffers], []), Region(entry))
     module.body.block.insert_op_after(outlined, function)
@@ -299,19 +307,30 @@ def merge_loop_nests(module: ModuleOp, merge_runs: bool = True, every: bool = Fa
                 name = f"{function.sym_name.data}_nest{outlined}"
                 first, external = members[0]
                 buffers = [v for v in external if isinstance(v.type, MemRefType)]
-                _outline(module, function, name, first, buffers, external)
                 outlined += 1
+                if len(members) == 1:  # (`every`'s nest that occurs once: moved, not copied)
+                    function.body.block.insert_op_before(call(name, buffers), first)
+                    _outline(module, function, name, first, buffers, external, move=True)
+                    calls += 1
+                    _erase_unused(external)
+                    continue
+                _outline(module, function, name, first, buffers, external)
                 for op, ext in members:
                     Rewriter.replace_op(op, call(
                         name, [v for v in ext if isinstance(v.type, MemRefType)]))
                     calls += 1
-                    for value in ext:  # its bounds and constants, now used by nothing
-                        if (constant := constant_op(value)) is not None and not value.uses:
-                            Rewriter.erase_op(constant)
+                    _erase_unused(ext)
             if merge_runs:
                 merged_calls, merged = _merge_runs(module, function, runs)
                 run_calls, runs = run_calls + merged_calls, runs + merged
     return Merged(calls, outlined, run_calls, runs, merged_parts)
+
+
+def _erase_unused(external: list[SSAValue]) -> None:
+    """The constants among a nest's outside values (its bounds, ...) that nothing uses now."""
+    for value in external:
+        if (constant := constant_op(value)) is not None and not value.uses:
+            Rewriter.erase_op(constant)
 
 
 def _nest_key(nest: Operation, external: list[SSAValue]) -> Hashable | None:
