@@ -350,7 +350,8 @@ def compile_scaling(rounds: int) -> None:
                          cores=core, cache=tempfile.mkdtemp(prefix="tapeml-bench-batch-"))
                  for _ in range(rounds)]
         first, then = (statistics.median(p[i] for p in pairs) for i in (0, 1))
-        label = f"C GPT {DEPTHS[0]} layers, batch 8 after 16" + (", batch_argnums" * bool(how))
+        label = (f"C GPT {DEPTHS[0]} layers, batch 8 after 16" if not how else
+                 "  ... jitted with batch_argnums")
         print(f"{label:<34}{then:>12.3f} s ({then / first:.2f} of its first call, "
               f"{first:.3f} s; {then / base:.2f} of the cold one above)")
 

@@ -1,15 +1,16 @@
 """One program's machine code for every batch size: LLVM IR whose batch-dependent literals are
 loads of globals a small module defines per batch.
 
-A step compiled with `jit(..., batch_argnums=...)` is lowered at its first batch B and at B + 1
-(tapeml's passes only, no LLVM work for the second). Where the two texts are the same but for
-some literals (loop bounds, arena offsets, element counts, a mean's divisor), those literals
-are the *slots*: the template (`Template.of`) is the first text with each slot a load of a
-global `@<program>batch.<n>`, at the entry of each function that reads it; it is optimized and
+A step compiled with `jit(..., batch_argnums=...)` is lowered at two batch sizes (B and 2B + 1:
+tapeml/frontend/batch_sizes.py), tapeml's passes only, with loops whose structure no batch
+size changes (cpu_pipeline's `any_batch`). Where the two texts are the same but for some
+literals (loop bounds, arena offsets, element counts, a mean's divisor), those literals are
+the *slots*: the template (`Template.of`) is the first text with each slot a load of a global
+`@<program>batch.<n>`, at the entry of each function that reads it; it is optimized and
 compiled once. A batch size's own instance is its lowered text, checked against the template
 (`Template.values`): every piece of text and every literal but the slots' must be the
-template's; then a module of the slots' values and the batch's
-GEMM callers (under the template's names for them, `canonical`) is all that is compiled for it.
+template's; then a module of the slots' values and the batch's GEMM callers (under the
+template's names for them, `canonical`) is all that is compiled for it.
 
 Nothing is assumed about how a batch size shapes the program: a batch whose lowering differs
 anywhere else (a decision made otherwise, a type's size) is no instance, and is compiled as a
@@ -77,6 +78,8 @@ def canonical(text: str, callers: Collection[str], prefix: str) -> tuple[str, li
 
 @dataclass
 class Template:
+    """Two lowerings' common text, with the literals in which they differ as slots."""
+
     text: str
     """The generic program's LLVM IR: every slot a load."""
     pieces: list[str]
