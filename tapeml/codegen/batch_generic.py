@@ -183,10 +183,10 @@ class Lowered:
     key: str
 
     @classmethod
-    def of(cls, backend: CPUBackend, module: ModuleOp, threads: int, key: str = ""
-           ) -> Lowered:
+    def of(cls, backend: CPUBackend, module: ModuleOp, threads: int, key: str) -> Lowered:
+        """`module` (the tape dialect, taken) lowered; `key`: instance_key's, or "" where the
+        disk cache is off."""
         name, inputs, outputs = signature(module)
-        key = key or instance_key(backend, module, threads)
         module, arena_bytes, _, _ = backend.passes(module, name, threads, Stages(False),
                                                    in_place=True, any_batch=True)
         detached = data.detach(module, larger_than=0)
@@ -202,7 +202,9 @@ class Lowered:
 
 def instance_key(backend: CPUBackend, module: ModuleOp, threads: int) -> str:
     """The disk cache's key for the instance of the traced program `module` (the tape
-    dialect): what determines its lowering."""
+    dialect): what determines its lowering; "" where the disk cache is off."""
+    if disk_cache.default() is None:
+        return ""
     return disk_cache.key("cpu batch-generic instance", disk_cache.program_text(module),
                           f"fuse={backend.fuse} libm={backend.libm} threads={threads}",
                           disk_cache.sources_digest(), f"xdsl {disk_cache.xdsl_version()}",
@@ -280,7 +282,7 @@ class GenericProgram:
         template (`program` where it is that one, else the cache's); None where it holds
         none, or not whole."""
         cache = disk_cache.default()
-        payload = None if cache is None else cache.get(key)
+        payload = None if cache is None or not key else cache.get(key)
         unpacked = None if payload is None else cpu.unpack(payload)
         if unpacked is None:
             return None
@@ -312,7 +314,7 @@ class GenericProgram:
         native = self.link(lowered.name, lowered.inputs, lowered.outputs, values,
                            lowered.specs, lowered.arena_bytes, lowered.detached)
         cache = disk_cache.default()
-        if cache is not None:
+        if cache is not None and lowered.key:
             cache.put(lowered.key, cpu.pack({
                 "template": self.key, "name": lowered.name, "values": values,
                 "specs": [dataclasses.asdict(spec) for spec in lowered.specs],

@@ -98,8 +98,8 @@ class BatchSizes:
                     why = f"it does not trace at batch size {other}: {error}"
                     program = None
                     break
-                program = GenericProgram.compile(lowered,
-                                                 Lowered.of(backend, second.module, threads))
+                program = GenericProgram.compile(
+                    lowered, Lowered.of(backend, second.module, threads, key=""))
                 if program is not None:
                     break
             self.programs[family] = program
