@@ -77,13 +77,27 @@ def _tensor_type(element: Attribute, shape: tuple[int, ...]) -> TensorType:
     return TensorType(element, list(shape))
 
 
+_CHECKED: dict[tuple[int, frozenset[str]], Attribute] = {}
+"""The types `tensor_of` found statically shaped tensors of the kinds, by identity (each kept
+here, so that its id is not another's)."""
+_CHECKED_MOST = 1 << 14
+
+
 def tensor_of(op: str, t: Attribute, kinds: frozenset[str], role: str = "operand"
               ) -> TensorType:
     """`t` as a statically shaped tensor whose element type is of one of `kinds`, or a
-    ShapeError naming `op`, the role and the element types it takes."""
+    ShapeError naming `op`, the role and the element types it takes. (A type found so once
+    is remembered by identity, with the kinds: tracing checks every operand of every op, a
+    fifth of the GPT step's trace when each check read the shape again.)"""
+    if _CHECKED.get((id(t), kinds)) is t:
+        return t  # type: ignore[return-value]  (checked before)
     ok = (isinstance(t, TensorType) and kind_of(t.get_element_type()) in kinds
           and all(d >= 0 for d in t.get_shape()))
-    if not ok:
+    if ok:
+        if len(_CHECKED) >= _CHECKED_MOST:
+            _CHECKED.clear()
+        _CHECKED[(id(t), kinds)] = t
+    else:
         names = [name for k in (BOOL, INT, FLOAT) if k in kinds for name in _NAMES[k]]
         allowed = " or ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " or " + \
             names[-1]
