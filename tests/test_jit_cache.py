@@ -8,6 +8,8 @@ import pytest
 
 import tapeml
 from tapeml import ops
+from tapeml.frontend import jit as jit_module
+from tapeml.tracing.pytree import flatten
 
 
 def _counting(fn):
@@ -102,6 +104,60 @@ def test_the_arrays_only_path_forgets_what_the_cache_drops():
         pass
 
     assert jitted(np.ones(3).view(Sub)).tolist() == [2.0] * 3  # a subclass: likewise
+
+
+def test_pytrees_of_arrays_find_their_compilation_by_structure_shapes_and_dtypes(monkeypatch):
+    """A call whose arguments are a pytree of arrays (a model's parameters) takes a fast path
+    keyed by its structure and each array's shape and dtype: a structure that differs (tuple
+    against list, another dict key, None in place of a node, a leaf's shape or dtype) is
+    another signature, compiled by the general path; the same one is found again, and drops
+    out with the cache's entry."""
+    def f(p, x):
+        return sum(ops.sum(v) for v in flatten(p)[0]) * 0.0 + ops.sum(x)
+
+    counted, calls = _counting(f)
+    jitted = tapeml.jit(counted, backend="interp", cache_size=8)
+    x = np.arange(3.0)
+    trees = [
+        [np.ones(2), {"a": np.ones(3), "b": (np.ones(1), None)}],
+        (np.ones(2), {"a": np.ones(3), "b": (np.ones(1), None)}),  # a tuple, not a list
+        [np.ones(2), {"a": np.ones(3), "c": (np.ones(1), None)}],  # another key
+        [np.ones(2), {"a": np.ones(3), "b": (np.ones(1), [])}],  # [] in place of None
+        [np.ones(2), {"a": np.ones(3), "b": (np.ones(2), None)}],  # a shape
+        [np.ones(2), {"a": np.ones(3, np.float32), "b": (np.ones(1), None)}],  # a dtype
+        [np.ones(2), {"a": np.ones(3), "b": (np.ones(1),)}],  # a leaf fewer
+    ]
+    for i, tree in enumerate(trees):
+        assert jitted(tree, x) == 3.0
+        assert len(calls) == i + 1, f"tree {i} took another's compilation"
+    with monkeypatch.context() as patched:  # each found again by the fast path (which
+        # walks no TreeDef), with its own arrays
+        patched.setattr(jit_module, "flatten", None)
+        for tree in trees:
+            assert jitted(tree, x + 1.0) == 6.0
+    assert len(calls) == len(trees)
+    assert len(jitted._fast) == len(trees)
+    assert jitted([np.ones(2), {"a": np.ones(3), "b": (np.ones(1), None)}], 2.0) == 0.0 + 2.0
+    assert len(calls) == len(trees) + 1  # a number among the leaves: the general path
+    small = tapeml.jit(counted, backend="interp", cache_size=1)
+    small(trees[0], x), small(trees[1], x)  # trees[1]'s evicts trees[0]'s, there too
+    assert len(small._fast) == 1
+    assert small(trees[0], x) == 3.0 and len(calls) == len(trees) + 4
+
+
+def test_a_pytree_call_on_the_fast_path_validates_its_arrays_as_any_call():
+    """The fast path hands the compiled program the pytree's arrays in `flatten`'s order
+    (dict keys sorted), and the program still checks each: a view is copied, not misread."""
+    jitted = tapeml.jit(lambda p: p["w"] @ p["b"] - p["a"])
+    w = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    tree = {"w": w, "b": np.ones(3, np.float32), "a": np.full(2, 0.5, np.float32)}
+    want = w @ tree["b"] - tree["a"]
+    np.testing.assert_array_equal(jitted(tree), want)
+    np.testing.assert_array_equal(jitted(tree), want)  # the fast path
+    wide = np.arange(12.0, dtype=np.float32).reshape(2, 6)
+    view = {**tree, "w": wide[:, ::2]}  # not contiguous: copied by the program's check
+    np.testing.assert_array_equal(jitted(view), wide[:, ::2] @ tree["b"] - tree["a"])
+    assert len(jitted.cache) == 1
 
 
 def test_eager_ops_on_arrays_of_one_dtype_compute_what_the_general_path_does():

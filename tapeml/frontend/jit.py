@@ -44,6 +44,42 @@ def _leaf_key(x: Any) -> tuple:
     return spec.shape, spec.dtype
 
 
+def _array_tree_key(node: Any, leaves: list[np.ndarray], key: list[Any]) -> bool:
+    """Whether `node` is a pytree of numpy arrays only (tuples, lists, dicts, None; no
+    subclasses): then its arrays are appended to `leaves` in `flatten`'s order and its
+    structure, with each array's shape and dtype, to `key` (a type marks each node, then its
+    length or keys; an array is its shape, then its dtype: one reading, so two calls share a
+    key only where `flatten` gives them one structure and `_leaf_key` the same keys)."""
+    kind = type(node)
+    if kind is np.ndarray:
+        leaves.append(node)
+        key.append(node.shape)
+        key.append(node.dtype)
+        return True
+    if kind is tuple or kind is list:
+        key.append(kind)
+        key.append(len(node))
+        for child in node:  # noqa: SIM110 (all() over a generator cost a third more)
+            if not _array_tree_key(child, leaves, key):
+                return False
+        return True
+    if kind is dict:
+        try:
+            names = tuple(sorted(node))
+        except TypeError:  # (the general path reports it)
+            return False
+        key.append(dict)
+        key.append(names)
+        for name in names:  # noqa: SIM110
+            if not _array_tree_key(node[name], leaves, key):
+                return False
+        return True
+    if node is None:
+        key.append(None)
+        return True
+    return False
+
+
 @functools.lru_cache(maxsize=64)
 def _arrays_tree(count: int) -> TreeDef:
     """The structure of `count` positional arrays and no keywords: what `flatten` gives."""
@@ -108,9 +144,11 @@ class Jitted:
         """Compilations by signature, least recently used first; the first is dropped past
         `cache_size`."""
         self._fast: dict[tuple, tuple[tuple, TreeDef, Compiled]] = {}
-        """The compilations for arrays-only calls (no static arguments), by each array's type,
-        shape and dtype: `cache`'s key and entry. Replaced, never changed in place, so a
-        reader on another thread sees an old dict or a new one."""
+        """The compilations for calls of numpy arrays only (no static arguments, no keywords),
+        by each array's type, shape and dtype where the arguments are arrays, else by
+        `_array_tree_key` (pytrees of arrays: a model's parameters): `cache`'s key and entry.
+        Replaced, never changed in place, so a reader on another thread sees an old dict or a
+        new one."""
         self.log: list[str] = []
         self._last: tuple | None = None  # the signature of the latest compilation
         self._lock = threading.Lock()
@@ -180,8 +218,14 @@ class Jitted:
             if len(self.cache) > self.cache_size:  # the least recently used goes
                 dropped, _ = self.cache.popitem(last=False)
                 self._fast = {k: v for k, v in self._fast.items() if v[0] != dropped}
-            if arrays and not positions:  # __call__'s fast path finds it by its arrays
-                fast_key = tuple((np.ndarray, a.shape, a.dtype) for a in dynamic)
+            if not positions and not kwargs:  # __call__'s fast paths find it by its arrays
+                tree_key: list[Any] = []
+                if arrays:
+                    fast_key = tuple((np.ndarray, a.shape, a.dtype) for a in dynamic)
+                elif _array_tree_key(dynamic, [], tree_key):
+                    fast_key = tuple(tree_key)
+                else:  # (numbers or device arrays among the leaves)
+                    return dynamic, leaves, entry
                 self._fast = {**self._fast, fast_key: (key, *entry)}
             return dynamic, leaves, entry
 
@@ -237,17 +281,20 @@ class Jitted:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not kwargs and not self.static_argnums:  # the common call: arrays, seen before
+            leaves: tuple | list = args
             try:
                 fast = self._fast.get(tuple([(type(a), a.shape, a.dtype) for a in args]))
-            except AttributeError:  # a number, or a pytree: the general path
-                fast = None
+            except AttributeError:  # a number, or a pytree (of arrays only: its own key)
+                leaves, tree_key = [], []
+                fast = (self._fast.get(tuple(tree_key))
+                        if _array_tree_key(args, leaves, tree_key) else None)
             if fast is not None:
                 key, out_tree, compiled = fast
                 try:  # the most recently used  # noqa: SIM105 (cheaper, on every call)
                     self.cache.move_to_end(key)
                 except KeyError:  # dropped by another thread meanwhile; still valid here
                     pass
-                outputs = compiled(*args)
+                outputs = compiled(*leaves)
                 return outputs[0] if out_tree is LEAF else unflatten(out_tree, list(outputs))
         if (kwargs or not all(type(a) is np.ndarray for a in args)) and any(
             isinstance(x, Tracer) for x in flatten((args, kwargs))[0]
