@@ -1023,7 +1023,8 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
             return None
         scratch = bind_scratch(engine, kernels)
         bound = data.bind(engine, detached)
-    return Native(name, inputs, outputs, engine, entry(address, inputs, outputs),
-                  arena_bytes, scratch, kernels, variants, transposed, origin="disk cache",
-                  data=detached,
-                  bound=bound)
+    native = Native(name, inputs, outputs, engine, entry(address, inputs, outputs),
+                    arena_bytes, scratch, kernels, variants, transposed, origin="disk cache",
+                    data=detached, bound=bound)
+    native.pooled = pooled  # (as `_compile` sets it: the entry says)
+    return native
