@@ -155,6 +155,21 @@ def test_tapeml_opt_reads_onnx_models(tmp_path):
     out = _opt(str(path))  # the batch dim is open in the file: a located error, exit 1
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "dim 0 of input 'image' ('batch') is not static" in out.stderr
+    assert "on the command line: --input-shape image=DIMS" in out.stderr  # its way here
+    out = _opt(str(path), "--input-shape", "image=2x1x6x6", "-p", "tape-fuse")
+    assert out.returncode == 0, out.stderr  # the open dim bound from the command line
+    assert "tensor<2x1x6x6xf32>" in out.stdout and "tensor<2x3xf32>" in out.stdout
+    for bad, message in ((("image=2x1x6x7",), "input_shapes gives 'image' the shape"),
+                         (("image=2,1,6,6",), "--input-shape wants NAME=DIMS"),
+                         (("2x1x6x6",), "--input-shape wants NAME=DIMS"),
+                         (("image=2x1x6x6", "image=3x1x6x6"), "gives 'image' twice"),
+                         (("pixels=2x1x6x6",), "input_shapes names ['pixels'], not inputs")):
+        out = _opt(str(path), *[a for b in bad for a in ("--input-shape", b)])
+        assert out.returncode == 1 and message in out.stderr, (bad, out.stderr)
+        assert "Traceback" not in out.stderr
+    (tmp_path / "f.mlir").write_text("func.func @f() {\n  func.return\n}\n")
+    out = _opt(str(tmp_path / "f.mlir"), "--input-shape", "x=1")
+    assert out.returncode == 1 and "is read as MLIR" in out.stderr
     fixed = small_cnn()
     for value in (*fixed.graph.input, *fixed.graph.output):
         value.type.tensor_type.shape.dim[0].dim_value = 2

@@ -1,6 +1,7 @@
 """ONNX as an input format of xDSL's tools: `tapeml-opt model.onnx` (or `-f onnx`) reads the
-model as its tape program, so every pass and target applies to it. Its shapes must be static
-in the file (tapeml.onnx.load's input_shapes binds open dims from Python)."""
+model as its tape program, so every pass and target applies to it. Here its shapes must be
+static in the file; tapeml-opt's `--input-shape NAME=DIMS` (tapeml/tools/opt.py) and
+tapeml.onnx.load's input_shapes bind the dims it leaves open."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ FileCheck tests: the (located) diagnostic goes to stdout and the exit status is 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import IO, get_type_hints
@@ -75,6 +76,10 @@ class TapeOptMain(xDSLOptMain):
             return plain()
 
         arg_parser.format_help = format_help  # type: ignore[method-assign]
+        arg_parser.add_argument(
+            "--input-shape", action="append", default=[], metavar="NAME=DIMS",
+            help="an ONNX model's input shape, for the dims the file leaves open "
+                 "(tapeml.onnx.load's input_shapes): --input-shape bytes=8x2048; repeatable")
 
     def setup_pipeline(self) -> None:
         check_pass_options(self.available_passes, self.args.passes)
@@ -87,11 +92,22 @@ class TapeOptMain(xDSLOptMain):
 
     def parse_chunk(self, chunk: IO[bytes], file_extension: str,
                     start_offset: int = 0) -> ModuleOp | None:
+        shapes = input_shapes(self.args.input_shape)
         if (self.args.frontend or file_extension) == "onnx":
+            from tapeml.onnx.importer import import_graph
+            from tapeml.onnx.reader import read
+
             try:
-                return super().parse_chunk(chunk, file_extension, start_offset)
+                return import_graph(read(chunk.read(), self.get_input_name()),
+                                    input_shapes=shapes).module
             except OnnxError as error:  # the model's mistake or an op tapeml does not import
-                raise UserError(str(error)) from None  # (it names the file)
+                wanted = re.search(r"input_shapes=\{'(.*)': \(\.\.\.\)\}", str(error))
+                hint = (f"; on the command line: --input-shape {wanted.group(1)}=DIMS "
+                        "(sizes joined by x)" if wanted else "")
+                raise UserError(f"{error}{hint}") from None  # (it names the file)
+        if shapes:
+            raise UserError(f"--input-shape gives an ONNX model's input shapes; "
+                            f"{self.get_input_name()} is read as MLIR")
         if (self.args.frontend or file_extension) != "mlir":
             return super().parse_chunk(chunk, file_extension, start_offset)
         text = chunk.read()
@@ -162,6 +178,22 @@ def check_pass_options(passes: dict[str, Callable[[], type[ModulePass]]], pipeli
             pass_class.from_pass_spec(spec)
         except ValueError as error:  # a required option, or one the pass itself refuses
             raise UserError(f"pass {spec.name}: {error}") from None
+
+
+def input_shapes(given: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """`--input-shape NAME=DIMS` arguments as tapeml.onnx.load's input_shapes: DIMS are
+    sizes joined by x (8x2048), as in an MLIR tensor type; empty for a scalar."""
+    shapes = {}
+    for text in given:
+        name, equals, dims = text.rpartition("=")
+        parts = dims.split("x") if dims else []
+        if not equals or not name or not all(p.isdigit() for p in parts):
+            raise UserError(f"--input-shape wants NAME=DIMS, the dims sizes joined by x "
+                            f"(bytes=8x2048), got {text!r}")
+        if name in shapes:
+            raise UserError(f"--input-shape gives {name!r} twice")
+        shapes[name] = tuple(int(p) for p in parts)
+    return shapes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
