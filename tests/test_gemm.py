@@ -634,9 +634,10 @@ def test_small_b_is_read_in_place(monkeypatch, dtype, threads, m, panels, k, bat
                                   accumulate, ta):
     """A B of at most DIRECT_B_BYTES, its rows contiguous and whole panels wide, with A read
     in place: the plan says to read B in place too (no packing), and the results are numpy's
-    at 1 and 2 threads; a B with an edge panel, a transposed B or A, or a large B is packed
-    as before."""
-    from tapeml.codegen.gemm.plan import DIRECT_B_BYTES, INDEX, plan, variant
+    at 1 and 2 threads; a B with an edge panel or transposed is packed, and so is a large B
+    beside a transposed A where the threads share one packed B (else `.tile` reads it in
+    place: test_a_wide_b_is_read_in_place_by_the_packed_tiles)."""
+    from tapeml.codegen.gemm.plan import DIRECT_B_BYTES, INDEX, direct_a, plan, variant
 
     monkeypatch.setenv("TAPEML_NUM_THREADS", str(threads))
     name = "f32" if dtype == np.float32 else "f64"
@@ -646,7 +647,11 @@ def test_small_b_is_read_in_place(monkeypatch, dtype, threads, m, panels, k, bat
     spec = GemmSpec(name, batch, m, n, k, (m * k, 1, m) if ta else (m * k, k, 1),
                     (k * n, n, 1), m * n if c0 is None else c0, accumulate)
     small = k * n * np.dtype(dtype).itemsize <= DIRECT_B_BYTES
-    assert plan(spec, host)[INDEX["direct_b"]] == int(small and not ta)
+    table = plan(spec, host)
+    if direct_a(spec, variant(spec, host), bool(table[INDEX["shared"]])):
+        assert table[INDEX["direct_b"]] == int(small)
+    else:  # A packed: B in place unless the threads share one packed B
+        assert table[INDEX["direct_b"]] == 1 - table[INDEX["shared"]]
     edge = dataclasses.replace(spec, n=n + 1, b=(k * (n + 1), n + 1, 1))
     transposed = dataclasses.replace(spec, b=(k * n, 1, k))
     assert plan(edge, host)[INDEX["direct_b"]] == 0
@@ -654,6 +659,62 @@ def test_small_b_is_read_in_place(monkeypatch, dtype, threads, m, panels, k, bat
         assert plan(transposed, host)[INDEX["direct_b"]] == 0
     check(m, n, k, dtype, ta=ta, batch=batch, c0=c0, accumulate=accumulate)
     check(m, n, k, dtype, ta=ta, tb=True, batch=batch, c0=c0, accumulate=accumulate)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m,panels,k,batch,c0,accumulate,ta", [
+    (256, 32, 784, 1, None, False, False),  # W3's first product: two blocks of k
+    (784, 32, 256, 1, None, False, True),   # its weight gradient: A transposed, many rows
+    (203, 17, 40, 1, None, True, False),    # rows past the last tile, accumulating
+    (40, 24, 520, 3, None, False, False),   # batches, each its own C, k past one block
+    (37, 8, 33, 4, 0, False, True),         # batches summed into one C (groups)
+])
+def test_a_wide_b_is_read_in_place_by_the_packed_tiles(monkeypatch, dtype, threads, m, panels,
+                                                      k, batch, c0, accumulate, ta):
+    """A B too wide for A to be read in place, its rows contiguous, whole panels wide and not
+    a multiple of ALIASED_ROWS bytes apart, where each part packs its own B: `.tile` reads B
+    where it is. The sums are those of the packed plan bit for bit (each element's k products
+    in one order either way) and numpy's within rounding, at 1 and 2 threads; B's rows 4 KB
+    apart, a transposed B, an edge panel or a constant B its caller packs are packed."""
+    import importlib
+
+    from tapeml.codegen.gemm.plan import ALIASED_ROWS, INDEX, plan, variant
+
+    plan_module = importlib.import_module("tapeml.codegen.gemm.plan")  # (the package's
+    # `plan` is the function)
+
+    monkeypatch.setenv("TAPEML_NUM_THREADS", str(threads))
+    name = "f32" if dtype == np.float32 else "f64"
+    host = dataclasses.replace(Target.host(), threads=threads)
+    nr = variant(GemmSpec(name, 1, m, 1, k, (0, k, 1), (0, 1, 1), 0, False), host).nr
+    n = panels * nr
+    spec = GemmSpec(name, batch, m, n, k, (m * k, 1, m) if ta else (m * k, k, 1),
+                    (k * n, n, 1), m * n if c0 is None else c0, accumulate)
+    table = plan(spec, host)
+    assert table[INDEX["direct_a"]] == 0
+    assert table[INDEX["direct_b"]] == 1 - table[INDEX["shared"]]
+    size = np.dtype(dtype).itemsize
+    aliased = ALIASED_ROWS // size  # (its rows 4 KB apart)
+    for packed in (dataclasses.replace(spec, n=aliased, b=(k * aliased, aliased, 1)),
+                   dataclasses.replace(spec, b=(k * n, 1, k)),
+                   dataclasses.replace(spec, n=n + 1, b=(k * (n + 1), n + 1, 1)),
+                   dataclasses.replace(spec, b=(0, n, 1), b_constant="w")):
+        assert plan(packed, host)[INDEX["direct_b"]] == 0, packed
+    check(m, n, k, dtype, ta=ta, batch=batch, c0=c0, accumulate=accumulate)
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal(batch * m * k).astype(dtype)
+    b = rng.standard_normal(batch * k * n).astype(dtype)
+    c = rng.standard_normal(batch * m * n if c0 is None else m * n).astype(dtype)
+    outs = []
+    for read_in_place in (True, False):
+        if not read_in_place:
+            monkeypatch.setattr(plan_module, "direct_b", lambda spec, v, shared: False)
+        kernel = compiled(spec)  # (its plan made now: the callers' module of its own)
+        out = c.copy()
+        kernel(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+        outs.append(out)
+    assert_same_bits(outs[0], outs[1])
 
 
 def _constant_product(spec: GemmSpec, a: np.ndarray, b: np.ndarray, calls: int = 3

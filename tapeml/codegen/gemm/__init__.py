@@ -30,6 +30,11 @@ The loop nest (Goto/BLIS; measured in ../shared/reference/cpu-codegen-measuremen
                                                     MR * NR / lanes vector registers, one FMA
                                                     per register per k
 
+A B whose rows run along n with stride 1, whole panels wide, is not packed at all where each
+part would pack its own (plan.direct_b: its rows not 4 KB apart, and no constant its caller
+packs once): the micro-kernel reads each panel in place, rows b1 apart, and the panel comes
+into L2 as the first tile of its column reads it.
+
 A product whose A's columns are a convolution's windows (GemmSpec.a_taps) calls a kernel of
 its own (`Variant.windows`): its tile (`.tile.direct`) reads A in place, column k at A plus
 the caller's table `@<symbol>.rows`[k], and it packs only B (a convolution's weights: packed

@@ -332,7 +332,7 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
         b_here, ldb = b_panel, str(nr)
         ahead = w(f"select i1 {prefetch}, ptr {w.gep(t, b_panel, w(f'mul i64 {nr}, {b_step}'))}, "
                   f"ptr {b_panel}")  # the next panel's block, or (nothing to fetch) this one's
-        if direct_b is not None:  # (only where A is read in place too: plan.direct_b)
+        if direct_b is not None:  # (plan.direct_b)
             flag, b_block, b_row = direct_b
             b_here = w(f"select i1 {flag}, ptr {w.gep(t, b_block, jr)}, ptr {b_panel}")
             ldb = w(f"select i1 {flag}, i64 {b_row}, i64 {nr}")
@@ -353,14 +353,17 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
             def packed() -> None:
                 a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {a_step}"))
                 fetch = w(f"getelementptr i8, ptr {ahead}, i64 {w(f'mul i64 {ir}, {row_bytes}')}")
-                args = (f"(i64 {depth}, ptr {a_panel}, ptr {b_panel}, ptr {c_tile}, "
-                        f"i64 {ldc}, i64 {tall}, i64 {width}, i1 {load}, ptr {fetch}, "
-                        f"i64 {step}, {finish})")
+                rest = (f"ptr {c_tile}, i64 {ldc}, i64 {tall}, i64 {width}, i1 {load}, "
+                        f"ptr {fetch}, i64 {step}, {finish})")
+                # `.tile` reads B where `b_here` says (its panel, or B itself: plan.direct_b,
+                # whole panels only, so never through `.tile.half`)
+                whole = f"(i64 {depth}, ptr {a_panel}, ptr {b_here}, i64 {ldb}, {rest}"
                 if nr == v.lanes:
-                    w.do(f"call void {tiles['tile']}{args}")
+                    w.do(f"call void {tiles['tile']}{whole}")
                     return
-                w.choose(narrow, lambda: w.do(f"call void {tiles['tile.half']}{args}"),
-                         lambda: w.do(f"call void {tiles['tile']}{args}"))
+                half = f"(i64 {depth}, ptr {a_panel}, ptr {b_panel}, {rest}"
+                w.choose(narrow, lambda: w.do(f"call void {tiles['tile.half']}{half}"),
+                         lambda: w.do(f"call void {tiles['tile']}{whole}"))
 
             if direct is None:
                 packed()

@@ -160,17 +160,28 @@ def direct_a(spec: GemmSpec, v: Variant, shared: bool) -> bool:
 
 DIRECT_B_BYTES = 32 << 10
 """A B of at most this many bytes (in each batch), its rows contiguous and whole panels wide,
-is read in place (`direct_b`): it stays in L1 however its rows lie, and packing it cost about
-what the product did (attention's batched 64 x 64 x 32 products)."""
+is read in place where A is too (`direct_b`): it stays in L1 however its rows lie, and packing
+it cost about what the product did (attention's batched 64 x 64 x 32 products)."""
 
 
 def direct_b(spec: GemmSpec, v: Variant, shared: bool) -> bool:
-    """The micro-kernel reads B where it is (its row k at B + k * b1): a small B (at most
-    DIRECT_B_BYTES) whose rows run along n with stride 1 and whose columns are whole NR-wide
-    panels (no edge panel to pad), where A is read in place too (`.tile.direct` takes B's
-    row stride; `.tile` keeps it a constant)."""
-    return (direct_a(spec, v, shared) and spec.k * spec.n * v.element[1] <= DIRECT_B_BYTES
-            and spec.n % v.nr == 0 and v.b_unit and along_rows(spec.b[1], spec.b[2]))
+    """The micro-kernel reads B where it is (its row k at B + k * b1), unpacked, where B's rows
+    run along n with stride 1 and its columns are whole NR-wide panels (no edge panel to
+    pad), and either A is read in place too and B is small (DIRECT_B_BYTES: `.tile.direct`),
+    or A is packed (`.tile`), each part packs its own B (not `shared`), B is no constant its
+    caller packs once (`packed_b`), and B's rows are not a multiple of ALIASED_ROWS bytes
+    apart. Each panel's rows then come into L2 as its first tile reads them and stay there
+    for the others, with no pass over B to pack it first: W3's step 2.5-3.5% faster (one
+    thread; 3.8% on two), the GPT step 1.3%, W2 at n = 512 2%, timed in one process against
+    the packed plan. B's rows 4 KB apart (n = 1024 in f32) would share a sixty-fourth of
+    L2's sets, and that product ran 3-5% slower so: packed."""
+    if not (spec.n % v.nr == 0 and v.b_unit and along_rows(spec.b[1], spec.b[2])):
+        return False
+    if direct_a(spec, v, shared):
+        return spec.k * spec.n * v.element[1] <= DIRECT_B_BYTES
+    constant = bool(spec.b_constant) and spec.b[0] == 0
+    return (not shared and not constant
+            and (spec.b[1] * v.element[1]) % ALIASED_ROWS != 0)
 
 
 def packed_a(spec: GemmSpec, v: Variant, shared: bool) -> bool:
@@ -184,7 +195,8 @@ def packed_a(spec: GemmSpec, v: Variant, shared: bool) -> bool:
 
 
 def packed_b(spec: GemmSpec, v: Variant, shared: bool) -> bool:
-    """`packed_a`, for B: a layer's weights on the right (x @ W)."""
+    """`packed_a`, for B: a layer's weights on the right (x @ W); never read in place
+    (`direct_b`) unless small and A is too."""
     return (bool(spec.b_constant) and spec.b[0] == 0 and not shared
             and not direct_b(spec, v, shared) and 0 not in (spec.m, spec.n, spec.k, spec.batch))
 

@@ -17,16 +17,18 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
                  panel: int = 0) -> list[str]:
     """C[mr x nr tile] (+)= Ap[kc][MR]^T Bp[kc][NR], accumulated in registers; where %epilogue
     holds (the tile's last block of k), kernel.gemm's epilogue on the registers before they
-    are stored (TILE_EPILOGUE). `direct` (`.tile.direct`): A read in place instead, row i of
+    are stored (TILE_EPILOGUE). B's rows are %ldb apart (NR: its packed panel, or B itself
+    read in place: plan.direct_b). `direct` (`.tile.direct`): A read in place instead, row i of
     the tile at %a + i * %lda (rows past %mr read the last one: they are not stored), k along
-    each row; and B's rows %ldb apart (NR packed, or a small B read in place:
-    plan.direct_b). `windows` (with `direct`: kernel.gemm's a_taps): A read in place through
+    each row. `windows` (with `direct`: kernel.gemm's a_taps): A read in place through
     a table, column k of the tile at %a + %rows[k], row i at + i, a whole tile's rows at
     constant offsets (the dialect's A_TAPS_SLACK: an edge tile's rows past %mr are there to
     read; as 14 clamped offsets they were spilled, and the loop ran 2x slower). Against B's
     rows as the windows (read unaligned, a tile of 8 rows for 64 channels) a convolution's
-    product ran 5-15% faster this way. `.tile` keeps NR a constant (a run-time stride
-    there cost W2 n=512 3-4%). `panel` (`.tile.half`): a tile `nr` wide (one vector) over
+    product ran 5-15% faster this way. (`.tile`'s B stride was a constant NR, once 3-4%
+    faster on W2 n=512; a run-time %ldb now, which lets B be read in place: W2 at n = 1024,
+    its B packed either way, 109.3 against 109.6 GFLOP/s, medians of five process pairs.)
+    `panel` (`.tile.half`): a tile `nr` wide (one vector) over
     the first columns of packed panels `panel` wide, its sums spilled `panel` apart as a
     whole tile's: the last panel of a product whose columns end at most a vector into it
     (196 = 6 * 32 + 4) costs half a tile, not a whole one; its sums always stored through
@@ -40,7 +42,8 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     acc = [[f"%c{i}.{v}" for v in range(vectors)] for i in range(mr)]
     new = [[f"%c{i}.{v}.n" for v in range(vectors)] for i in range(mr)]
     a_align = "" if direct else " align 64"
-    b_param = "ptr noalias %b, i64 %ldb" if direct else "ptr noalias align 64 %b"
+    strided_b = not panel  # (`.tile`'s and `.tile.direct`'s B: rows %ldb apart)
+    b_param = "ptr noalias %b, i64 %ldb" if strided_b else "ptr noalias align 64 %b"
     suffix = ".direct" if direct else ".half" if panel else ""
     prefetch = not direct
     w.lines.append(f"define void @{name}.tile{suffix}(i64 %kc, "
@@ -65,9 +68,9 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     w.do("%more = icmp slt i64 %k, %kc")
     w.do("br i1 %more, label %body, label %store")
     w.label("%body")
-    bp = w.gep(t, "%b", w(f"mul i64 %k, {'%ldb' if direct else row_length}"))
+    bp = w.gep(t, "%b", w(f"mul i64 %k, {'%ldb' if strided_b else row_length}"))
     bs = []
-    b_align = (4 if t == "float" else 8) if direct else 64
+    b_align = (4 if t == "float" else 8) if strided_b else 64
     for v in range(vectors):
         p = bp if v == 0 else w.gep(t, bp, str(v * lanes))
         bs.append(w(f"load {vec}, ptr {p}, align {b_align}", "b"))
