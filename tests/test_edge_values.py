@@ -161,6 +161,10 @@ def layout_cases(dt) -> list[Case]:
              lambda *xs: (ref.concat(xs, 1),), "concat"),
         Case("unfold", one_op(tape.UnfoldOp, kernel=(2, 3), stride=(1, 2), dilation=(1, 1)),
              (grid,), lambda x: (ref.unfold(x, (2, 3), (1, 2), (1, 1)),), "unfold"),
+        # alone (its operand's buffer) and inside a group (the identity on each element)
+        Case("stop_gradient", lambda x: (ops.stop_gradient(x),
+                                         ops.negative(ops.stop_gradient(x))),
+             (grid,), lambda x: (x.copy(), np.negative(x)), "stop_gradient"),
     ]
     # the pad value itself is an edge value; negative amounts crop
     pads = [(-0.0, (1, -1), (0, 2)), (NAN, (0, 2), (1, 0)), (-INF, (2, 0), (-1, 1)),

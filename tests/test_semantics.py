@@ -137,6 +137,7 @@ def _samples(rng: np.random.Generator) -> dict[type[TapeOp], tuple[tuple, dict]]
     i, j = rng.integers(-9, 9, (2, 2, 3)).astype(np.int32)
     samples |= {op: ((i, j), {}) for op in tape.INTEGER_BINARY}
     samples |= {op: ((i,), {}) for op in tape.INTEGER_UNARY}
+    samples |= {op: ((x,), {}) for op in tape.IDENTITY_UNARY}
     samples |= {
         tape.CmpOp: ((x, y), {"predicate": "ge"}),
         tape.SelectOp: ((x > y, x, y), {}),

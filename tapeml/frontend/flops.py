@@ -31,7 +31,8 @@ def _per_result_element(op: TapeOp) -> int:
 
 
 @flops(tape.ConstantOp, tape.CastOp, tape.BroadcastOp, tape.ReshapeOp, tape.PermuteOp,
-       tape.PadOp, tape.SliceOp, tape.UnfoldOp, tape.ConcatOp, tape.IotaOp)
+       tape.PadOp, tape.SliceOp, tape.UnfoldOp, tape.ConcatOp, tape.IotaOp,
+       tape.StopGradientOp)
 def _layout(op: TapeOp) -> int:
     return 0
 

@@ -49,6 +49,11 @@ for _op, _name in FLOAT_ONLY.items():
     emits(_op)(_float_only(_name))
 
 
+@emits(tape.StopGradientOp)
+def stop_gradient(w: Writer, out: V, x: V) -> V:
+    return x  # (differentiation is done: StableHLO has no such op, nor needs one)
+
+
 @emits(tape.ReluOp)
 def relu(w: Writer, out: V, x: V) -> V:
     zero = w.like(0, x)

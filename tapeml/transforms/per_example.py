@@ -63,8 +63,8 @@ def _broadcasting(op: TapeOp, batched: Sequence[bool], n: int) -> bool:
 
 
 rule(*tape.ELEMENTWISE_BINARY, *tape.ELEMENTWISE_UNARY, *tape.NUMERIC_UNARY,
-     *tape.NUMERIC_BINARY, *tape.INTEGER_BINARY, *tape.INTEGER_UNARY, tape.CmpOp,
-     tape.SelectOp, tape.CastOp)(_broadcasting)
+     *tape.NUMERIC_BINARY, *tape.INTEGER_BINARY, *tape.INTEGER_UNARY, *tape.IDENTITY_UNARY,
+     tape.CmpOp, tape.SelectOp, tape.CastOp)(_broadcasting)
 
 
 @rule(tape.FusedOp)

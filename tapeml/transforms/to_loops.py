@@ -65,6 +65,7 @@ from tapeml.transforms.loops import (  # noqa: F401
 )
 from tapeml.transforms.loops.buffers import PlanReport, free_after_last_use
 from tapeml.transforms.loops.contractions import transposes_read_in_place
+from tapeml.transforms.loops.elementwise import LOOPED
 from tapeml.transforms.loops.emitter import Emitter, LoweringError, alloc, buffer_type, dealloc
 from tapeml.transforms.loops.layout import alias
 from tapeml.transforms.loops.registry import LOWERINGS, Context
@@ -72,11 +73,10 @@ from tapeml.transforms.merge_nests import attribute_key
 from tapeml.transforms.new_ops import call
 
 SHAREABLE: tuple[type[Operation], ...] = (
-    *(op for op in tape.ELEMENTWISE if op is not tape.ConstantOp), tape.FusedOp,
-    tape.BroadcastOp, tape.PermuteOp, tape.SliceOp, tape.PadOp, tape.ConcatOp,
-    tape.UnfoldOp, tape.FoldOp, tape.MaxPool2dOp, tape.AvgPool2dOp, tape.MaxPool2dBackwardOp,
-    tape.AvgPool2dBackwardOp, tape.TakeOp, tape.ScatterOp, tape.ArgMaxOp, tape.ArgMinOp,
-    tape.CumsumOp, tape.IotaOp, tape.SumOp, tape.MaxOp)
+    *LOOPED, tape.FusedOp, tape.BroadcastOp, tape.PermuteOp, tape.SliceOp, tape.PadOp,
+    tape.ConcatOp, tape.UnfoldOp, tape.FoldOp, tape.MaxPool2dOp, tape.AvgPool2dOp,
+    tape.MaxPool2dBackwardOp, tape.AvgPool2dBackwardOp, tape.TakeOp, tape.ScatterOp,
+    tape.ArgMaxOp, tape.ArgMinOp, tape.CumsumOp, tape.IotaOp, tape.SumOp, tape.MaxOp)
 """The ops whose loops `share` may lower once into a function: their lowering is loops over
 their operands' and result's buffers, and scratch buffers of their own (a reduction's row of
 accumulators: the function takes it as an argument, allocated where it is called, so the
@@ -144,11 +144,13 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     e = Emitter(Builder(InsertPoint.at_end(new_block)), libm)
     outputs = list(new_block.args)[len(block.args):]
     returned = list(ret.arguments)
-    # results returned once, made by an op that writes a buffer of its own (not a reshape's
-    # alias, an argument or a constant), are computed straight into the caller's buffer
+    # results returned once, made by an op that writes a buffer of its own (not an alias: a
+    # reshape, a stop_gradient; not an argument or a constant), are computed straight into the
+    # caller's buffer
     direct = {value: target for value, target in zip(returned, outputs, strict=True)
               if returned.count(value) == 1 and isinstance(value.owner, Operation)
-              and not isinstance(value.owner, tape.ReshapeOp | tape.ConstantOp)
+              and not isinstance(value.owner, tape.ReshapeOp | tape.StopGradientOp
+                                 | tape.ConstantOp)
               and value.owner.parent_block() is block}
     env: dict[SSAValue, SSAValue] = dict(zip(block.args, new_block.args, strict=False))
     allocated: list[SSAValue] = []
@@ -273,8 +275,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     f.res_attrs = None
 
 
-IN_PLACE = (*(op for op in tape.ELEMENTWISE if op is not tape.ConstantOp), tape.FusedOp,
-            tape.Conv2dOp, tape.MatmulOp, tape.MaxPool2dOp, tape.AvgPool2dOp)
+IN_PLACE = (*LOOPED, tape.FusedOp, tape.Conv2dOp, tape.MatmulOp, tape.MaxPool2dOp, tape.AvgPool2dOp)
 """The ops `concat_in_place` has write into a concat's buffer: their lowering writes every
 element of `out`, and returns no buffer of its own."""
 

@@ -10,8 +10,8 @@ Broadcasting is explicit: elementwise ops take operands of one type, `tape.broad
 One module per op family, each defining its ops and their shape rules:
 
     types.py         element types, tensor types, the verifier helpers every shape rule uses
-    elementwise.py   arithmetic, cmp, select, cast; ELEMENTWISE_BINARY/_UNARY, NUMERIC_UNARY,
-                     NUMERIC_BINARY, ELEMENTWISE
+    elementwise.py   arithmetic, cmp, select, cast, stop_gradient; ELEMENTWISE_BINARY/_UNARY,
+                     NUMERIC_UNARY, NUMERIC_BINARY, IDENTITY_UNARY, ELEMENTWISE
     constants.py     constant and its dense literals (printing, parsing, their diagnostics)
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max
@@ -62,6 +62,7 @@ OPS: tuple[type[TapeOp], ...] = (
     *elementwise.NUMERIC_BINARY,
     *elementwise.INTEGER_BINARY,
     *elementwise.INTEGER_UNARY,
+    *elementwise.IDENTITY_UNARY,
     elementwise.CmpOp,
     elementwise.SelectOp,
     constants.ConstantOp,

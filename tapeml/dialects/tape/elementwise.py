@@ -1,7 +1,8 @@
-"""The elementwise tape ops: the binary and unary arithmetic ops, `tape.cmp`, `tape.select` and
-`tape.cast`; and the tuples ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, NUMERIC_UNARY (abs, sign,
-floor, ceil, round, erf), NUMERIC_BINARY (fmod) and ELEMENTWISE (these and `tape.constant`: the
-ops a `tape.fused` body may hold)."""
+"""The elementwise tape ops: the binary and unary arithmetic ops, `tape.cmp`, `tape.select`,
+`tape.cast` and `tape.stop_gradient`; and the tuples ELEMENTWISE_BINARY, ELEMENTWISE_UNARY,
+NUMERIC_UNARY (abs, sign, floor, ceil, round, erf), NUMERIC_BINARY (fmod), IDENTITY_UNARY
+(stop_gradient) and ELEMENTWISE (these and `tape.constant`: the ops a `tape.fused` body may
+hold)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from xdsl.traits import Commutative, Pure
 from tapeml.dialects.base import Keyword, TapeOp
 from tapeml.dialects.tape.constants import ConstantOp
 from tapeml.dialects.tape.types import (
+    ANY,
     FLOATS,
     INTEGERS,
     INTS,
@@ -58,6 +60,7 @@ __all__ = [
     "ELEMENTWISE",
     "ELEMENTWISE_BINARY",
     "ELEMENTWISE_UNARY",
+    "IDENTITY_UNARY",
     "ExpOp",
     "LogOp",
     "MaximumOp",
@@ -70,6 +73,7 @@ __all__ = [
     "SigmoidOp",
     "SinOp",
     "SqrtOp",
+    "StopGradientOp",
     "SubOp",
     "TanhOp",
 ]
@@ -331,6 +335,16 @@ class NotOp(_Unary):
     ELEMENTS: ClassVar = INTEGERS
 
 
+@irdl_op_definition
+class StopGradientOp(_Unary):
+    """Its operand, unchanged, which differentiation takes for a constant: no cotangent flows
+    back through it, at any order (JAX's `lax.stop_gradient`, torch's `detach`). Every other
+    stage computes the identity (compiled, it is its operand's value)."""
+
+    name = "tape.stop_gradient"
+    ELEMENTS: ClassVar = ANY
+
+
 CMP_PREDICATES = ("lt", "le", "gt", "ge", "eq", "ne")
 
 
@@ -414,7 +428,10 @@ NUMERIC_BINARY = (FmodOp,)
 INTEGER_BINARY = (FloorDivOp, RemOp, AndOp, OrOp, XorOp, ShlOp, ShrOp)
 INTEGER_UNARY = (NotOp,)
 """The elementwise ops of integers (and i1) only."""
+IDENTITY_UNARY = (StopGradientOp,)
+"""stop_gradient: the identity on every element type, but to differentiation."""
 ELEMENTWISE = (*ELEMENTWISE_BINARY, *ELEMENTWISE_UNARY, *NUMERIC_UNARY, *NUMERIC_BINARY,
-               *INTEGER_BINARY, *INTEGER_UNARY, CmpOp, SelectOp, CastOp, ConstantOp)
+               *INTEGER_BINARY, *INTEGER_UNARY, *IDENTITY_UNARY, CmpOp, SelectOp, CastOp,
+               ConstantOp)
 """The ops a `tape.fused` body may hold: each result element depends on the same element of
 each operand only."""

@@ -116,6 +116,7 @@ for _op, _fn in {
     tape.OrOp: np.bitwise_or,
     tape.XorOp: np.bitwise_xor,
     tape.NotOp: np.invert,
+    tape.StopGradientOp: lambda x: x,  # the identity: only differentiation tells it apart
     tape.ShlOp: np.left_shift,  # numpy's: a shift of the width or more, or negative, gives 0
     tape.ShrOp: np.right_shift,
 }.items():

@@ -33,7 +33,7 @@ __all__ = [
     "greater_equal", "invert", "left_shift", "less", "less_equal", "log", "logical_and",
     "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "multiply", "negative",
     "not_equal", "power", "relu", "remainder", "right_shift", "round", "sigmoid", "sign",
-    "sin", "sqrt", "square", "subtract", "tanh", "where",
+    "sin", "sqrt", "square", "stop_gradient", "subtract", "tanh", "where",
 ]
 
 
@@ -153,6 +153,9 @@ cos = _unary(tape.CosOp, "cos")
 sigmoid = _unary(tape.SigmoidOp, "sigmoid")
 relu = _unary(tape.ReluOp, "relu")
 sqrt = _unary(tape.SqrtOp, "sqrt")
+stop_gradient = _unary(tape.StopGradientOp, "stop_gradient")
+stop_gradient.__doc__ = """`x` unchanged, but a constant to differentiation: `grad` sends no
+cotangent back through it, at any order (JAX's `lax.stop_gradient`, torch's `detach`)."""
 _float_power = _binary(tape.PowOp, "power")
 _pow = ieee(tape.PowOp)
 

@@ -19,6 +19,7 @@ from tapeml.tracing.ops.elementwise import (
     multiply,
     negative,
     sqrt,
+    stop_gradient,
     subtract,
 )
 from tapeml.tracing.ops.layout import reshape
@@ -147,7 +148,7 @@ def std(x: Any, axis: Axis = None, ddof: int = 0, keepdims: bool = False) -> Arr
 
 def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:
     (x,), _ = promote("logsumexp", x, floating=True)
-    top = max(x, axis=axis, keepdims=True)
+    top = stop_gradient(max(x, axis=axis, keepdims=True))  # (_SHIFT)
     out = add(log(sum(exp(subtract(x, top)), axis=axis, keepdims=True)), top)
     return out if keepdims else reshape(out, _reduced_shape(x, axis))
 
@@ -157,13 +158,20 @@ def _reduced_shape(x: Array, axis: Axis) -> tuple[int, ...]:
     return tuple(d for i, d in enumerate(x.shape) if i not in axes)
 
 
+# (_SHIFT) logsumexp, softmax and log_softmax subtract the max before exp (so it cannot
+# overflow) behind stop_gradient, as JAX's do: the result does not depend on the shift, so its
+# exact derivative through the max is 0; differentiated anyway, the max cost the backward passes
+# over the scores (ties shared out, a sum that rounds to about 0) and kept them alive until it
+# ran (the GPT step, 2 layers: 1 MB per attention).
+
+
 def softmax(x: Any, axis: int = -1) -> Array:
     (x,), _ = promote("softmax", x, floating=True)
-    e = exp(subtract(x, max(x, axis=axis, keepdims=True)))
+    e = exp(subtract(x, stop_gradient(max(x, axis=axis, keepdims=True))))  # (_SHIFT)
     return divide(e, sum(e, axis=axis, keepdims=True))
 
 
 def log_softmax(x: Any, axis: int = -1) -> Array:
     (x,), _ = promote("log_softmax", x, floating=True)
-    shifted = subtract(x, max(x, axis=axis, keepdims=True))
+    shifted = subtract(x, stop_gradient(max(x, axis=axis, keepdims=True)))  # (_SHIFT)
     return subtract(shifted, log(sum(exp(shifted), axis=axis, keepdims=True)))

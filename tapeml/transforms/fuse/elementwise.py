@@ -78,7 +78,7 @@ _groupable = one_of(tape.FusedOp,
 
 CHEAP = (tape.AddOp, tape.SubOp, tape.MulOp, tape.MaximumOp, tape.MinimumOp, tape.NegOp,
          tape.ReluOp, tape.AbsOp, tape.SignOp, tape.CmpOp, tape.SelectOp, tape.CastOp,
-         tape.AndOp, tape.OrOp, tape.XorOp, tape.NotOp)
+         tape.AndOp, tape.OrOp, tape.XorOp, tape.NotOp, tape.StopGradientOp)
 """Ops of an instruction or two per element: cheaper to compute again in each group that
 reads them than to write once and read back."""
 

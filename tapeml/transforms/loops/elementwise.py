@@ -110,6 +110,11 @@ def _bitwise(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
     return e.insert(kind[type(op)](*args))
 
 
+@scalar(tape.StopGradientOp)
+def _identity(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
+    return args[0]
+
+
 @scalar(tape.NotOp)
 def _not(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
     return e.insert(arith.XOrIOp(args[0], e.scalar(-1, args[0].type)))  # all ones (i1: true)
@@ -290,7 +295,12 @@ def broadcast_steps(source: Sequence[int], target: Sequence[int]) -> list[int]:
             for i in range(len(target))]
 
 
-@lowering(*(op for op in tape.ELEMENTWISE if op is not tape.ConstantOp), tape.FusedOp)
+LOOPED = tuple(op for op in tape.ELEMENTWISE if op not in (tape.ConstantOp, tape.StopGradientOp))
+"""The elementwise ops lowered as loops over their elements: not a constant (a global, or a
+splat in a group), nor a stop_gradient (its operand's buffer: layout.alias)."""
+
+
+@lowering(*LOOPED, tape.FusedOp)
 def lower_elementwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
                       cx: Context) -> None:
     """One parallel loop nest over the result, its dims merged where every operand reads on

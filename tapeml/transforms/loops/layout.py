@@ -83,9 +83,10 @@ def _lower_concat(e: Emitter, op: tape.ConcatOp, ins: list[SSAValue], out: SSAVa
         offset += shape[axis]
 
 
-@lowering(tape.ReshapeOp)
+@lowering(tape.ReshapeOp, tape.StopGradientOp)
 def alias(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
           cx: Context) -> SSAValue:
     """A reshape is free: its operand's flat buffer, read with other strides (tape-to-loops
-    gives an op lowered by `alias` no buffer of its own)."""
+    gives an op lowered by `alias` no buffer of its own); so is a stop_gradient a group did not
+    take in (the identity: its operand's buffer as it is; in a group, SCALARS')."""
     return ins[0]

@@ -16,8 +16,9 @@ pullback = PULLBACKS.register
 NON_DIFFERENTIABLE: frozenset[type[TapeOp]] = frozenset(
     {tape.CmpOp, tape.ConstantOp, *tape.INTEGER_BINARY, *tape.INTEGER_UNARY,
      tape.SignOp, tape.FloorOp, tape.CeilOp, tape.RoundOp,
-     tape.ArgMaxOp, tape.ArgMinOp, tape.IotaOp})
+     tape.ArgMaxOp, tape.ArgMinOp, tape.IotaOp, tape.StopGradientOp})
 """Ops with no rule: comparisons, constants, the ops of integers (which carry no gradient),
 and the piecewise constant sign, floor, ceil and round (their derivative is 0 wherever it
 exists: an argument reached only through them gets a zero gradient, as JAX gives); argmax and
-argmin (integer results) and iota (no operands)."""
+argmin (integer results) and iota (no operands); and stop_gradient, whose whole point is
+that its operand gets no cotangent from it."""
