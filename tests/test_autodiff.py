@@ -142,6 +142,13 @@ CASES = {
                             (r(1, 3, 5, 5), r(6, 1, 3, 3))),
     "softmax_cross_entropy": (lambda z: nn.softmax_cross_entropy(z, np.eye(3)[[0, 2]]),
                               (r(2, 3),)),
+    # rows of 1, 3 and 20 (8 lanes and a tail): tape.layer_norm, its backward op, and that
+    # op's own pullback at second order
+    **{f"layer_norm_{n}": (lambda x, s, b: ops.sum(ops.tanh(nn.layer_norm(
+        {"scale": s, "bias": b}, x, eps=0.1)) * ops.cos(x)), (r(2, n), r(n), r(n)))
+       for n in (1, 3, 20)},
+    "layer_norm_backward": (lambda x, g: ops.sum(ops.sin(bind(
+        tape.LayerNormBackwardOp, x, g, eps=0.1))), (r(3, 5), r(3, 5))),
     # repeated, negative and out-of-range indices (more: tests/test_gather_scatter_grad.py)
     "take": (lambda a: ops.sum(ops.tanh(bind(tape.TakeOp, a, INDICES, axis=1))), (r(3, 4),)),
     **{f"scatter_{kind}": (lambda a, u, kind=kind: ops.sum(ops.sin(bind(

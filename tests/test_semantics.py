@@ -157,6 +157,8 @@ def _samples(rng: np.random.Generator) -> dict[type[TapeOp], tuple[tuple, dict]]
                          {"kind": "max", "axis": 1}),
         tape.SumOp: ((x,), {"axes": -1, "keepdims": True}),
         tape.MaxOp: ((x,), {"axes": (1, 0), "keepdims": False}),
+        tape.LayerNormOp: ((x,), {"eps": 0.25}),
+        tape.LayerNormBackwardOp: ((x, y), {"eps": 0.25}),
         tape.MatmulOp: ((x, y.T.copy()), {}),
         tape.Conv2dOp: ((img, uniform(rng, (4, 1, 2, 3), np.float64)),
                         {"stride": (2, 1), "padding": (1, 0, 0, 2), "dilation": (1, 2),

@@ -50,6 +50,16 @@ def _per_input_element(op: TapeOp) -> int:
     return _numel(op.operands[0])
 
 
+@flops(tape.LayerNormOp, tape.LayerNormBackwardOp)
+def _layer_norm(op: TapeOp) -> int:
+    """As the ops written out count: per element, 5 (two sums, a subtraction, a square, a
+    product) and 7 more backward (two sums, a product, two subtractions and two products); per
+    row, 5 and 7 (the divisions, eps, sqrt)."""
+    n = _numel(op.operands[0])
+    rows = n // max(op.operands[0].type.get_shape()[-1], 1)
+    return 5 * (n + rows) if isinstance(op, tape.LayerNormOp) else 12 * n + 12 * rows
+
+
 @flops(tape.TakeOp)
 def _take(op: tape.TakeOp) -> int:
     return 0

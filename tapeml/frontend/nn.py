@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tapeml.dialects import tape
 from tapeml.errors import ShapeError
 from tapeml.tracing import ops
 from tapeml.tracing.ops import (  # noqa: F401 - re-exported
@@ -21,8 +22,8 @@ from tapeml.tracing.ops import (  # noqa: F401 - re-exported
     softmax,
     tanh,
 )
-from tapeml.tracing.ops.promotion import lift
-from tapeml.tracing.trace import at_user_line
+from tapeml.tracing.ops.promotion import lift, promote
+from tapeml.tracing.trace import at_user_line, bind
 
 Params = dict[str, Any]
 
@@ -212,10 +213,10 @@ def layer_norm_init(width: int, dtype: Any = np.float32) -> Params:
 
 
 def layer_norm(params: Params, x: Any, eps: float = 1e-5) -> Any:
-    """(x - mean) / sqrt(var + eps) * scale + bias over the last axis (torch's LayerNorm)."""
-    centered = ops.subtract(x, ops.mean(x, axis=-1, keepdims=True))
-    var = ops.mean(ops.square(centered), axis=-1, keepdims=True)
-    normed = ops.multiply(centered, ops.divide(1.0, ops.sqrt(ops.add(var, eps))))
+    """(x - mean) / sqrt(var + eps) * scale + bias over the last axis (torch's LayerNorm): one
+    `tape.layer_norm` (its gradient one `tape.layer_norm_backward`), then the scale and bias."""
+    (x,), _ = promote("nn.layer_norm", x, floating=True)
+    normed = bind(tape.LayerNormOp, x, eps=float(eps))
     return ops.add(ops.multiply(normed, params["scale"]), params["bias"])
 
 

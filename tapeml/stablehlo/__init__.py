@@ -12,6 +12,7 @@ the op's class, one module per op family:
     elementwise.py   arithmetic, cmp, select, constant, cast
     layout.py        broadcast, reshape, permute, pad, slice, concat, unfold, fold
     reductions.py    sum, max
+    normalization.py layer_norm and its backward (written out)
     scans.py         argmax, argmin, cumsum, iota
     indexing.py      take (gather), scatter
     contractions.py  matmul (dot_general)
@@ -43,6 +44,7 @@ from tapeml.stablehlo import (  # noqa: F401 (each family's module fills EMITTER
     fused,
     indexing,
     layout,
+    normalization,
     reductions,
     scans,
 )

@@ -145,6 +145,14 @@ def _reduce(op: TapeOp, batched: Sequence[bool], n: int) -> bool:
     return batched[0]
 
 
+@rule(tape.LayerNormOp, tape.LayerNormBackwardOp)
+def _last_axis(op: TapeOp, batched: Sequence[bool], n: int) -> bool:
+    """Each row along the last axis on its own: apart, unless that axis is the batch's."""
+    if any(batched) and len(_shape(op.results[0])) == 1:
+        raise Mixes
+    return _broadcasting(op, batched, n)
+
+
 @rule(tape.ArgMaxOp, tape.ArgMinOp, tape.CumsumOp)
 def _along_axis(op: TapeOp, batched: Sequence[bool], n: int) -> bool:
     if batched[0] and op.params["axis"] == 0:

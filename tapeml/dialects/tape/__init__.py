@@ -15,6 +15,7 @@ One module per op family, each defining its ops and their shape rules:
     constants.py     constant and its dense literals (printing, parsing, their diagnostics)
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max
+    normalization.py layer_norm, layer_norm_backward (over the last axis)
     indexing.py      take, scatter (gather and scatter along one axis)
     scans.py         argmax, argmin, cumsum, iota (along one axis)
     contractions.py  matmul
@@ -40,6 +41,7 @@ from tapeml.dialects.tape import (
     fused,
     indexing,
     layout,
+    normalization,
     reductions,
     scans,
     types,
@@ -51,6 +53,7 @@ from tapeml.dialects.tape.elementwise import *  # noqa: F403
 from tapeml.dialects.tape.fused import *  # noqa: F403
 from tapeml.dialects.tape.indexing import *  # noqa: F403
 from tapeml.dialects.tape.layout import *  # noqa: F403
+from tapeml.dialects.tape.normalization import *  # noqa: F403
 from tapeml.dialects.tape.reductions import *  # noqa: F403
 from tapeml.dialects.tape.scans import *  # noqa: F403
 from tapeml.dialects.tape.types import *  # noqa: F403
@@ -79,6 +82,8 @@ OPS: tuple[type[TapeOp], ...] = (
     indexing.ScatterOp,
     reductions.SumOp,
     reductions.MaxOp,
+    normalization.LayerNormOp,
+    normalization.LayerNormBackwardOp,
     *scans.SCANS,
     contractions.MatmulOp,
     convolutions.Conv2dOp,
@@ -95,5 +100,5 @@ Tape = Dialect("tape", [*OPS, fused.YieldOp, fused.IndexOp], [])  # body-only op
 
 __all__ = ["OPS", "Tape", "TapeOp", *constants.__all__, *contractions.__all__,
            *convolutions.__all__, *elementwise.__all__, *fused.__all__, *indexing.__all__,
-           *layout.__all__,
+           *layout.__all__, *normalization.__all__,
            *reductions.__all__, *scans.__all__, *types.__all__]

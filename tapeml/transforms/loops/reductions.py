@@ -133,7 +133,7 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
 
             partial = e.reduce_all([*outer_shape, whole],
                                    [e.scalar(identity, wide)] * (count * LANES), lane_step)
-            totals = [_pairwise(e, combine, partial[j * LANES:(j + 1) * LANES])
+            totals = [pairwise(e, combine, partial[j * LANES:(j + 1) * LANES])
                       for j in range(count)]
             if rest or cx.any_batch:  # each run's last terms, one after another, run after run
                 def tail(e: Emitter, inner: list[SSAValue],
@@ -162,7 +162,7 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
                                        1), parallel=not cx.any_batch)
 
 
-def _pairwise(e: Emitter, combine: type[Operation], values: list[SSAValue]) -> SSAValue:
+def pairwise(e: Emitter, combine: type[Operation], values: list[SSAValue]) -> SSAValue:
     """`values` (a power of two of them) combined by halves: v[i] . v[i + half] for each i of
     the first half, then those the same way, down to one (a vector's halves folded)."""
     while len(values) > 1:

@@ -20,6 +20,7 @@ with `@pullback(Op)`:
     elementwise.py   arithmetic (ties of maximum, minimum), select, cast
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max (even_split)
+    normalization.py layer_norm (its backward op), layer_norm_backward (second order)
     indexing.py      take, scatter (set: the winning update's; max/min: even splits)
     scans.py         cumsum (argmax, argmin, iota: NON_DIFFERENTIABLE)
     contractions.py  matmul
@@ -43,6 +44,7 @@ from tapeml.transforms.pullbacks import convolutions  # noqa: F401
 from tapeml.transforms.pullbacks import fused  # noqa: F401
 from tapeml.transforms.pullbacks import indexing  # noqa: F401
 from tapeml.transforms.pullbacks import scans  # noqa: F401
+from tapeml.transforms.pullbacks import normalization  # noqa: F401
 # isort: on
 
 __all__ = ["NON_DIFFERENTIABLE", "PULLBACKS", "Rule", "pullback"]
