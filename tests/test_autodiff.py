@@ -149,6 +149,10 @@ CASES = {
        for n in (1, 3, 20)},
     "layer_norm_backward": (lambda x, g: ops.sum(ops.sin(bind(
         tape.LayerNormBackwardOp, x, g, eps=0.1))), (r(3, 5), r(3, 5))),
+    "softmax_rows": (lambda x: ops.sum(ops.tanh(ops.softmax(x * 2.0)) * ops.cos(x)),
+                     (r(2, 3, 20),)),
+    "softmax_backward": (lambda p, g: ops.sum(ops.sin(bind(tape.SoftmaxBackwardOp, p, g))),
+                         (r(3, 5, low=0.1), r(3, 5))),
     # repeated, negative and out-of-range indices (more: tests/test_gather_scatter_grad.py)
     "take": (lambda a: ops.sum(ops.tanh(bind(tape.TakeOp, a, INDICES, axis=1))), (r(3, 4),)),
     **{f"scatter_{kind}": (lambda a, u, kind=kind: ops.sum(ops.sin(bind(

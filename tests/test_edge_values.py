@@ -387,7 +387,8 @@ def test_every_op_is_a_case():
     integer_ops |= {*tape.NUMERIC_BINARY}  # fmod's edge values: tests/test_fmod.py
     integer_ops |= {tape.TakeOp, tape.ScatterOp}  # integer indices: test_gather_scatter.py
     integer_ops |= {*tape.SCANS}  # argmax, argmin, cumsum, iota: tests/test_numeric_ops.py
-    integer_ops |= {tape.LayerNormOp, tape.LayerNormBackwardOp}  # tests/test_layer_norm.py
+    integer_ops |= {tape.LayerNormOp, tape.LayerNormBackwardOp, tape.SoftmaxOp,
+                    tape.SoftmaxBackwardOp}  # their edge rows: tests/test_normalization.py
     assert set(tape.OPS) - integer_ops <= used, set(tape.OPS) - integer_ops - used
 
 

@@ -159,6 +159,8 @@ def _samples(rng: np.random.Generator) -> dict[type[TapeOp], tuple[tuple, dict]]
         tape.MaxOp: ((x,), {"axes": (1, 0), "keepdims": False}),
         tape.LayerNormOp: ((x,), {"eps": 0.25}),
         tape.LayerNormBackwardOp: ((x, y), {"eps": 0.25}),
+        tape.SoftmaxOp: ((x,), {}),
+        tape.SoftmaxBackwardOp: ((np.abs(x), y), {}),
         tape.MatmulOp: ((x, y.T.copy()), {}),
         tape.Conv2dOp: ((img, uniform(rng, (4, 1, 2, 3), np.float64)),
                         {"stride": (2, 1), "padding": (1, 0, 0, 2), "dilation": (1, 2),

@@ -92,12 +92,15 @@ def test_softmax_and_log_softmax_gradients_are_the_formulas():
             np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14, err_msg=name)
 
 
-def test_the_max_softmax_subtracts_is_not_differentiated():
-    """The gradient program of a softmax holds no pullback of its max (a comparison against
-    the max, the ties counted): the backward reads p and g only, and the scores die after the
-    forward."""
+@pytest.mark.parametrize("fn", [lambda a: ops.log_softmax(a), lambda a: ops.softmax(a, axis=0),
+                                lambda a: ops.logsumexp(a, axis=1, keepdims=True)],
+                         ids=["log_softmax", "softmax_axis0", "logsumexp"])
+def test_the_max_they_subtract_is_not_differentiated(fn):
+    """Their gradient programs hold no pullback of the max (a comparison against it, the ties
+    counted), only the forward's max behind a stop_gradient (softmax along the last axis is
+    one op, without a max: tests/test_normalization.py)."""
     x = np.zeros((4, 8), np.float32)
-    program = tapeml.trace(tapeml.grad(lambda a: ops.sum(ops.softmax(a) * a)), x)
+    program = tapeml.trace(tapeml.grad(lambda a: ops.sum(fn(a) * a)), x)
     names = [op.name for op in program.function.body.ops]
     assert names.count("tape.max") == 1 and "tape.cmp" not in names, names
     assert isinstance(next(op for op in program.function.body.ops
@@ -105,8 +108,8 @@ def test_the_max_softmax_subtracts_is_not_differentiated():
 
 
 def test_stablehlo_has_no_op_for_it():
-    """After differentiation it is the identity: the StableHLO of a softmax's gradient has
+    """After differentiation it is the identity: the StableHLO of a log_softmax's gradient has
     its exponential and no stop_gradient (StableHLO has none)."""
     x = np.zeros((2, 3), np.float32)
-    text = tapeml.trace(tapeml.grad(lambda a: ops.sum(ops.softmax(a) * a)), x).as_stablehlo()
+    text = tapeml.trace(tapeml.grad(lambda a: ops.sum(ops.log_softmax(a) * a)), x).as_stablehlo()
     assert "stablehlo.exponential" in text and "stop_gradient" not in text

@@ -60,6 +60,13 @@ def _layer_norm(op: TapeOp) -> int:
     return 5 * (n + rows) if isinstance(op, tape.LayerNormOp) else 12 * n + 12 * rows
 
 
+@flops(tape.SoftmaxOp, tape.SoftmaxBackwardOp)
+def _softmax(op: TapeOp) -> int:
+    """As the ops written out count: per element, 5 (max, subtraction, exp, sum, division), 4
+    backward (two products, a sum, a subtraction)."""
+    return (5 if isinstance(op, tape.SoftmaxOp) else 4) * _numel(op.operands[0])
+
+
 @flops(tape.TakeOp)
 def _take(op: tape.TakeOp) -> int:
     return 0

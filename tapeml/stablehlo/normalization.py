@@ -1,11 +1,20 @@
-"""layer_norm and layer_norm_backward in StableHLO: the ops they stand for, written out (each
-mean a `stablehlo.reduce` add over the last dim, / n), as interpreters/tape/normalization.py
+"""layer_norm, softmax and their backward ops in StableHLO: the ops they stand for, written
+out (each sum a `stablehlo.reduce` over the last dim), as interpreters/tape/normalization.py
 computes them."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from tapeml.dialects import tape
 from tapeml.stablehlo.registry import V, Writer, emits
+
+
+def _reduced(w: Writer, x: V, body: str, init: float) -> V:
+    """x reduced by `body` over the last dim, broadcast back to x's shape."""
+    (total,) = w.reduce([x], [w.scalar(init, x.dtype)], [len(x.shape) - 1],
+                        lambda b, args: [b.binary(body, *args)])
+    return w.broadcast(w.reshape(total, (*x.shape[:-1], 1)), x.shape)
 
 
 def _mean(w: Writer, x: V) -> V:
@@ -37,3 +46,15 @@ def layer_norm_backward(w: Writer, out: V, x: V, g: V, *, eps: float) -> V:
     h = w.binary("subtract", w.binary("subtract", g, w.broadcast(_mean(w, g), x.shape)),
                  w.binary("multiply", y, mean_gy))
     return w.binary("multiply", w.broadcast(r, x.shape), h)
+
+
+@emits(tape.SoftmaxOp)
+def softmax(w: Writer, out: V, x: V) -> V:
+    e = w.unary("exponential", w.binary("subtract", x, _reduced(w, x, "maximum", -np.inf)))
+    return w.binary("divide", e, _reduced(w, e, "add", 0))
+
+
+@emits(tape.SoftmaxBackwardOp)
+def softmax_backward(w: Writer, out: V, p: V, g: V) -> V:
+    return w.binary("multiply", p, w.binary(
+        "subtract", g, _reduced(w, w.binary("multiply", g, p), "add", 0)))

@@ -145,7 +145,7 @@ def _reduce(op: TapeOp, batched: Sequence[bool], n: int) -> bool:
     return batched[0]
 
 
-@rule(tape.LayerNormOp, tape.LayerNormBackwardOp)
+@rule(tape.LayerNormOp, tape.LayerNormBackwardOp, tape.SoftmaxOp, tape.SoftmaxBackwardOp)
 def _last_axis(op: TapeOp, batched: Sequence[bool], n: int) -> bool:
     """Each row along the last axis on its own: apart, unless that axis is the batch's."""
     if any(batched) and len(_shape(op.results[0])) == 1:

@@ -78,7 +78,7 @@ SHAREABLE: tuple[type[Operation], ...] = (
     tape.ConcatOp, tape.UnfoldOp, tape.FoldOp, tape.MaxPool2dOp, tape.AvgPool2dOp,
     tape.MaxPool2dBackwardOp, tape.AvgPool2dBackwardOp, tape.TakeOp, tape.ScatterOp,
     tape.ArgMaxOp, tape.ArgMinOp, tape.CumsumOp, tape.IotaOp, tape.SumOp, tape.MaxOp,
-    tape.LayerNormOp, tape.LayerNormBackwardOp)
+    tape.LayerNormOp, tape.LayerNormBackwardOp, tape.SoftmaxOp, tape.SoftmaxBackwardOp)
 """The ops whose loops `share` may lower once into a function: their lowering is loops over
 their operands' and result's buffers, and scratch buffers of their own (a reduction's row of
 accumulators: the function takes it as an argument, allocated where it is called, so the

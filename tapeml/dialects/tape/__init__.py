@@ -15,7 +15,7 @@ One module per op family, each defining its ops and their shape rules:
     constants.py     constant and its dense literals (printing, parsing, their diagnostics)
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max
-    normalization.py layer_norm, layer_norm_backward (over the last axis)
+    normalization.py layer_norm, softmax and their backward ops (over the last axis)
     indexing.py      take, scatter (gather and scatter along one axis)
     scans.py         argmax, argmin, cumsum, iota (along one axis)
     contractions.py  matmul
@@ -84,6 +84,8 @@ OPS: tuple[type[TapeOp], ...] = (
     reductions.MaxOp,
     normalization.LayerNormOp,
     normalization.LayerNormBackwardOp,
+    normalization.SoftmaxOp,
+    normalization.SoftmaxBackwardOp,
     *scans.SCANS,
     contractions.MatmulOp,
     convolutions.Conv2dOp,

@@ -1,7 +1,8 @@
-"""Normalization over the last axis: `tape.layer_norm` and its vector-Jacobian product
-`tape.layer_norm_backward`. Written as a dozen elementwise ops and reductions, a layer norm
-and its pullbacks were 41 ops of a transformer's tape (a third of the GPT step's) and eight
-loop nests; as these two, one nest each way."""
+"""Normalizations over the last axis and their vector-Jacobian products: `tape.layer_norm`,
+`tape.layer_norm_backward`, `tape.softmax`, `tape.softmax_backward`. Written as a dozen
+elementwise ops and reductions, a layer norm and its pullbacks were 41 ops of a transformer's
+tape (a third of the GPT step's) and eight loop nests; as these two, one nest each way.
+A softmax written out was eight ops and four nests forward, as many backward."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from tapeml.dialects.tape.types import check, float_tensor, same_type
 __all__ = [
     "LayerNormBackwardOp",
     "LayerNormOp",
+    "SoftmaxBackwardOp",
+    "SoftmaxOp",
 ]
 
 
@@ -67,3 +70,45 @@ class LayerNormBackwardOp(TapeOp):
         g = float_tensor(cls.name, grad, "cotangent")
         same_type(cls.name, [x, g], "the input and its cotangent must have the same type")
         return x
+
+
+def _rows(op: str, t: Attribute, role: str = "operand") -> TensorType:
+    t = float_tensor(op, t, role)
+    check(t.get_num_dims() >= 1 and t.get_shape()[-1] > 0, op,
+          lambda: f"normalizes over a last axis of at least one element; got {t}")
+    return t
+
+
+@irdl_op_definition
+class SoftmaxOp(TapeOp):
+    """`exp(x - max) / sum(exp(x - max))` along the last axis, the max IEEE's (NaN if any is),
+    the sum rounded to x's type, as the ops written out compute it (ops.softmax)."""
+
+    name = "tape.softmax"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, input: Attribute) -> Attribute:
+        return _rows(cls.name, input)
+
+
+@irdl_op_definition
+class SoftmaxBackwardOp(TapeOp):
+    """The cotangent of softmax's input from its result p and the result's cotangent g, along
+    the last axis: `p * (g - sum(g * p))` (nothing kept from the forward but p)."""
+
+    name = "tape.softmax_backward"
+    probabilities = operand_def(TensorType)
+    grad = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, probabilities: Attribute, grad: Attribute) -> Attribute:
+        p = _rows(cls.name, probabilities, "probabilities")
+        g = float_tensor(cls.name, grad, "cotangent")
+        same_type(cls.name, [p, g], "the probabilities and their cotangent must have the same "
+                  "type")
+        return p

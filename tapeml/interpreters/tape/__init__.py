@@ -11,7 +11,7 @@ semantics with `@semantics(Op)`:
     elementwise.py   arithmetic (IEEE maximum, minimum), cmp, select, constant, cast
     layout.py        broadcast, reshape, permute, pad, slice, unfold, fold, concat
     reductions.py    sum, max (max_over)
-    normalization.py layer_norm, layer_norm_backward
+    normalization.py layer_norm, softmax and their backward ops
     indexing.py      take, scatter
     scans.py         argmax, argmin, cumsum, iota
     contractions.py  matmul
@@ -66,7 +66,12 @@ from tapeml.interpreters.tape.convolutions import (
 from tapeml.interpreters.tape.fused import fused  # (the name is the function's, not the module's)
 from tapeml.interpreters.tape.indexing import scatter, take
 from tapeml.interpreters.tape.scans import argmax, argmin, cumsum, iota
-from tapeml.interpreters.tape.normalization import layer_norm, layer_norm_backward
+from tapeml.interpreters.tape.normalization import (
+    layer_norm,
+    layer_norm_backward,
+    softmax,
+    softmax_backward,
+)
 # isort: on
 
 
@@ -126,6 +131,8 @@ __all__ = [
     "select",
     "semantics",
     "slice_",
+    "softmax",
+    "softmax_backward",
     "sum_",
     "take",
     "unfold",

@@ -166,7 +166,13 @@ def _reduced_shape(x: Array, axis: Axis) -> tuple[int, ...]:
 
 
 def softmax(x: Any, axis: int = -1) -> Array:
+    """Along the last axis one tape.softmax (its gradient one tape.softmax_backward, from the
+    result alone); along another, the ops written out."""
     (x,), _ = promote("softmax", x, floating=True)
+    rank = x.ndim
+    if type(axis) is int and rank and -rank <= axis < rank and axis % rank == rank - 1 and \
+            x.shape[-1] > 0:
+        return bind(tape.SoftmaxOp, x)
     e = exp(subtract(x, stop_gradient(max(x, axis=axis, keepdims=True))))  # (_SHIFT)
     return divide(e, sum(e, axis=axis, keepdims=True))
 

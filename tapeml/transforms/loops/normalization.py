@@ -1,8 +1,9 @@
-"""layer_norm and layer_norm_backward as one loop nest each: every row (all dims but the last,
-in parallel) folded in a few passes over its elements, which stay in L1 between them. Each
-step is the one the ops written out would take, rounded to the element type (interpreters/
-tape/normalization.py); the sums accumulate in f64, as LANES partials (reductions.py), so they
-may differ from numpy's pairwise sums in the last bits, as a sum op's do."""
+"""layer_norm, softmax and their backward ops as one loop nest each: every row (all dims but
+the last, in parallel) folded in a few passes over its elements, which stay in L1 between
+them. Each step is the one the ops written out would take, rounded to the element type
+(interpreters/tape/normalization.py); the sums accumulate in f64, as LANES partials
+(reductions.py), so they may differ from numpy's pairwise sums in the last bits, as a sum
+op's do; a softmax's exp is the elementwise ops' (transcendentals.py, or libm's)."""
 
 from __future__ import annotations
 
@@ -18,14 +19,15 @@ from tapeml.dialects import tape
 from tapeml.transforms.loops.emitter import Emitter, shape_of
 from tapeml.transforms.loops.reductions import LANES, pairwise
 from tapeml.transforms.loops.registry import Context, lowering
+from tapeml.transforms.transcendentals import Math
 
 Term = Callable[[Emitter, SSAValue], SSAValue]
 """A row's element j (an index) of what is summed, in the element type."""
 
 
-def _means(e: Emitter, terms: list[Term], n: int, t: Attribute) -> list[SSAValue]:
-    """Each term's mean over the row: its sum accumulated in f64 (LANES partials side by side,
-    combined by halves, then the last n % LANES one after another), rounded to `t`, / n."""
+def _sums(e: Emitter, terms: list[Term], n: int, t: Attribute) -> list[SSAValue]:
+    """Each term's sum over the row, accumulated in f64 (LANES partials side by side, combined
+    by halves, then the last n % LANES one after another), rounded to `t`."""
     def wide(e: Emitter, term: Term, j: SSAValue) -> SSAValue:
         value = term(e, j)
         return e.insert(arith.ExtFOp(value, f64)) if t != f64 else value
@@ -50,9 +52,13 @@ def _means(e: Emitter, terms: list[Term], n: int, t: Attribute) -> list[SSAValue
                     for acc, term in zip(accs, terms, strict=True)]
 
         totals = e.reduce_all([rest], totals, tail)
+    return [e.insert(arith.TruncFOp(total, t)) if t != f64 else total for total in totals]
+
+
+def _means(e: Emitter, terms: list[Term], n: int, t: Attribute) -> list[SSAValue]:
+    """Each term's mean over the row: its sum (`_sums`) / n, in `t`."""
     count = e.scalar(float(n), t)
-    return [e.insert(arith.DivfOp(e.insert(arith.TruncFOp(total, t)) if t != f64 else total,
-                                  count)) for total in totals]
+    return [e.insert(arith.DivfOp(total, count)) for total in _sums(e, terms, n, t)]
 
 
 @lowering(tape.LayerNormOp, tape.LayerNormBackwardOp)
@@ -104,5 +110,47 @@ def lower_layer_norm(e: Emitter, op: tape.LayerNormOp | tape.LayerNormBackwardOp
             return e.insert(arith.MulfOp(r, h))
 
         e.loops([n], lambda e, j: e.store(dx(e, j[0]), out, e.addi(base, j[0])))
+
+    e.loops([math.prod(shape[:-1])], row, parallel=True)
+
+
+@lowering(tape.SoftmaxOp, tape.SoftmaxBackwardOp)
+def lower_softmax(e: Emitter, op: tape.SoftmaxOp | tape.SoftmaxBackwardOp,
+                  ins: list[SSAValue], out: SSAValue, cx: Context) -> None:
+    """Per row: its max (one chain of IEEE maximums), then e = exp(x - max) stored as it is
+    summed, then each e / sum; or (the backward) sum(g * p) and p * (g - that) stored."""
+    shape = shape_of(op.results[0])
+    n = shape[-1]
+    t = op.results[0].type.get_element_type()
+
+    def row(e: Emitter, ivs: list[SSAValue]) -> None:
+        base = e.muli(ivs[0], e.index(n))
+
+        def load(buffer: SSAValue) -> Term:
+            return lambda e, j: e.load(buffer, e.addi(base, j))
+
+        if isinstance(op, tape.SoftmaxBackwardOp):
+            p, g = load(ins[0]), load(ins[1])
+            (total,) = _sums(e, [lambda e, j: e.insert(arith.MulfOp(g(e, j), p(e, j)))], n, t)
+            e.loops([n], lambda e, j: e.store(e.insert(arith.MulfOp(p(e, j[0]), e.insert(
+                arith.SubfOp(g(e, j[0]), total)))), out, e.addi(base, j[0])))
+            return
+        x = load(ins[0])
+        top = e.reduce([n], e.scalar(-math.inf, t),
+                       lambda e, j, acc: e.insert(arith.MaximumfOp(acc, x(e, j[0]))))
+
+        def exp(e: Emitter, j: SSAValue) -> SSAValue:  # stored, then summed
+            shifted = e.insert(arith.SubfOp(x(e, j), top))
+            value = e.insert(xmath.ExpOp(shifted)) if e.libm else Math(e, t).exp(shifted)
+            e.store(value, out, e.addi(base, j))
+            return value
+
+        (total,) = _sums(e, [exp], n, t)
+
+        def divided(e: Emitter, j: SSAValue) -> None:
+            at = e.addi(base, j)
+            e.store(e.insert(arith.DivfOp(e.load(out, at), total)), out, at)
+
+        e.loops([n], lambda e, j: divided(e, j[0]))
 
     e.loops([math.prod(shape[:-1])], row, parallel=True)

@@ -1,9 +1,10 @@
-"""tape.layer_norm and tape.layer_norm_backward: the interpreter against numpy written out
-plainly (in f64), the CPU against the interpreter (every row's sums in f64 partials, numpy's
-pairwise: within a few ulps), edge rows (NaN, infinities, a constant row, eps 0, rows of one),
-what nn.layer_norm records and its gradient program holds, shape errors, and the batch rule.
-(Gradients against finite differences to second order: test_autodiff's layer_norm cases; on the
-emulated GPU: test_cuda's; through IREE: test_stablehlo's GPT step.)"""
+"""tape.layer_norm, tape.softmax and their backward ops: the interpreter against numpy written
+out plainly (in f64), the CPU against the interpreter (every row's sums in f64 partials,
+numpy's pairwise: within a few ulps), edge rows (NaN, infinities, a constant row, eps 0, rows
+of one), what nn.layer_norm and ops.softmax record and their gradient programs hold, shape
+errors, and the batch rule. (Gradients against finite differences to second order:
+test_autodiff's layer_norm and softmax cases; on the emulated GPU: test_cuda's; through IREE:
+test_stablehlo's GPT step.)"""
 
 from __future__ import annotations
 
@@ -138,3 +139,79 @@ def test_rows_are_examples_apart_unless_the_row_is_the_batch():
     op = next(iter(program.function.body.ops))
     with pytest.raises(Mixes):
         PER_EXAMPLE[tape.LayerNormOp](op, [True], 6)
+
+
+# ----------------------------------------------------------------------------------------------
+# softmax
+
+
+def _softmax_reference(x: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x, g = x.astype(np.float64), g.astype(np.float64)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    return p, p * (g - (g * p).sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_softmax_against_numpy_written_out_and_the_interpreter(shape, dtype):
+    rng = np.random.default_rng(len(shape) * 10 + shape[-1])
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    g = rng.standard_normal(shape).astype(dtype)
+    want_p, want_dx = _softmax_reference(x, g)
+    p_interpreted = evaluate(tape.SoftmaxOp, x)
+    dx_interpreted = evaluate(tape.SoftmaxBackwardOp, p_interpreted, g)
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(p_interpreted, want_p, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(dx_interpreted, want_dx, rtol=rtol * 10, atol=rtol * 10)
+    for threads in (1, 2):
+        with compiled_for_threads(threads):
+            p = tapeml.jit(lambda a: bind(tape.SoftmaxOp, a))(x)
+            dx = tapeml.jit(lambda a, b: bind(tape.SoftmaxBackwardOp, a, b))(p_interpreted, g)
+        np.testing.assert_allclose(p, p_interpreted, rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(dx, dx_interpreted, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_edge_rows_compile_to_the_interpreters_nans_and_values(dtype):
+    """NaN anywhere, +inf anywhere (inf - inf) and a row of -inf only are NaN rows in both;
+    -inf elsewhere is a 0; signed zeros and a row of one element (1.0) bit for bit."""
+    x = np.array([
+        [1.0, np.nan, 2.0, 3.0],
+        [np.inf, 1.0, 2.0, 3.0],
+        [-np.inf, -np.inf, -np.inf, -np.inf],
+        [-np.inf, 0.0, -np.inf, 1.0],
+        [-0.0, 0.0, -0.0, 0.0],
+        [1e30 if dtype == np.float32 else 1e300, 0.0, -5.0, 2.0],
+    ], dtype)
+    got = tapeml.jit(lambda a: ops.softmax(a))(x)
+    want = ops.softmax(x)  # eager: the interpreter's semantics
+    assert_same_bits(np.isnan(got), np.isnan(want))
+    assert np.isnan(want[[0, 1, 2]]).all() and want[3, 0] == 0.0 and want[3, 2] == 0.0
+    assert_same_bits(got[[4, 5]], want[[4, 5]])  # sums of zeros and ones: exact
+    finite = ~np.isnan(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6)
+    one = np.array([[2.5], [-np.inf], [np.nan]], dtype)
+    assert_same_bits(tapeml.jit(lambda a: ops.softmax(a))(one), ops.softmax(one))
+    assert_same_bits(ops.softmax(one), np.array([[1.0], [np.nan], [np.nan]], dtype))
+
+
+def test_softmax_is_one_op_each_way_along_the_last_axis_only():
+    """ops.softmax along the last axis is a tape.softmax and its gradient one
+    tape.softmax_backward (from p: no max, no exp in the backward); along another axis, the
+    ops written out, the same numbers."""
+    x = np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)
+
+    def names(f):
+        return [op.name for op in tapeml.trace(f, x).function.body.ops]
+
+    def loss(a):
+        return ops.sum(ops.softmax(a) * a)
+
+    assert names(lambda a: ops.softmax(a, axis=1)) == ["tape.softmax", "func.return"]
+    backward = names(tapeml.grad(loss))
+    assert backward.count("tape.softmax_backward") == 1 and backward.count("tape.exp") == 0
+    assert "tape.softmax" not in names(lambda a: ops.softmax(a, axis=0))
+    np.testing.assert_allclose(ops.softmax(x, axis=0), ops.softmax(x.T).T, rtol=1e-6)
+    with pytest.raises(tapeml.ShapeError, match="tape.softmax_backward: the probabilities"):
+        tapeml.trace(lambda p, g: bind(tape.SoftmaxBackwardOp, p, g), x, x.astype(np.float64))
