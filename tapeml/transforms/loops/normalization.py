@@ -117,8 +117,8 @@ def lower_layer_norm(e: Emitter, op: tape.LayerNormOp | tape.LayerNormBackwardOp
 @lowering(tape.SoftmaxOp, tape.SoftmaxBackwardOp)
 def lower_softmax(e: Emitter, op: tape.SoftmaxOp | tape.SoftmaxBackwardOp,
                   ins: list[SSAValue], out: SSAValue, cx: Context) -> None:
-    """Per row: its max (one chain of IEEE maximums), then e = exp(x - max) stored as it is
-    summed, then each e / sum; or (the backward) sum(g * p) and p * (g - that) stored."""
+    """Per row: its max (one chain of IEEE maximums), e = exp(x - max) stored, their sum,
+    then each e / sum; or (the backward) sum(g * p) and p * (g - that) stored."""
     shape = shape_of(op.results[0])
     n = shape[-1]
     t = op.results[0].type.get_element_type()
@@ -136,16 +136,17 @@ def lower_softmax(e: Emitter, op: tape.SoftmaxOp | tape.SoftmaxBackwardOp,
                 arith.SubfOp(g(e, j[0]), total)))), out, e.addi(base, j[0])))
             return
         x = load(ins[0])
-        top = e.reduce([n], e.scalar(-math.inf, t),
+        top = e.reduce([n], e.scalar(-math.inf, t),  # (as LANES chains: no faster)
                        lambda e, j, acc: e.insert(arith.MaximumfOp(acc, x(e, j[0]))))
 
-        def exp(e: Emitter, j: SSAValue) -> SSAValue:  # stored, then summed
+        def exp(e: Emitter, j: SSAValue) -> None:  # a loop of its own, vectorized (inside the
+            # sum's lanes each exp was scalar: the GPT step's softmax 1.07 ms, now 0.34)
             shifted = e.insert(arith.SubfOp(x(e, j), top))
             value = e.insert(xmath.ExpOp(shifted)) if e.libm else Math(e, t).exp(shifted)
             e.store(value, out, e.addi(base, j))
-            return value
 
-        (total,) = _sums(e, [exp], n, t)
+        e.loops([n], lambda e, j: exp(e, j[0]))
+        (total,) = _sums(e, [load(out)], n, t)
 
         def divided(e: Emitter, j: SSAValue) -> None:
             at = e.addi(base, j)
