@@ -210,3 +210,29 @@ def test_an_imported_model_runs_on_every_backend():
                                rtol=1e-5)
     assert tapeml.eval_shape(program, tapeml.Spec((4, 5))) == tapeml.Spec((4, 3))
     assert "tape.matmul" in program.summary()
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_layer_normalization_asking_for_y_alone_is_one_layer_norm(axis):
+    """Y alone: one tape.layer_norm over the axes from `axis` on as one (its Mean and
+    InvStdDev asked for too: the ops written out, as the node tests check), the same numbers
+    as onnxruntime's, interpreted and compiled."""
+    ort = pytest.importorskip("onnxruntime")
+    shape = (3, 4, 6)
+    inner = shape[axis:]
+    scale = RNG.standard_normal(inner).astype(np.float32)
+    bias = RNG.standard_normal(inner).astype(np.float32)
+    node = helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], axis=axis,
+                            epsilon=1e-3)
+    graph = helper.make_graph(
+        [node], "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
+        [numpy_helper.from_array(scale, "scale"), numpy_helper.from_array(bias, "bias")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    program = tapeml.onnx.load(model)
+    assert [op.name for op in program.function.body.ops].count("tape.layer_norm") == 1
+    x = (RNG.standard_normal(shape) * 3 + 1).astype(np.float32)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(program(x), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tapeml.jit(program)(x), expected, rtol=1e-5, atol=1e-5)

@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from tapeml.dialects import tape
 from tapeml.frontend import nn as tnn
 from tapeml.onnx.convert import axis_of, converts, known, present, recorded
 from tapeml.onnx.graph import Node
 from tapeml.tracing import ops
+from tapeml.tracing.trace import bind
 
 
 def _spatial(node: Node, x: Any, kernel: tuple[int, ...] | None = None
@@ -295,11 +297,19 @@ def instance_norm(node: Node, ins: list[Any]) -> Any:
 
 @converts("LayerNormalization")
 def layer_norm(node: Node, ins: list[Any]) -> Any:
-    """Over the axes from `axis` on; its Mean and InvStdDev outputs too."""
+    """Over the axes from `axis` on: one tape.layer_norm over them as one axis, then the scale
+    and bias, where Y alone is asked for; where its Mean or InvStdDev outputs are too, the ops
+    written out."""
     x, scale = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 and present(ins[2]) else None
     rank = len(x.shape)
-    axes = tuple(range(axis_of(node, node.attr("axis", -1), rank), rank))
+    first = axis_of(node, node.attr("axis", -1), rank)
+    axes = tuple(range(first, rank))
+    if not any(node.outputs[1:]) and math.prod(x.shape[first:]) > 0:
+        rows = ops.reshape(x, (*x.shape[:first], math.prod(x.shape[first:])))
+        normed = bind(tape.LayerNormOp, rows, eps=float(node.attr("epsilon", 1e-5)))
+        y = ops.multiply(ops.reshape(normed, x.shape), scale)
+        return y if bias is None else ops.add(y, bias)
     mean = ops.mean(x, axis=axes, keepdims=True)
     centered = ops.subtract(x, mean)
     var = ops.mean(ops.multiply(centered, centered), axis=axes, keepdims=True)
