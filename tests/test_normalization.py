@@ -175,7 +175,8 @@ def test_softmax_against_numpy_written_out_and_the_interpreter(shape, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_softmax_edge_rows_compile_to_the_interpreters_nans_and_values(dtype):
     """NaN anywhere, +inf anywhere (inf - inf) and a row of -inf only are NaN rows in both;
-    -inf elsewhere is a 0; signed zeros and a row of one element (1.0) bit for bit."""
+    -inf elsewhere is a 0; signed zeros (the compiled max may keep either zero: the same p)
+    and a row of one element (1.0) bit for bit."""
     x = np.array([
         [1.0, np.nan, 2.0, 3.0],
         [np.inf, 1.0, 2.0, 3.0],
@@ -183,12 +184,16 @@ def test_softmax_edge_rows_compile_to_the_interpreters_nans_and_values(dtype):
         [-np.inf, 0.0, -np.inf, 1.0],
         [-0.0, 0.0, -0.0, 0.0],
         [1e30 if dtype == np.float32 else 1e300, 0.0, -5.0, 2.0],
+        [np.nan, np.nan, np.nan, np.nan],
+        [-0.0, -0.0, -1.0, np.nan],
+        [-0.0, -3.0, -0.0, -1.0],  # the max a zero of one sign only
     ], dtype)
     got = tapeml.jit(lambda a: ops.softmax(a))(x)
     want = ops.softmax(x)  # eager: the interpreter's semantics
     assert_same_bits(np.isnan(got), np.isnan(want))
     assert np.isnan(want[[0, 1, 2]]).all() and want[3, 0] == 0.0 and want[3, 2] == 0.0
     assert_same_bits(got[[4, 5]], want[[4, 5]])  # sums of zeros and ones: exact
+    assert np.isnan(want[[6, 7]]).all()
     finite = ~np.isnan(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6)
     one = np.array([[2.5], [-np.inf], [np.nan]], dtype)
