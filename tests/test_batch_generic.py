@@ -263,3 +263,38 @@ def test_outputs_that_lead_with_the_batch_and_static_arguments_beside_it():
             np.testing.assert_allclose(total, h.sum(axis=0), rtol=1e-5, atol=1e-5)
         log = f.explain().split("\n")
     assert all("an instance of the compiled program" in line for line in log[1:]), log
+
+
+def test_a_recompile_for_a_new_batch_size_names_the_batch_argnums_that_would_share_it():
+    rng = np.random.default_rng(4)
+    params = _params(rng)
+    step = tapeml.jit(tapeml.value_and_grad(_loss))
+    for n in (16, 9):
+        step(params, *_batch(rng, n))
+    hint = "a new batch size (16 -> 9) alone: jit(..., batch_argnums=(1, 2))"
+    assert hint in step.explain().split("\n")[1]
+    # taking the hint: one program, and batch 9 an instance of it
+    generic = tapeml.jit(tapeml.value_and_grad(_loss), batch_argnums=(1, 2))
+    for n in (16, 9):
+        generic(params, *_batch(rng, n))
+    assert "an instance of the compiled program" in generic.explain().split("\n")[1]
+
+    # static arguments count among the positions; no hint where anything else changed too
+    f = tapeml.jit(lambda scale, w, x, y: ((x @ w).sum() * scale, y.sum()), static_argnums=0)
+    w, x, y = (np.ones(shape, np.float32) for shape in ((4, 3), (8, 4), (8, 2)))
+    f(2.0, w, x, y)
+    f(2.0, w, x[:4], y[:4])
+    f(2.0, np.ones((5, 3), np.float32), np.ones((6, 5), np.float32), y[:6])  # a width too
+    f(2.0, w, x[:6], y[:5])  # two batch sizes
+    f(2.0, w, x[:6], np.ones((6, 3), np.float32))  # not the leading axis
+    f(2.0, w, x[:6], y[:6].astype(np.float64))  # a dtype
+    log = f.explain().split("\n")
+    assert "a new batch size (8 -> 4) alone: jit(..., batch_argnums=(2, 3))" in log[1]
+    assert len(log) == 6 and not any("batch_argnums" in line for line in log[2:]), log
+    g = tapeml.jit(lambda x, mask: x[0] * x[1] * mask)  # a leaf of x kept its shape
+    g((np.ones((3, 2), np.float32), np.ones(2, np.float32)), np.ones(2, np.float32))
+    g((np.ones((5, 2), np.float32), np.ones(2, np.float32)), np.ones(2, np.float32))
+    assert "batch_argnums" not in g.explain()
+    h = tapeml.jit(lambda x: x * 2.0, backend="interp")  # the cpu backend's option only
+    h(np.ones(3, np.float32)), h(np.ones(4, np.float32))
+    assert "batch_argnums" not in h.explain()

@@ -106,6 +106,39 @@ def _describe(signature: tuple) -> str:
     return f"{tree} with " + ", ".join(_spec_text(spec) for spec in specs)
 
 
+def _leaf_arguments(args: tuple, static: tuple[int, ...]) -> list[int]:
+    """The positional argument (its index in `args`) of each leaf of the dynamic ones, in
+    `flatten`'s order."""
+    return [i for i, arg in enumerate(args) if i not in static
+            for _ in range(len(flatten(arg)[0]))]
+
+
+def _batch_hint(before: tuple, after: tuple, arguments: list[int]) -> str:
+    """Where a recompilation is for a new batch size alone (every leaf whose key changed
+    changed only its leading axis, all from one size to one other, and every array of those
+    leaves' arguments is among them), what would share one program between batch sizes."""
+    changed: set[int] = set()
+    sizes = set()
+    for i, ((shape, dtype), (new_shape, new_dtype)) in enumerate(zip(before, after,
+                                                                      strict=True)):
+        if (shape, dtype) == (new_shape, new_dtype):
+            continue
+        if (dtype != new_dtype or isinstance(dtype, str) or not shape
+                or len(shape) != len(new_shape) or shape[1:] != new_shape[1:]
+                or i >= len(arguments)):
+            return ""
+        changed.add(arguments[i])
+        sizes.add((shape[0], new_shape[0]))
+    if len(sizes) != 1 or any(arguments[i] in changed and before[i] == after[i]
+                              for i in range(len(arguments))):
+        return ""
+    (old, new), = sizes
+    numbers = sorted(changed)
+    argnums = f"({numbers[0]},)" if len(numbers) == 1 else str(tuple(numbers))
+    return (f"; a new batch size ({old} -> {new}) alone: jit(..., batch_argnums={argnums}) "
+            "compiles one program for every batch size")
+
+
 @contextlib.contextmanager
 def _no_cycle_collection() -> Iterator[None]:
     """Python's cycle collector off while a program compiles: the IR is a graph of cycles it
@@ -197,7 +230,9 @@ class Jitted:
         with self._lock:
             if (entry := self.cache.get(key)) is not None:  # compiled meanwhile
                 return dynamic, leaves, entry
-            self.log.append(self._why((tree, specs), static))
+            hint = self.batch is None and getattr(self.backend, "name", None) == "cpu"
+            self.log.append(self._why((tree, specs), static,
+                                      hint and _leaf_arguments(args, positions)))
             with _no_cycle_collection():
                 fn = self._with_static(static, positions)
                 generic, note = (None, "") if self.batch is None else self.batch.compile(
@@ -262,7 +297,11 @@ class Jitted:
             pass
         return call
 
-    def _why(self, signature: tuple, static: tuple) -> str:
+    def _why(self, signature: tuple, static: tuple, arguments: list[int] | bool = False
+             ) -> str:
+        """The log's line for a compilation for `signature` and `static`; `arguments`, each
+        leaf's positional argument (kwargs' leaves past them), where a hint at batch_argnums
+        may be given."""
         name = getattr(self.fn, "__name__", "f")
         last, self._last = self._last, (signature, static)
         if last is None:
@@ -275,6 +314,8 @@ class Jitted:
                        in enumerate(zip(last_signature[1], signature[1], strict=True))
                        if a != b]
             reason = "shapes or dtypes changed (" + "; ".join(changes) + ")"
+            if arguments:
+                reason += _batch_hint(last_signature[1], signature[1], arguments)
         else:
             reason = f"static arguments changed from {last_static!r} to {static!r}"
         return f"{name}: recompiled: {reason}"
