@@ -277,6 +277,36 @@ def test_a_jitted_function_called_while_tracing_joins_the_trace():
     assert inner.explain() == "not compiled yet"  # it ran inline both times
 
 
+def test_jit_of_a_jitted_function_compiles_with_its_own_options():
+    inner = tapeml.jit(lambda a, n: a * n)
+    x = np.array([1e-40, 1.0], np.float32)  # a subnormal: what IREE flushes and LLVM keeps
+    assert inner(x, 1.5)[0] != 0
+    outer = tapeml.jit(inner, backend="interp")
+    close(outer(x, 1.5), x * np.float32(1.5))
+    assert outer.cache is not inner.cache and outer.backend is not inner.backend
+    assert type(outer.backend).__name__ == "InterpBackend" and len(inner.cache) == 1
+    static = tapeml.jit(inner, static_argnums=1)
+    static(x, 2.0)
+    assert "(first call)" in static.explain() and "weak" not in static.explain()
+    product = tapeml.jit(lambda a, w: (a @ w).sum(1))
+    generic = tapeml.jit(product, batch_argnums=0)
+    w = r(64, 8)
+    for a in (r(16, 64), r(9, 64)):
+        np.testing.assert_allclose(generic(a, w), (a.astype(np.float64) @ w).sum(1), rtol=1e-4,
+                                   atol=1e-4)
+    assert "an instance of the compiled program" in generic.explain(), generic.explain()
+    assert product.explain() == "not compiled yet"
+    assert generic.__name__ == inner.__name__ == "<lambda>"
+
+
+def test_an_unknown_backend_option_names_the_backends_options():
+    with pytest.raises(TypeError, match=r"the cpu backend has no option dtype \(its options: "
+                       r"fuse, libm\)"):
+        tapeml.jit(lambda a: a, dtype=np.float32)
+    with pytest.raises(TypeError, match="the interp backend takes no options"):
+        tapeml.jit(lambda a: a, backend="interp", fuse=False)
+
+
 def test_static_argnums_take_an_int_or_count_from_the_end():
     x = r(2, 3)
     for numbers in (1, -1, (1,), [-1]):

@@ -16,6 +16,7 @@ StableHLO and runs it through IREE's compiler and runtime.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Protocol
 
 from xdsl.dialects.builtin import ModuleOp
@@ -50,15 +51,17 @@ def get_backend(name: str, **options: Any) -> Backend:
             raise TypeError(f"the interp backend takes no options, got {sorted(options)}")
         return InterpBackend()
     if name == "cpu":
-        from tapeml.codegen.cpu import CPUBackend
-
-        return CPUBackend(**options)
-    if name == "cuda":
-        from tapeml.codegen.cuda import CUDABackend
-
-        return CUDABackend(**options)
-    if name == "iree":
-        from tapeml.codegen.iree import IREEBackend
-
-        return IREEBackend(**options)
-    raise ValueError(f"unknown backend {name!r} (backends: interp, cpu, cuda, iree)")
+        from tapeml.codegen.cpu import CPUBackend as backend
+    elif name == "cuda":
+        from tapeml.codegen.cuda import CUDABackend as backend
+    elif name == "iree":
+        from tapeml.codegen.iree import IREEBackend as backend
+    else:
+        raise ValueError(f"unknown backend {name!r} (backends: interp, cpu, cuda, iree)")
+    known = [n for n, p in inspect.signature(backend).parameters.items()
+             if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"the {name} backend has no option{'s' * (len(unknown) > 1)} "
+                        f"{', '.join(unknown)} (its options: {', '.join(known)})")
+    return backend(**options)

@@ -185,7 +185,9 @@ class Jitted:
         self.log: list[str] = []
         self._last: tuple | None = None  # the signature of the latest compilation
         self._lock = threading.Lock()
-        functools.update_wrapper(self, fn)
+        # its name and doc, not its __dict__: a jitted function's would be this one's state
+        # (jit(step, backend=...) of a jitted step compiled with step's options)
+        functools.update_wrapper(self, fn, updated=())
 
     def _static_positions(self, count: int) -> tuple[int, ...]:
         """`static_argnums` as positions in a call with `count` positional arguments."""
