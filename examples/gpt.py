@@ -208,15 +208,24 @@ def train(cfg: Config, train_ids: np.ndarray, held_ids: np.ndarray, epochs: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--steps-per-epoch", type=int, default=120)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--context", type=int, default=64)
-    parser.add_argument("--width", type=int, default=128)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--prompt", default="def __init__(self")
+    parser.add_argument("--epochs", type=int, default=4,
+                        help="passes of --steps-per-epoch steps each (default 4)")
+    parser.add_argument("--steps-per-epoch", type=int, default=120,
+                        help="training steps per epoch (default 120)")
+    parser.add_argument("--batch", type=int, default=16,
+                        help="sequences per step (default 16)")
+    parser.add_argument("--context", type=int, default=64,
+                        help="tokens per sequence (default 64)")
+    parser.add_argument("--width", type=int, default=128,
+                        help="model width (default 128)")
+    parser.add_argument("--heads", type=int, default=4,
+                        help="attention heads, dividing --width (default 4)")
+    parser.add_argument("--layers", type=int, default=2,
+                        help="transformer blocks (default 2)")
+    parser.add_argument("--lr", type=float, default=3e-3,
+                        help="Adam's learning rate (default 3e-3)")
+    parser.add_argument("--prompt", default="def __init__(self",
+                        help="the greedy sample's start")
     parser.add_argument("--sample", type=int, default=160, help="bytes to generate")
     args = parser.parse_args()
 

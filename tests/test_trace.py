@@ -175,6 +175,7 @@ def test_summary_counts_ops_parameters_flops_and_bytes():
     assert rows["tape.matmul"] == ["2", "200"]  # 2*4*3*5 + 2*4*5*2
     assert rows["tape.tanh"] == ["1", "20"]
     assert rows["params.lin1"] == ["20"] and rows["params.lin2"] == ["12"]
+    assert rows["arguments"] == ["elements"] and rows["x"] == ["12"]  # data, too
     assert summary.endswith("inputs 176 bytes, outputs 32 bytes")
 
 
@@ -419,3 +420,17 @@ def test_tracers_that_escape_or_hide_in_lists_get_a_way_out():
         tapeml.grad(lambda a: ops.sum(tapeml.trace(lambda b: a * b, x)(a)))(x)
     with pytest.raises(tapeml.TracingError, match=r"make one with tapeml.stack\(\[...\]\)"):
         tapeml.trace(lambda a: ops.exp([a, [a]]), x)
+
+
+def test_a_list_where_an_array_belongs_says_where_it_came_from():
+    f = tapeml.jit(ops.exp)
+    with pytest.raises(tapeml.TracingError, match=r"^`x` came as a list, which a traced "
+                       r"function takes as a pytree, each element an argument of its own, not "
+                       r"as one array: pass np\.asarray"):
+        f([1.0, 2.0])
+    with pytest.raises(tapeml.TracingError, match=r"^`p\.w` came as a list"):
+        tapeml.jit(lambda p: ops.exp(p["w"]))({"w": [np.ones(2, np.float32)] * 2})
+    # a list the function makes of its arguments: no argument came as one
+    with pytest.raises(tapeml.TracingError, match=r"^a list or tuple holding tracers is not an "
+                       r"array; make one with tapeml\.stack"):
+        tapeml.jit(lambda x: ops.exp([x, x]))(np.ones(2, np.float32))

@@ -377,7 +377,8 @@ class Program:
         return emit(module, self.name)
 
     def summary(self) -> str:
-        """A table of op counts, parameter counts by name prefix, FLOPs and I/O bytes."""
+        """A table of op counts, FLOPs, the arguments' elements by name prefix (the program
+        cannot tell a model's parameters from its data: both are arguments) and I/O bytes."""
         f = self.function
         ops = [op for op in f.walk() if isinstance(op, tape.TapeOp)]
         counts = Counter(op.name for op in ops)
@@ -387,17 +388,17 @@ class Program:
         inputs = list(f.function_type.inputs)
         outputs = list(f.function_type.outputs)
         in_paths = value_names(f.arg_attrs, list(f.body.block.args), "arg")
-        params: defaultdict[str, int] = defaultdict(int)
+        arguments: defaultdict[str, int] = defaultdict(int)
         for path, t in zip(in_paths, inputs, strict=True):
-            params[path.rsplit(".", 1)[0] if "." in path else path] += _numel(t)
+            arguments[path.rsplit(".", 1)[0] if "." in path else path] += _numel(t)
         lines = [f"program @{self.name}: {len(ops)} tape ops, "
                  f"{sum(flops.values()):,} FLOPs"]
         lines.append(f"  {'op':<18}{'count':>7}{'FLOPs':>16}")
         for name in sorted(counts):
             lines.append(f"  {name:<18}{counts[name]:>7}{flops[name]:>16,}")
-        lines.append(f"  {'parameters':<18}{'':>7}{'elements':>16}")
-        for prefix in sorted(params):
-            lines.append(f"  {prefix:<18}{'':>7}{params[prefix]:>16,}")
+        lines.append(f"  {'arguments':<18}{'':>7}{'elements':>16}")
+        for prefix in sorted(arguments):
+            lines.append(f"  {prefix:<18}{'':>7}{arguments[prefix]:>16,}")
         lines.append(f"  inputs {_bytes(inputs):,} bytes, outputs {_bytes(outputs):,} bytes")
         return "\n".join(lines)
 

@@ -82,7 +82,7 @@ def _check_ops(graph: Graph) -> None:
 def _spec(i: Input, given: Any) -> Spec:
     if i.dtype is None:
         raise OnnxError(f"onnx: input '{i.name}' is of type {i.type_name}, not one tape tensors "
-                        "hold (bool, int32, int64, float, double)")
+                        "hold (bool, int32, int64, float32 (ONNX float), float64 (double))")
     if given is not None:
         dims = tuple(given)
         if i.dims is not None and (len(dims) != len(i.dims) or any(

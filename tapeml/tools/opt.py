@@ -9,6 +9,7 @@ FileCheck tests: the (located) diagnostic goes to stdout and the exit status is 
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -112,6 +113,8 @@ class TapeOptMain(xDSLOptMain):
             return super().parse_chunk(chunk, file_extension, start_offset)
         text = chunk.read()
         require_utf8(text, self.get_input_name())
+        if not self.args.no_implicit_module and not _COMMENT.sub(b"", text).strip():
+            return ModuleOp([])  # (an empty file is an empty module, as for mlir-opt)
         try:  # the parser lexes the first token as it starts
             parser = LocatingParser(self.ctx, text, self.get_input_name(),
                                     line_offset=start_offset)
@@ -146,6 +149,8 @@ class TapeOptMain(xDSLOptMain):
             ) from None
 
 
+_COMMENT = re.compile(rb"//[^\n]*")
+
 _OPTION_VALUES = {"bool": "true or false", "int": "an integer", "float": "a number",
                   "str": "a string"}
 
@@ -155,7 +160,9 @@ def check_pass_options(passes: dict[str, Callable[[], type[ModulePass]]], pipeli
     of the wrong type, or options it refuses (xDSL's ValueError names neither)."""
     for spec in parse_pipeline(pipeline):
         if spec.name not in passes:
-            continue  # xDSL names unknown passes itself
+            near = difflib.get_close_matches(spec.name, passes, n=3)
+            hint = f"; did you mean {' or '.join(near)}?" if near else ""
+            raise UserError(f"unknown pass {spec.name}{hint} (tapeml-opt --help lists them)")
         pass_class = passes[spec.name]()
         options = [info.name for info in get_pass_option_infos(pass_class)]
         hints = get_type_hints(pass_class)

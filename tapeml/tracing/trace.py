@@ -166,9 +166,9 @@ def as_array(x: Any) -> np.ndarray:
         tracers = [leaf for leaf in _nested_leaves(x) if isinstance(leaf, Tracer)] \
             if isinstance(x, list | tuple) else []
         if tracers:
-            raise TracingError(at_user_line(
+            raise TracingError(at_user_line(_passed_as_list(tracers) or (
                 "a list or tuple holding tracers is not an array; make one with "
-                "tapeml.stack([...]) or tapeml.concatenate([...])" + _passed_as_list(tracers)))
+                "tapeml.stack([...]) or tapeml.concatenate([...])")))
         array = np.asarray(x)
     dtype = canonical_dtype(array.dtype)
     return array if array.dtype == dtype else array.astype(dtype)
@@ -177,12 +177,14 @@ def as_array(x: Any) -> np.ndarray:
 def _passed_as_list(tracers: list[Tracer]) -> str:
     """Which arguments a list of argument tracers came from, when it did: a list passed to a
     traced function is a pytree, each element an argument of its own."""
-    if not all(isinstance(t.value, BlockArgument) and t.value.name_hint for t in tracers):
+    if not all(isinstance(t.value, BlockArgument) and "." in (t.value.name_hint or "")
+               for t in tracers):  # (an element of an argument: x.0)
         return ""
-    roots = sorted({t.value.name_hint.split(".")[0] for t in tracers})
+    roots = sorted({t.value.name_hint.rsplit(".", 1)[0] for t in tracers})
     names = ", ".join(f"`{r}`" for r in roots)
-    return (f"; {names} came as a list, which a traced function takes as a pytree of scalars, "
-            "each an argument of its own: pass np.asarray(...) for an array")
+    return (f"{names} came as a list, which a traced function takes as a pytree, each element "
+            "an argument of its own, not as one array: pass np.asarray(...) for an array (or "
+            "make one inside with tapeml.stack([...]))")
 
 
 def _nested_leaves(x: Any) -> Iterator[Any]:

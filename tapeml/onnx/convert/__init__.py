@@ -76,7 +76,7 @@ def element_type(node: Node, code: int) -> np.dtype:
     dtype = ELEMENT_TYPES.get(int(code))
     if dtype is None:
         raise node.fail(f"element type {type_name(int(code))} is not one tape tensors hold "
-                        "(bool, int32, int64, float, double)")
+                        "(bool, int32, int64, float32 (ONNX float), float64 (double))")
     return dtype
 
 
