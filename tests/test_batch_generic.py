@@ -298,3 +298,21 @@ def test_a_recompile_for_a_new_batch_size_names_the_batch_argnums_that_would_sha
     h = tapeml.jit(lambda x: x * 2.0, backend="interp")  # the cpu backend's option only
     h(np.ones(3, np.float32)), h(np.ones(4, np.float32))
     assert "batch_argnums" not in h.explain()
+
+
+def test_a_python_number_beside_the_batch_stays_weak_at_the_second_size():
+    # a learning rate passed as a Python float: traced as a weak scalar at both sizes (at
+    # the second it had been a float64 array, a program of other types: no template)
+    rng = np.random.default_rng(5)
+    params = _params(rng)
+
+    def sgd(p, x, y, lr):
+        grads = tapeml.grad(_loss)(p, x, y)
+        return {k: p[k] - lr * grads[k] for k in p}
+
+    def args_at(n):
+        return (params, *_batch(rng, n), 0.05)
+
+    log = _check(sgd, (16, 9, 40), args_at, threads=1)
+    assert "compiled at batch sizes 16 and 33" in log[0], log
+    assert all("an instance of the compiled program" in line for line in log[1:]), log

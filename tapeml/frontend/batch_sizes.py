@@ -89,9 +89,10 @@ class BatchSizes:
         lowered = Lowered.of(backend, traced.module, threads, key)
         if program is False:
             why = "its lowerings at other batch sizes differ beyond their values"
+            given = flatten(args)[0]  # (a Python number as it came: weak, as traced above)
             for other in _second_sizes(size):
                 at = unflatten(tree, [Spec((other, *np.shape(x)[1:]), x.dtype)
-                                      if i in batch else x for i, x in enumerate(leaves)])
+                                      if i in batch else given[i] for i, x in enumerate(leaves)])
                 try:
                     second = trace(fn, *at[0], **at[1])
                 except (ShapeError, TracingError) as error:  # (a batch size written in `fn`)
