@@ -167,6 +167,21 @@ def test_an_mlp_step_at_new_batch_sizes_is_the_program_compiled_once(threads):
         params, x, y)[0], _loss(params, x, y), rtol=1e-5)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batches_smaller_than_a_vector_are_instances_too(threads):
+    # a sum over fewer rows than LANES (the loss's mean over the batch) took one chain, not
+    # LANES partials, and fewer outputs than SIDE_BY_SIDE no block loop: another program
+    rng = np.random.default_rng(6)
+    params = _params(rng)
+
+    def args_at(n):
+        x, y = _batch(rng, n)
+        return params, x, y
+
+    log = _check(tapeml.value_and_grad(_loss), (16, 8, 4, 2), args_at, threads)
+    assert all("an instance of the compiled program" in line for line in log[1:]), log
+
+
 def test_a_batch_size_that_lowers_otherwise_compiles_on_its_own():
     # at batch 1 the batch axis is dropped from every loop nest: another program
     rng = np.random.default_rng(1)

@@ -428,6 +428,8 @@ def test_a_list_where_an_array_belongs_says_where_it_came_from():
                        r"function takes as a pytree, each element an argument of its own, not "
                        r"as one array: pass np\.asarray"):
         f([1.0, 2.0])
+    with pytest.raises(tapeml.TracingError, match=r"^`x` came as a list"):
+        f([[1.0, 2.0], [3.0, 4.0]])  # (its leaves x.0.0 .. x.1.1)
     with pytest.raises(tapeml.TracingError, match=r"^`p\.w` came as a list"):
         tapeml.jit(lambda p: ops.exp(p["w"]))({"w": [np.ones(2, np.float32)] * 2})
     # a list the function makes of its arguments: no argument came as one

@@ -180,8 +180,17 @@ def _passed_as_list(tracers: list[Tracer]) -> str:
     if not all(isinstance(t.value, BlockArgument) and "." in (t.value.name_hint or "")
                for t in tracers):  # (an element of an argument: x.0)
         return ""
-    roots = sorted({t.value.name_hint.rsplit(".", 1)[0] for t in tracers})
-    names = ", ".join(f"`{r}`" for r in roots)
+    by_argument: dict[str, list[list[str]]] = {}
+    for t in tracers:
+        path = t.value.name_hint.split(".")
+        by_argument.setdefault(path[0], []).append(path)
+    roots = []
+    for paths in by_argument.values():  # the container they share (x of x.0.1, p.w of p.w.0)
+        common = paths[0][:min(len(p) for p in paths) - 1]
+        while any(p[:len(common)] != common for p in paths):
+            common = common[:-1]
+        roots.append(".".join(common))
+    names = ", ".join(f"`{r}`" for r in sorted(roots))
     return (f"{names} came as a list, which a traced function takes as a pytree, each element "
             "an argument of its own, not as one array: pass np.asarray(...) for an array (or "
             "make one inside with tapeml.stack([...]))")

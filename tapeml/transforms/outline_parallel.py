@@ -71,9 +71,9 @@ class Outliner:
     function: func.FuncOp
     min_work: int = MIN_WORK
     any_batch: bool = False
-    """A program for every batch size: every parallel loop outlined (even of one iteration; of
-    none, none is), its outer dimensions all but the innermost, whatever its sizes (which a batch
-    changes)."""
+    """A program for every batch size: every parallel loop outlined (even of one iteration or
+    none), its outer dimensions all but the innermost, whatever its sizes (which a batch
+    changes), each iteration's indices computed by the same ops at every size."""
     count: int = 0
 
     def outline(self, op: scf.ParallelOp) -> None:
@@ -82,8 +82,8 @@ class Outliner:
         if any(None in b for b in bounds) or op.initVals:
             return
         counts = [max(0, -(-(hi - lo) // st)) for lo, hi, st in bounds]
-        if math.prod(counts) == 0 or not self.any_batch and (
-                work([op]) < self.min_work or math.prod(counts) < 2):
+        if not self.any_batch and (math.prod(counts) == 0 or work([op]) < self.min_work
+                                   or math.prod(counts) < 2):
             return
         outer = 1
         while outer < len(counts) and math.prod(counts[:outer]) < OUTER:
@@ -113,7 +113,7 @@ class Outliner:
         b.insert(func.ReturnOp())
         inner = Builder(InsertPoint.at_end(loop_block))
         ivs = delinearize(inner, loop_block.args[0], bounds[:outer], counts[:outer],
-                          wrap_all_inner=True)
+                          wrap_all_inner=True, any_size=self.any_batch)
         mapping.update(zip(op.body.block.args[:outer], ivs, strict=True))
         for k in range(outer, len(counts)):  # the inner dimensions: a nest of loops
             lo, hi, st = bounds[k]

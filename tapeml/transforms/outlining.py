@@ -51,7 +51,8 @@ def index(b: Builder, value: int) -> SSAValue:
 
 
 def delinearize(b: Builder, linear: SSAValue, bounds: Sequence[tuple[int, int, int]],
-                counts: Sequence[int], wrap_all_inner: bool = False) -> list[SSAValue]:
+                counts: Sequence[int], wrap_all_inner: bool = False,
+                any_size: bool = False) -> list[SSAValue]:
     """The induction variables of iteration `linear` (row-major) of a loop nest with constant
     `bounds` ((lower, upper, step) per dimension, outermost first) and positive trip `counts`,
     built at `b`: each is `linear` divided by the trips of the dimensions inside it, wrapped
@@ -60,20 +61,23 @@ def delinearize(b: Builder, linear: SSAValue, bounds: Sequence[tuple[int, int, i
     A dimension is wrapped (remsi) where the dimensions outside it make more than one trip
     (else the quotient is already below its count). `wrap_all_inner` wraps every dimension but
     the outermost, as outline-parallel-loops always has: a redundant remsi after leading size-1
-    dimensions, kept so that its IR stays as it was.
+    dimensions, kept so that its IR stays as it was. `any_size` (outline-parallel-loops'
+    any_batch): the same ops whatever the sizes, each division, step and lower bound written
+    even where it is 1 or 0, and counts of 0 allowed (a loop of no trips: the divisions by
+    them never run).
     """
     ivs = []
-    stride, outside = math.prod(counts), 1
+    outside = 1
     for k, (count, (lo, _, step)) in enumerate(zip(counts, bounds, strict=True)):
-        stride //= count
+        stride = math.prod(counts[k + 1:])
         iv = linear
-        if stride > 1:
+        if stride > 1 or any_size and k < len(counts) - 1:
             iv = b.insert(arith.DivSIOp(iv, index(b, stride))).result
         if outside > 1 or (wrap_all_inner and k > 0):
             iv = b.insert(arith.RemSIOp(iv, index(b, count))).result
-        if step != 1:
+        if step != 1 or any_size:
             iv = b.insert(arith.MuliOp(iv, index(b, step))).result
-        if lo != 0:
+        if lo != 0 or any_size:
             iv = b.insert(arith.AddiOp(iv, index(b, lo))).result
         ivs.append(iv)
         outside *= count

@@ -99,8 +99,9 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
 
     # one output's terms contiguous (a softmax's, a layer norm's row), or in contiguous runs (a
     # convolution's bias gradient: each image's plane of a channel): LANES partial results
+    # (any_batch: whatever the run's length, which may be the batch's)
     lanes = (cx.row_reductions and isinstance(op, tape.SumOp) and reduced_src[-1:] == [1]
-             and reduced_shape[-1] >= 2 * LANES)
+             and (reduced_shape[-1] >= 2 * LANES or cx.any_batch))
     outer_shape, outer_src = reduced_shape[:-1], reduced_src[:-1]  # (the runs' own indices)
 
     def outputs(e: Emitter, ivs: list[SSAValue], count: int) -> None:
@@ -149,7 +150,7 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
             e.store(total, out, at if j == 0 else e.addi(at, e.index(j * kept_out[-1])))
 
     side = SIDE_BY_SIDE if cx.row_reductions and kept_shape and reduced_shape and not lanes else 1
-    if side == 1 or kept_shape[-1] < side:
+    if side == 1 or kept_shape[-1] < side and not cx.any_batch:
         e.loops(kept_shape, lambda e, ivs: outputs(e, ivs, 1), parallel=True)
         return
     blocks, rest = divmod(kept_shape[-1], side)
