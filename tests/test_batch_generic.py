@@ -182,6 +182,25 @@ def test_batches_smaller_than_a_vector_are_instances_too(threads):
     assert all("an instance of the compiled program" in line for line in log[1:]), log
 
 
+def test_a_cnn_step_at_smaller_batch_sizes_is_the_program_compiled_once():
+    from tapeml import nn, ops
+
+    rng = np.random.default_rng(7)
+    params = {"c": nn.conv2d_init(rng, 1, 4, 3), "out": nn.linear_init(rng, 4 * 6 * 6, 5)}
+
+    def loss(p, x, y):
+        h = nn.max_pool2d(ops.relu(nn.conv2d(x, p["c"]["W"], p["c"]["b"], padding=1)), 2)
+        return nn.softmax_cross_entropy(nn.linear(p["out"], ops.reshape(h, (h.shape[0], -1))),
+                                        y)
+
+    def args_at(n):
+        x = rng.standard_normal((n, 1, 12, 12)).astype(np.float32)
+        return params, x, np.eye(5, dtype=np.float32)[rng.integers(0, 5, n)]
+
+    log = _check(tapeml.value_and_grad(loss), (32, 8, 2), args_at, threads=1)
+    assert all("an instance of the compiled program" in line for line in log[1:]), log
+
+
 def test_a_batch_size_that_lowers_otherwise_compiles_on_its_own():
     # at batch 1 the batch axis is dropped from every loop nest: another program
     rng = np.random.default_rng(1)
