@@ -51,6 +51,15 @@ def test_a_first_call_records_every_stage_in_order():
     assert again == []
 
 
+def test_the_iree_backend_records_its_stages():
+    f = tapeml.jit(lambda x: tapeml.tanh(x) * 2.0, backend="iree")
+    with tapeml.profile() as stages:
+        f(np.ones(8, np.float32))
+    assert [s.name for s in stages] == ["trace _lambda_", "tape-fuse", "StableHLO",
+                                        "IREE compile", "IREE runtime: loaded"]
+    assert stages[2].ops > 1 and "bytes of IREE module" in stages[3].detail
+
+
 def test_nothing_is_recorded_outside_a_profile():
     with tapeml.profile() as outer:
         pass

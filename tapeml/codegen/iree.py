@@ -9,6 +9,7 @@ Needs the `iree` extra (`pip install tapeml[iree]`: iree-base-compiler, iree-bas
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from typing import Any
@@ -20,6 +21,7 @@ from tapeml.codegen import disk_cache
 from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.cpu import machine_key
 from tapeml.codegen.stages import Stages, run_pipeline
+from tapeml.profile import record
 from tapeml.stablehlo import emit
 from tapeml.transforms.fuse import FusePass
 from tapeml.transforms.pipelines import Step
@@ -91,12 +93,19 @@ class IREEBackend:
         kept = Stages(stages)
         steps = [Step(FusePass(), "fused tape")] if self.fuse else []
         fused, _ = run_pipeline(module, steps, kept, in_place=owned)
+        started = time.perf_counter()
         text = emit(fused)
+        record("StableHLO", text.count("\n") + 1, started, "(lines)")
         kept.keep("stablehlo", lambda: text)
+        started = time.perf_counter()
         vmfb, origin = _compiled(compiler, text)
+        record("IREE compile" if origin == "compiled" else "disk cache: hit", None, started,
+               f"{len(vmfb):,} bytes of IREE module")
+        started = time.perf_counter()
         context = runtime.SystemContext(config=_config(runtime))
         loaded = runtime.VmModule.copy_buffer(context.instance, vmfb)
         context.add_vm_module(loaded)
+        record("IREE runtime: loaded", None, started)
         return IREECompiled(name, inputs, context.modules[loaded.name]["main"], context,
                             kept.texts, origin)
 
