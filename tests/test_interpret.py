@@ -60,3 +60,19 @@ def test_array_likes_take_the_declared_dtype(module):
 def test_bad_arguments_are_clear_errors(module, name, args, message):
     with pytest.raises(tapeml.InterpretError, match=message):
         tapeml.interpret(module, name, *args)
+
+
+def test_an_arith_op_on_tensors_is_refused_by_name():
+    from xdsl.dialects import arith
+
+    ctx = Context()
+    for d in (builtin.Builtin, func.Func, arith.Arith):
+        ctx.load_dialect(d)
+    module = Parser(ctx, """
+        func.func @m(%x: tensor<2xf32>) -> tensor<2xf32> {
+          %0 = arith.mulf %x, %x : tensor<2xf32>
+          func.return %0 : tensor<2xf32>
+        }""").parse_module()
+    with pytest.raises(tapeml.InterpretError, match=r"^arith\.mulf on tensor<2xf32>: the "
+                       "interpreter runs arith ops on scalars"):
+        tapeml.interpret(module, "m", np.ones(2, np.float32))

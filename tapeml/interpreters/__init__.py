@@ -23,7 +23,7 @@ from xdsl.interpreter import Interpreter
 from xdsl.interpreters import register_implementations
 from xdsl.interpreters.shaped_array import ShapedArray
 from xdsl.interpreters.utils.ptr import RawPtr, TypedPtr
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, Operation
 
 from tapeml.dialects.tape import dtype_of
 from tapeml.errors import InterpretError
@@ -42,6 +42,21 @@ def make_interpreter(module: ModuleOp, ctx: Context | None = None) -> Interprete
                       KernelFunctions(), GPUFunctions()):
         interpreter.register_implementations(functions)
     return interpreter
+
+
+def scalar_op_on_tensors(module: ModuleOp) -> tuple[Operation, str] | None:
+    """The first arith or math op of `module` on tensors, and why it cannot run: valid IR
+    (MLIR's arith ops are elementwise on tensors too), but the interpreter's arith and math
+    run on scalars (xDSL's own failed on an assertion)."""
+    for op in module.walk():
+        dialect = op.name.split(".", 1)[0]
+        if dialect in ("arith", "math"):
+            for value in (*op.operands, *op.results):
+                if isinstance(value.type, TensorType):
+                    return op, (f"{op.name} on {value.type}: the interpreter runs {dialect} ops "
+                                "on scalars (on tensors, the tape dialect's: tape.constant, "
+                                "tape.add, tape.mul, ...)")
+    return None
 
 
 def _find_function(module: ModuleOp, name: str) -> func.FuncOp:
@@ -112,6 +127,8 @@ def interpret(module: ModuleOp, name: str, *args: Any) -> tuple[Any, ...]:
     arrays / scalars.
     """
     f = _find_function(module, name)
+    if (found := scalar_op_on_tensors(module)) is not None:
+        raise InterpretError(found[1])
     inputs: Sequence[Attribute] = f.function_type.inputs.data
     if len(args) != len(inputs):
         raise InterpretError(f"@{name} takes {len(inputs)} arguments, got {len(args)}")

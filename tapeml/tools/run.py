@@ -37,6 +37,7 @@ from tapeml.tools.diagnostics import (
     UserError,
     fail,
     format_parse_error,
+    located,
     require_utf8,
     verify_located,
 )
@@ -59,6 +60,11 @@ def _load_module(ctx: Context, path: str) -> ModuleOp:
     parser = LocatingParser(ctx, text, path)
     module = parser.parse_module()
     verify_located(module, parser.spans, parser.names, path)
+    from tapeml.interpreters import scalar_op_on_tensors
+
+    if (found := scalar_op_on_tensors(module)) is not None:
+        op, message = found
+        raise UserError(located(parser.spans[op], message) if op in parser.spans else message)
     return module
 
 
