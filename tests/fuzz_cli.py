@@ -71,14 +71,7 @@ class Reproducer:
         return " ".join([f"tapeml-{self.tool}", "f.mlir", *map(_quote, self.argv)])
 
 
-KNOWN: dict[str, Reproducer] = {
-    "AttributeError in tapeml/interpreters/scalars.py:_np": Reproducer(
-        "the interpreter's arith impls take scalars only, and an arith op on tensors gives them "
-        "an ndarray",
-        "func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
-        "  %t = arith.negf %x : tensor<2xf32>\n  func.return %t : tensor<2xf32>\n}\n",
-        "run", ("--args", "dense<0.5> : tensor<2xf32>")),
-}
+KNOWN: dict[str, Reproducer] = {}
 """Tracebacks the fuzzer found in code its authors may not edit, by signature, each with a
 minimal reproducer: they are reported as known, not failed on, until they are fixed (then
 delete the entry: tests/test_cli_fuzz.py checks that each still happens)."""

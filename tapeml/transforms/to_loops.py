@@ -44,6 +44,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
     StringAttr,
+    TensorType,
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
@@ -139,6 +140,12 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     if unsupported:
         raise LoweringError(f"tape-to-loops: @{f.sym_name.data} holds {', '.join(unsupported)}, "
                             "which this lowering does not take (a function of tape ops only)")
+    for what, values in (("argument", block.args), ("result", ret.arguments)):
+        for i, value in enumerate(values):
+            if not isinstance(value.type, TensorType):
+                raise LoweringError(f"tape-to-loops: @{f.sym_name.data}'s {what} {i} is "
+                                    f"{value.type}: a function of tape ops takes and returns "
+                                    "tensors")
     new_block = Block(arg_types=[buffer_type(a.type) for a in block.args]
                       + [buffer_type(r.type) for r in ret.arguments])
     for old, new in zip(block.args, new_block.args, strict=False):
