@@ -44,8 +44,10 @@ PROGRAM_STAGES = ["eager", "loops", "outlined", "cpu-fused-t1", "cpu-unfused-t1"
                   "cpu-fused-t2", "gpu-fused"]
 """The stages a generated program runs on, against the interpreter (gpu-fused on small ones)."""
 
-REORDERED = {"tape.sum", "tape.matmul", "tape.fold", "tape.conv2d"}
-"""Ops whose sums a stage may add in another order or precision."""
+REORDERED = {"tape.sum", "tape.matmul", "tape.fold", "tape.conv2d", "tape.softmax",
+             "tape.softmax_backward", "tape.layer_norm", "tape.layer_norm_backward"}
+"""Ops whose sums a stage may add in another order or precision (a softmax's and a layer
+norm's row sums in f64 partials; a softmax's exp as the elementwise exp computes it)."""
 INEXACT = REORDERED | {"tape.exp", "tape.log", "tape.tanh", "tape.sigmoid", "tape.pow"}
 
 
