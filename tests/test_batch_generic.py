@@ -309,9 +309,11 @@ def test_a_recompile_for_a_new_batch_size_names_the_batch_argnums_that_would_sha
     f(2.0, w, x[:6], y[:5])  # two batch sizes
     f(2.0, w, x[:6], np.ones((6, 3), np.float32))  # not the leading axis
     f(2.0, w, x[:6], y[:6].astype(np.float64))  # a dtype
+    f(3.0, w, x[:5], y[:5])  # a static argument with the batch
     log = f.explain().split("\n")
     assert "a new batch size (8 -> 4) alone: jit(..., batch_argnums=(2, 3))" in log[1]
-    assert len(log) == 6 and not any("batch_argnums" in line for line in log[2:]), log
+    assert len(log) == 7 and not any("batch_argnums" in line for line in log[2:]), log
+    assert log[6].endswith("; static arguments changed from (2.0,) to (3.0,)"), log[6]
     g = tapeml.jit(lambda x, mask: x[0] * x[1] * mask)  # a leaf of x kept its shape
     g((np.ones((3, 2), np.float32), np.ones(2, np.float32)), np.ones(2, np.float32))
     g((np.ones((5, 2), np.float32), np.ones(2, np.float32)), np.ones(2, np.float32))

@@ -432,7 +432,11 @@ def test_a_list_where_an_array_belongs_says_where_it_came_from():
         f([[1.0, 2.0], [3.0, 4.0]])  # (its leaves x.0.0 .. x.1.1)
     with pytest.raises(tapeml.TracingError, match=r"^`p\.w` came as a list"):
         tapeml.jit(lambda p: ops.exp(p["w"]))({"w": [np.ones(2, np.float32)] * 2})
-    # a list the function makes of its arguments: no argument came as one
-    with pytest.raises(tapeml.TracingError, match=r"^a list or tuple holding tracers is not an "
-                       r"array; make one with tapeml\.stack"):
-        tapeml.jit(lambda x: ops.exp([x, x]))(np.ones(2, np.float32))
+    # a list the function makes of its arguments (or of their members): no argument came as one
+    a = np.ones(2, np.float32)
+    for made, args in ((lambda x: ops.exp([x, x]), (a,)),
+                       (lambda p: ops.exp([p["w"], p["b"]]), ({"w": a, "b": a},)),
+                       (lambda t: ops.exp([t[1], t[0]]), ((a, a),))):
+        with pytest.raises(tapeml.TracingError, match=r"^a list or tuple holding tracers is not "
+                           r"an array; make one with tapeml\.stack"):
+            tapeml.jit(made)(*args)

@@ -316,7 +316,9 @@ class Jitted:
                        in enumerate(zip(last_signature[1], signature[1], strict=True))
                        if a != b]
             reason = "shapes or dtypes changed (" + "; ".join(changes) + ")"
-            if arguments:
+            if last_static != static:
+                reason += f"; static arguments changed from {last_static!r} to {static!r}"
+            elif arguments:
                 reason += _batch_hint(last_signature[1], signature[1], arguments)
         else:
             reason = f"static arguments changed from {last_static!r} to {static!r}"

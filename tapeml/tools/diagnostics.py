@@ -245,7 +245,7 @@ def _first_failure(module: ModuleOp) -> tuple[Operation, str]:
 
 def _verify_failure(error: Exception) -> bool:
     """Whether `error`, raised by verify(), says the IR is invalid: a VerifyException, or a
-    bare Exception, which some of xDSL's verifiers raise (memref.load with too few indices:
+    bare Exception, which some of xDSL's verifiers raise (memref.store with too few indices:
     "Expected an index for each dimension"); any other type is a bug, not the input's."""
     return isinstance(error, VerifyException) or type(error) is Exception
 

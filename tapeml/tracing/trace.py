@@ -175,23 +175,24 @@ def as_array(x: Any) -> np.ndarray:
 
 
 def _passed_as_list(tracers: list[Tracer]) -> str:
-    """Which arguments a list of argument tracers came from, when it did: a list passed to a
-    traced function is a pytree, each element an argument of its own."""
-    if not all(isinstance(t.value, BlockArgument) and "." in (t.value.name_hint or "")
-               for t in tracers):  # (an element of an argument: x.0)
+    """Which argument a list of tracers is, when it is one: a list (or tuple) passed to a
+    traced function is a pytree, each element an argument of its own (x.0, x.1, ...). Only
+    where the list holds every leaf of one argument's container, in order, under index paths;
+    a list the function builds of its arguments' leaves is another mistake."""
+    values = [t.value for t in tracers]
+    if not all(isinstance(v, BlockArgument) and v.name_hint for v in values):
         return ""
-    by_argument: dict[str, list[list[str]]] = {}
-    for t in tracers:
-        path = t.value.name_hint.split(".")
-        by_argument.setdefault(path[0], []).append(path)
-    roots = []
-    for paths in by_argument.values():  # the container they share (x of x.0.1, p.w of p.w.0)
-        common = paths[0][:min(len(p) for p in paths) - 1]
-        while any(p[:len(common)] != common for p in paths):
-            common = common[:-1]
-        roots.append(".".join(common))
-    names = ", ".join(f"`{r}`" for r in sorted(roots))
-    return (f"{names} came as a list, which a traced function takes as a pytree, each element "
+    paths = [v.name_hint.split(".") for v in values]
+    common = paths[0][:min(len(p) for p in paths) - 1]
+    while any(p[:len(common)] != common for p in paths):
+        common = common[:-1]
+    if not common or not all(part.isdigit() for p in paths for part in p[len(common):]):
+        return ""
+    root = ".".join(common)
+    leaves = [a for a in values[0].block.args if (a.name_hint or "").startswith(root + ".")]
+    if len(leaves) != len(values) or any(a is not v for a, v in zip(leaves, values, strict=True)):
+        return ""
+    return (f"`{root}` came as a list, which a traced function takes as a pytree, each element "
             "an argument of its own, not as one array: pass np.asarray(...) for an array (or "
             "make one inside with tapeml.stack([...]))")
 

@@ -62,9 +62,9 @@ def delinearize(b: Builder, linear: SSAValue, bounds: Sequence[tuple[int, int, i
     (else the quotient is already below its count). `wrap_all_inner` wraps every dimension but
     the outermost, as outline-parallel-loops always has: a redundant remsi after leading size-1
     dimensions, kept so that its IR stays as it was. `any_size` (outline-parallel-loops'
-    any_batch): the same ops whatever the sizes, each division, step and lower bound written
-    even where it is 1 or 0, and counts of 0 allowed (a loop of no trips: the divisions by
-    them never run).
+    any_batch, with `wrap_all_inner`): the same ops whatever the sizes, the division of every
+    dimension but the innermost, each step and each lower bound written even where it is 1
+    or 0, and counts of 0 allowed (a loop of no trips: the divisions by them never run).
     """
     ivs = []
     outside = 1

@@ -157,10 +157,11 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
     e.loops([*kept_shape[:-1], blocks],
             lambda e, ivs: outputs(e, [*ivs[:-1], e.muli(ivs[-1], e.index(side))], side),
             parallel=True)
-    if rest or cx.any_batch:  # (any_batch: a loop of no trips at some sizes, not outlined)
+    if rest or cx.any_batch:  # (any_batch: written at every size, as the blocks' loop is,
+        # though either may run no trips; outline-parallel-loops{any_batch} outlines both)
         e.loops([*kept_shape[:-1], rest],
                 lambda e, ivs: outputs(e, [*ivs[:-1], e.addi(ivs[-1], e.index(blocks * side))],
-                                       1), parallel=not cx.any_batch)
+                                       1), parallel=True)
 
 
 def pairwise(e: Emitter, combine: type[Operation], values: list[SSAValue]) -> SSAValue:
