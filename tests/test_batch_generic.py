@@ -134,16 +134,20 @@ def _check(step, sizes, args_at, threads):
     return generic.explain().split("\n")
 
 
-def test_a_transformer_step_at_new_batch_sizes_is_the_program_compiled_once():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_transformer_step_at_new_batch_sizes_is_the_program_compiled_once(threads):
     import gpt_step  # (bench/)
 
     def args_at(n):
         _, params, tokens, targets = gpt_step.make("ids", 2, batch=n)
         return params, tokens, targets
 
-    log = _check(tapeml.value_and_grad(gpt_step.tapeml_loss("ids")), (16, 8, 12, 16), args_at,
-                 threads=1)
-    assert len(log) == 3  # (16 again: the first call's program)
+    # at 2, two embedding gradients' nests (a scatter's over 2 x 64 tokens' rows and one over
+    # a 64 x 128 table) were alike and became one function: tape-to-loops tags each nest
+    # with its op under any_batch (and outline-parallel-loops keeps the tag on the parts)
+    sizes = (16, 8, 12, 2, 16) if threads == 1 else (16, 2, 16)
+    log = _check(tapeml.value_and_grad(gpt_step.tapeml_loss("ids")), sizes, args_at, threads)
+    assert len(log) == len(sizes) - 1  # (16 again: the first call's program)
     assert "compiled at batch sizes 16 and 33" in log[0]
     assert all("an instance of the compiled program" in line for line in log[1:]), log
 

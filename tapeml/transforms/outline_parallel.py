@@ -109,7 +109,8 @@ class Outliner:
                 mapping[value] = clone.result
         start, end = entry.args[-2], entry.args[-1]
         loop_block = Block(arg_types=[INDEX])
-        b.insert(scf.ForOp(start, end, index(b, 1), [], loop_block))
+        loop = b.insert(scf.ForOp(start, end, index(b, 1), [], loop_block))
+        loop.attributes.update(op.attributes)  # (tape-to-loops' origin: merge-loop-nests')
         b.insert(func.ReturnOp())
         inner = Builder(InsertPoint.at_end(loop_block))
         ivs = delinearize(inner, loop_block.args[0], bounds[:outer], counts[:outer],

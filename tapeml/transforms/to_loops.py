@@ -36,7 +36,7 @@ from typing import Any
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context as PassContext
-from xdsl.dialects import func, memref
+from xdsl.dialects import func, memref, scf
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
@@ -181,10 +181,13 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
     concat_buffers: dict[Operation, SSAValue] = {}  # a concat -> its buffer, made early
     functions: dict[Hashable, tuple[str, list[MemRefType]]] = {}  # a key -> its function
     labels: list[str] = []  # profile: what each kernel.mark's entry counts
+    origins = _Origins(new_block) if any_batch else None
 
     for op in block.ops:
         if isinstance(op, func.ReturnOp):
             break
+        if origins is not None:
+            origins.next(profile_label(op))
         result = op.results[0]
         if op in products:  # lowered with the op that folds into it, where that op is
             continue
@@ -263,9 +266,13 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         source = env[value]
         if source is target:
             continue
+        if origins is not None:
+            origins.next(f"a result, {value.type}")
         size = buffer_type(value.type).get_shape()[0]
         e.loops([size], lambda e, ivs, source=source, target=target:
                 e.store(e.load(source, ivs[0]), target, ivs[0]), parallel=True)
+    if origins is not None:
+        origins.next("")
     if profile:
         e.insert(kernel.MarkOp(-1))  # the clock stops
         f.attributes[PROFILE_ATTR] = ArrayAttr([StringAttr(label) for label in labels])
@@ -372,6 +379,34 @@ def _lowered_once(f: func.FuncOp, op: Operation, buffers: list[SSAValue], number
 
 PROFILE_ATTR = "tapeml.profile"
 """On a function lowered with `profile`: what each entry of its kernel.mark table counts."""
+
+ORIGIN_ATTR = "tapeml.origin"
+"""On each loop nest lowered with `any_batch`: the tape op it was lowered from, as a profile
+names it (its kind and its operands' and result's shapes; `_Origins`)."""
+
+
+class _Origins:
+    """Under `any_batch`, each top-level loop nest of `block` tagged with the tape op it was
+    lowered from (ORIGIN_ATTR: `profile_label`'s kind and shapes), which merge-loop-nests' key
+    compares: nests of two ops that are alike at one batch size only stay two functions, as
+    at the others, and the lowering stays an instance of the program batch_argnums compiled.
+    (The GPT step's two embedding gradients at batch 2: a scatter's nest over the 2 x 64
+    tokens' 64-wide rows and one over a 64 x 128 table, 8,192 elements each, had become one
+    function; at 16 and 33, two.) A repeated layer's ops are alike at every size, and so are
+    their nests' tags."""
+
+    def __init__(self, block: Block) -> None:
+        self.block, self.last, self.origin = block, block.last_op, ""
+
+    def next(self, origin: str) -> None:
+        """The nests added since the last call were lowered from what that call named; those
+        added from now on, from `origin`."""
+        op = self.block.first_op if self.last is None else self.last.next_op
+        while op is not None:
+            if self.origin and isinstance(op, scf.ForOp | scf.ParallelOp):
+                op.attributes[ORIGIN_ATTR] = StringAttr(self.origin)
+            op = op.next_op
+        self.last, self.origin = self.block.last_op, origin
 
 
 def profile_label(op: Operation) -> str:
