@@ -9,7 +9,9 @@ every value that differs between them loaded from a small module of the batch's 
 call at a new batch size traces and lowers the function at that size (tapeml's passes, no
 LLVM optimization) and, where its lowering is an instance of the template, compiles only that
 module. Where it is not (the lowering decided something otherwise at that size), or where no
-template could be made, the call compiles as `jit` does without the option.
+template could be made, the call compiles as `jit` does without the option; so does a batch
+size that traces to other ops than the first (at batch 1 a bias's broadcast over the batch is
+no op), found before anything is lowered.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from xdsl.dialects.builtin import TensorType
 
 from tapeml.codegen import Compiled
 from tapeml.codegen.gemm import host_threads
@@ -37,6 +40,11 @@ class BatchSizes:
         self.argnums = numbers
         self.programs: dict[tuple, Any] = {}
         """A family's GenericProgram, or None where it makes none."""
+        self.outlines: dict[tuple, tuple] = {}
+        """The outline of a family's traced program at its first batch size (`_outline`):
+        a batch size that traces to other ops (at batch 1 a broadcast of a bias over the
+        batch is none) is no instance, and is compiled on its own without being lowered for
+        the comparison first."""
 
     def batch_leaves(self, args: tuple, static: tuple[int, ...], dynamic: tuple
                      ) -> set[int]:
@@ -79,11 +87,16 @@ class BatchSizes:
         if program is None:
             return None, ""
         traced = trace(fn, *args[0], **args[1])
+        outline = _outline(traced.module)
+        if program is not False and outline != self.outlines.setdefault(family, outline):
+            return None, (f"batch-generic: batch size {size} traces to other ops than the "
+                          "compiled program's; compiled on its own")
         key = instance_key(backend, traced.module, threads)
         found = GenericProgram.cached(key, *signature(traced.module)[1:],
                                       program=program or None)
         if found is not None:  # (seen at this batch size by another process)
             self.programs[family] = found[0]
+            self.outlines.setdefault(family, outline)
             return (traced.out_tree, found[1]), (f"batch-generic: batch size {size} from the "
                                                  "disk cache")
         lowered = Lowered.of(backend, traced.module, threads, key)
@@ -104,6 +117,7 @@ class BatchSizes:
                 if program is not None:
                     break
             self.programs[family] = program
+            self.outlines[family] = outline
             if program is None:
                 return None, f"batch-generic: none, {why.splitlines()[0]}"
             how = f"batch-generic: compiled at batch sizes {size} and {other}"
@@ -122,6 +136,17 @@ def _second_sizes(size: int) -> tuple[int, ...]:
     differs (they do not at size + 1: 16 // 8 == 17 // 8), so each value that depends on the
     batch is a slot; then size + 1."""
     return (2 * size + 1, size + 1)
+
+
+def _outline(module: Any) -> tuple:
+    """The traced program `module` as its ops' names and their operands', results' and
+    results' dimensions' counts: the same at two batch sizes that trace to the same ops. Two
+    sizes whose outlines differ could still lower alike only where the ops they differ by
+    lower to no code (an alias); such a size is then compiled on its own: a compile more,
+    never a wrong program."""
+    return tuple((op.name, len(op.operands),
+                  tuple(len(r.type.get_shape()) if isinstance(r.type, TensorType) else -1
+                        for r in op.results)) for op in module.walk())
 
 
 def _batch_size(leaves: list[Any], batch: set[int]) -> int:
