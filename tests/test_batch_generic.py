@@ -142,9 +142,10 @@ def test_a_transformer_step_at_new_batch_sizes_is_the_program_compiled_once(thre
         _, params, tokens, targets = gpt_step.make("ids", 2, batch=n)
         return params, tokens, targets
 
-    # at 2, two embedding gradients' nests (a scatter's over 2 x 64 tokens' rows and one over
-    # a 64 x 128 table) were alike and became one function: tape-to-loops tags each nest
-    # with its op under any_batch (and outline-parallel-loops keeps the tag on the parts)
+    # at 2, the copies that begin two scatters (the loss's gradient over 2 x 64 tokens' 64
+    # logits, the embedding table's 64 x 128: 8,192 elements each) were alike and became one
+    # function: tape-to-loops tags each nest with its op under any_batch (and
+    # outline-parallel-loops keeps the tag on the parts)
     sizes = (16, 8, 12, 2, 16) if threads == 1 else (16, 2, 16)
     log = _check(tapeml.value_and_grad(gpt_step.tapeml_loss("ids")), sizes, args_at, threads)
     assert len(log) == len(sizes) - 1  # (16 again: the first call's program)

@@ -390,10 +390,10 @@ class _Origins:
     lowered from (ORIGIN_ATTR: `profile_label`'s kind and shapes), which merge-loop-nests' key
     compares: nests of two ops that are alike at one batch size only stay two functions, as
     at the others, and the lowering stays an instance of the program batch_argnums compiled.
-    (The GPT step's two embedding gradients at batch 2: a scatter's nest over the 2 x 64
-    tokens' 64-wide rows and one over a 64 x 128 table, 8,192 elements each, had become one
-    function; at 16 and 33, two.) A repeated layer's ops are alike at every size, and so are
-    their nests' tags."""
+    (The GPT step at batch 2: the copies that begin two scatters, of the loss's gradient
+    over the 2 x 64 tokens' 64 logits and of the embedding table's 64 x 128, 8,192 elements
+    each, had become one function; at 16 and 33, two.) A repeated layer's ops are
+    alike at every size, and so are their nests' tags."""
 
     def __init__(self, block: Block) -> None:
         self.block, self.last, self.origin = block, block.last_op, ""
