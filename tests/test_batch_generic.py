@@ -106,6 +106,18 @@ def _batch(rng, n):
     return x, y
 
 
+def _mlp_batches(seed):
+    """args_at(n): _params' parameters (one draw) and a new batch of n (x, y) each call."""
+    rng = np.random.default_rng(seed)
+    params = _params(rng)
+
+    def args_at(n):
+        x, y = _batch(rng, n)
+        return params, x, y
+
+    return args_at
+
+
 def _same(got, want):
     got, _ = tapeml.tracing.pytree.flatten(got)
     want, _ = tapeml.tracing.pytree.flatten(want)
@@ -155,12 +167,7 @@ def test_a_transformer_step_at_new_batch_sizes_is_the_program_compiled_once(thre
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_an_mlp_step_at_new_batch_sizes_is_the_program_compiled_once(threads):
-    rng = np.random.default_rng(0)
-    params = _params(rng)
-
-    def args_at(n):
-        x, y = _batch(rng, n)
-        return params, x, y
+    args_at = _mlp_batches(0)
 
     # 8, 4 and 2: fewer rows than LANES (the loss's mean over the batch) had taken one chain,
     # not LANES partials, and fewer outputs than SIDE_BY_SIDE no block loop: other programs
@@ -169,7 +176,7 @@ def test_an_mlp_step_at_new_batch_sizes_is_the_program_compiled_once(threads):
     assert len(log) == 8, log
     assert "compiled at batch sizes 16 and 33" in log[0]
     assert all("an instance of the compiled program" in line for line in log[1:]), log
-    x, y = _batch(rng, 9)
+    params, x, y = args_at(9)
     np.testing.assert_allclose(tapeml.jit(tapeml.value_and_grad(_loss), batch_argnums=(1, 2))(
         params, x, y)[0], _loss(params, x, y), rtol=1e-5)
 
@@ -203,12 +210,7 @@ def _mean_loss(params, x, y):
 def test_a_batch_size_that_traces_to_other_ops_compiles_on_its_own_lowered_once():
     # at batch 1 the mean's gradient, broadcast over the batch, is no broadcast: another
     # program, found from the trace, before any lowering for the comparison
-    rng = np.random.default_rng(1)
-    params = _params(rng)
-
-    def args_at(n):
-        x, y = _batch(rng, n)
-        return params, x, y
+    args_at = _mlp_batches(1)
 
     log = _check(tapeml.value_and_grad(_mean_loss), (8, 1), args_at, threads=1)
     assert "batch size 1 traces to other ops than the compiled program's; compiled on its own" \
@@ -228,12 +230,7 @@ def test_a_batch_size_that_lowers_otherwise_compiles_on_its_own(monkeypatch):
     import tapeml.frontend.batch_sizes as batch_sizes
 
     monkeypatch.setattr(batch_sizes, "_outline", lambda module: "")
-    rng = np.random.default_rng(1)
-    params = _params(rng)
-
-    def args_at(n):
-        x, y = _batch(rng, n)
-        return params, x, y
+    args_at = _mlp_batches(1)
 
     log = _check(tapeml.value_and_grad(_loss), (8, 1), args_at, threads=1)
     assert "batch size 1 lowers otherwise than the compiled program; compiled on its own" \
