@@ -113,3 +113,25 @@ def test_stablehlo_has_no_op_for_it():
     x = np.zeros((2, 3), np.float32)
     text = tapeml.trace(tapeml.grad(lambda a: ops.sum(ops.log_softmax(a) * a)), x).as_stablehlo()
     assert "stablehlo.exponential" in text and "stop_gradient" not in text
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_logsumexp_of_rows_whose_max_is_infinite_or_nan(dtype):
+    """The shift is the max clipped to the finite range: a row of -inf sums to -inf (a softmax
+    over a fully masked segment), a row holding inf to inf, one holding NaN to NaN (JAX's and
+    scipy's results; the shift had made -inf - -inf and inf - inf, NaN), eager, compiled and
+    interpreted; finite rows as the sum written out in f64."""
+    big = np.finfo(dtype).max
+    x = np.array([[-np.inf, -np.inf], [np.inf, 1.0], [np.inf, np.inf], [-np.inf, np.inf],
+                  [np.nan, 1.0], [-np.inf, 2.0], [big, big], [1.0, 2.0]], dtype)
+    with np.errstate(all="ignore"):
+        want = np.log(np.exp(x.astype(np.float64)).sum(axis=1))
+    want[6] = np.log(2.0) + float(big)  # (exp overflows in f64 too where dtype is f64)
+    want = want.astype(dtype)
+
+    def lse(a):
+        return ops.logsumexp(a, axis=1)
+
+    for got in (lse(x), tapeml.jit(lse)(x), tapeml.jit(lse, backend="interp")(x)):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=2e-7 if dtype == np.float32 else 1e-15)

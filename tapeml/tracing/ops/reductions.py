@@ -12,6 +12,7 @@ from tapeml.dialects import tape
 from tapeml.interpreters.tape import ieee
 from tapeml.tracing.ops.elementwise import (
     add,
+    clip,
     divide,
     exp,
     invert,
@@ -147,8 +148,14 @@ def std(x: Any, axis: Axis = None, ddof: int = 0, keepdims: bool = False) -> Arr
 
 
 def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:
+    """log(sum(exp(x))) along `axis`, shifted by the max so that exp cannot overflow: -inf
+    where every term is -inf, inf where one is inf, NaN where one is NaN (as JAX's and
+    scipy's)."""
     (x,), _ = promote("logsumexp", x, floating=True)
-    top = stop_gradient(max(x, axis=axis, keepdims=True))  # (_SHIFT)
+    # an infinite max shifts by the largest finite value of its sign: -inf - -inf and
+    # inf - inf would make the sum NaN
+    big = float(np.finfo(x.dtype).max)
+    top = stop_gradient(clip(max(x, axis=axis, keepdims=True), -big, big))  # (_SHIFT)
     out = add(log(sum(exp(subtract(x, top)), axis=axis, keepdims=True)), top)
     return out if keepdims else reshape(out, _reduced_shape(x, axis))
 
