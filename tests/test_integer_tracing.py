@@ -191,6 +191,27 @@ def test_bool_arithmetic_is_logic_and_refuses_subtract_and_negative():
         tapeml.where(np.ones(2, np.int32), 1, 2)
 
 
+def test_matrix_products_of_integers_or_booleans_say_to_cast():
+    """tape.matmul multiplies f32 or f64 matrices: integer and boolean operands (which numpy
+    multiplies) are a TypeError naming the function, the dtype and the cast, at the user's
+    line, eager and traced (it was a ShapeError about a "statically shaped tensor", the
+    reshaped operand's shape in it); an integer beside a float promotes as before."""
+    a, b = np.arange(6, dtype=np.int32).reshape(2, 3), np.ones((3, 2), np.int32)
+    calls = {"matmul": tapeml.matmul, "dot": tapeml.dot,
+             "einsum": lambda a, b: tapeml.einsum("ij,jk->ik", a, b)}
+    for name, f in calls.items():
+        for args, dtype in (((a, b), "int32"), ((a > 2, b > 0), "bool")):
+            for run in (f, tapeml.jit(f), *([tapeml.jit(lambda a, b: a @ b)]
+                                            if name == "matmul" else [])):
+                with pytest.raises(TypeError, match=rf"{name}: matrix products take f32 or f64 "
+                                   rf"operands, got {dtype} .*astype\(np.float32\)(?s:.*)"
+                                   r"at .*test_integer_tracing.py"):
+                    run(*args)
+    np.testing.assert_array_equal(tapeml.jit(calls["matmul"])(a, b.astype(np.float32)),
+                                  (a @ b).astype(np.float32))
+    assert tapeml.einsum("ij->ji", a).dtype == np.int32  # (no product: integers as they are)
+
+
 def test_float_functions_of_integers_compute_in_float64():
     ids = np.array([0, 1, 2], np.int32)
     for fn, ref in ((tapeml.exp, np.exp), (tapeml.sqrt, np.sqrt), (tapeml.tanh, np.tanh)):

@@ -32,6 +32,7 @@ def matmul(a: Any, b: Any) -> Array:
         raise ShapeError(at_user_line("matmul: operands must have at least one dim, got shapes "
                                       f"{tuple(a.shape)} and {tuple(b.shape)}"))
     (a, b), _ = promote("matmul", a, b)
+    _floats_only("matmul", a)
     a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
     b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
     out = _matmul_nd(a2, b2)
@@ -41,6 +42,17 @@ def matmul(a: Any, b: Any) -> Array:
     if a.ndim == 1:
         shape.pop(-2 if b.ndim != 1 else -1)
     return reshape(out, shape)
+
+
+def _floats_only(name: str, x: Array) -> None:
+    """A TypeError naming `name` where its promoted operands are integers or booleans: tape's
+    matrix product is of f32 or f64 matrices."""
+    dtype = np.dtype(x.dtype)
+    if dtype not in _FLOATS:
+        raise TypeError(at_user_line(
+            f"{name}: matrix products take f32 or f64 operands, got {dtype} (numpy's integer "
+            "and boolean matmul have no tape op); cast them first, as .astype(np.float32) "
+            "(exact for integers up to 2**24) or .astype(np.float64) (up to 2**53)"))
 
 
 def _matmul_nd(a: Array, b: Array) -> Array:
@@ -72,6 +84,7 @@ def dot(a: Any, b: Any) -> Array:
                                       "batches)"))
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
+    _floats_only("dot", promote("dot", a, b)[0][0])
     return matmul(a, b)
 
 
@@ -100,6 +113,7 @@ def einsum(subscripts: str, *operands: Any) -> Array:
         (x, names), = kept
         return transpose(x, [names.index(n) for n in out])
     (a, a_names), (b, b_names) = kept
+    _floats_only("einsum", a)
     batch = [n for n in out if n in a_names and n in b_names]
     contracted = [n for n in a_names if n in b_names and n not in out]
     left = [n for n in a_names if n not in b_names]
