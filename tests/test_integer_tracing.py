@@ -212,6 +212,26 @@ def test_matrix_products_of_integers_or_booleans_say_to_cast():
     assert tapeml.einsum("ij->ji", a).dtype == np.int32  # (no product: integers as they are)
 
 
+def test_a_dtype_name_numpy_does_not_know_is_named_at_the_users_line():
+    """numpy's "data type 'floot32' not understood", with the function it was given to and
+    the user's line (it was numpy's message alone, raised from inside tapeml)."""
+    x, labels = np.ones(3, np.float32), np.array([1, 0], np.int32)
+    calls = {"astype": lambda d: tapeml.astype(x, d), "zeros": lambda d: tapeml.zeros(2, d),
+             "ones": lambda d: tapeml.ones(2, d), "full": lambda d: tapeml.full(2, 1, d),
+             "full_like": lambda d: tapeml.full_like(x, 1, d),
+             "zeros_like": lambda d: tapeml.zeros_like(x, d),
+             "ones_like": lambda d: tapeml.ones_like(x, d),
+             "iota": lambda d: tapeml.iota(2, dtype=d),
+             "arange": lambda d: tapeml.arange(3, dtype=d),
+             "one_hot": lambda d: tapeml.one_hot(labels, 3, dtype=d)}
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match=rf"^{name}: data type 'floot32' not understood\n"
+                           r"  at .*test_integer_tracing.py"):
+            call("floot32")
+    with pytest.raises(TypeError, match=r"^astype: data type 'floot32'.*\n  at .*test_integer_"):
+        tapeml.jit(lambda a: a.astype("floot32"))(x)
+
+
 def test_float_functions_of_integers_compute_in_float64():
     ids = np.array([0, 1, 2], np.int32)
     for fn, ref in ((tapeml.exp, np.exp), (tapeml.sqrt, np.sqrt), (tapeml.tanh, np.tanh)):

@@ -72,6 +72,31 @@ def test_linear_and_mlp():
     assert set(params) == {"lin1", "lin2", "lin3"} and params["lin2"]["W"].shape == (7, 3)
 
 
+def test_a_layer_called_with_its_arguments_swapped_says_which_comes_first():
+    """linear, mlp, embedding, layer_norm and rms_norm take their parameters' dict first,
+    conv2d the input and arrays: a swapped call is a TypeError naming the layer, the order and
+    the user's line, eager and traced (it was an IndexError on a string index, or conv2d's
+    AttributeError from inside tapeml)."""
+    x, img, ids = rand(2, 4), rand(2, 1, 5, 5), np.array([1, 2], np.int32)
+    calls = [("linear", nn.linear, nn.linear_init(RNG, 4, 2), x),
+             ("mlp", nn.mlp, nn.mlp_init(RNG, [4, 3]), x),
+             ("embedding", nn.embedding, nn.embedding_init(RNG, 5, 4), ids),
+             ("layer_norm", nn.layer_norm, nn.layer_norm_init(4), x),
+             ("rms_norm", nn.rms_norm, nn.rms_norm_init(4), x)]
+    for name, layer, params, value in calls:
+        for run in (lambda p, v, layer=layer: layer(v, p),
+                    tapeml.jit(lambda p, v, layer=layer: layer(v, p))):
+            with pytest.raises(TypeError, match=rf"nn.{name}\(params, (x|ids)\): params is an "
+                               r"array of shape \(2,.*the parameters come first\n  at "
+                               r".*test_nn_optim.py"):
+                run(params, value)
+    conv = nn.conv2d_init(RNG, 1, 3, 3)
+    for run in (lambda p, v: nn.conv2d(p, v), tapeml.jit(lambda p, v: nn.conv2d(p, v))):
+        with pytest.raises(TypeError, match=r"nn.conv2d\(x, weight, bias=None, ...\): x is a "
+                           r"dict.*nn.conv2d\(x, p\['W'\], p\['b'\]\).*\n  at .*test_nn_optim"):
+            run(conv, img)
+
+
 def test_losses():
     pred, target = rand(6, 3, dtype=np.float64), rand(6, 3, dtype=np.float64)
     np.testing.assert_allclose(both(nn.mse, pred, target), ((pred - target) ** 2).mean(),

@@ -6,7 +6,7 @@ The layers record the plain idioms (a convolution is pad -> unfold -> permute/re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,13 +79,26 @@ def mlp_init(rng: np.random.Generator, sizes: Sequence[int], dtype: Any = np.flo
 # Layers
 
 
+def _parameters(layer: str, params: Any, init: str, x: str = "x") -> Params:
+    """`params` where it is a mapping, else a TypeError at the user's line saying what the
+    layer takes first (a swapped call, layer(x, params), indexed an array by a string)."""
+    if isinstance(params, Mapping):
+        return params
+    what = (f"an array of shape {tuple(params.shape)}" if hasattr(params, "shape")
+            else f"a {type(params).__name__}")
+    raise TypeError(at_user_line(f"nn.{layer}(params, {x}): params is {what}, not the dict "
+                                 f"{init} makes; the parameters come first"))
+
+
 def linear(params: Params, x: Any) -> Any:
     """x @ W + b."""
+    params = _parameters("linear", params, "linear_init")
     return ops.add(ops.matmul(x, params["W"]), params["b"])
 
 
 def mlp(params: Params, x: Any, activation: Callable[[Any], Any] = ops.relu) -> Any:
     """The layers lin1, lin2, ... of `mlp_init` with `activation` between them."""
+    params = _parameters("mlp", params, "mlp_init")
     if not all(isinstance(k, str) and k.startswith("lin") and k[3:].isdigit() for k in params):
         raise ValueError(f"nn.mlp: parameters must be layers named lin1, lin2, ... (as mlp_init "
                          f"makes them), got {sorted(map(str, params))}")
@@ -101,6 +114,12 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 
            padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
            groups: int = 1) -> Any:
     """2-D convolution (cross-correlation), NCHW input, OIHW weight, as im2col + matmul."""
+    for role, value in (("x", x), ("weight", weight), ("bias", bias)):
+        if isinstance(value, dict):  # (the other layers take their parameters' dict first)
+            raise TypeError(at_user_line(
+                f"nn.conv2d(x, weight, bias=None, ...): {role} is a dict; it takes arrays, the "
+                "input first: nn.conv2d(x, p['W'], p['b']) with conv2d_init's p"))
+    x, weight = lift(x), lift(weight)
     if len(x.shape) != 4 or len(weight.shape) != 4:
         raise ShapeError(at_user_line(f"nn.conv2d: input (N, C, H, W) and weight (O, C/groups, "
                                       f"KH, KW) must be rank 4, got {tuple(x.shape)} and "
@@ -204,7 +223,7 @@ def embedding_init(rng: np.random.Generator, count: int, width: int, std: float 
 def embedding(params: Params, ids: Any) -> Any:
     """The rows of params["E"] at the integer `ids` (any shape): E[ids], a tape.take whose
     gradient is a scatter-add; ids out of range are clamped, as a gather's."""
-    return ops.take(params["E"], ids, axis=0)
+    return ops.take(_parameters("embedding", params, "embedding_init", "ids")["E"], ids, axis=0)
 
 
 def layer_norm_init(width: int, dtype: Any = np.float32) -> Params:
@@ -215,6 +234,7 @@ def layer_norm_init(width: int, dtype: Any = np.float32) -> Params:
 def layer_norm(params: Params, x: Any, eps: float = 1e-5) -> Any:
     """(x - mean) / sqrt(var + eps) * scale + bias over the last axis (torch's LayerNorm): one
     `tape.layer_norm` (its gradient one `tape.layer_norm_backward`), then the scale and bias."""
+    params = _parameters("layer_norm", params, "layer_norm_init")
     (x,), _ = promote("nn.layer_norm", x, floating=True)
     normed = bind(tape.LayerNormOp, x, eps=float(eps))
     return ops.add(ops.multiply(normed, params["scale"]), params["bias"])
@@ -227,6 +247,7 @@ def rms_norm_init(width: int, dtype: Any = np.float32) -> Params:
 
 def rms_norm(params: Params, x: Any, eps: float = 1e-6) -> Any:
     """x / sqrt(mean(x^2) + eps) * scale over the last axis."""
+    params = _parameters("rms_norm", params, "rms_norm_init")
     ms = ops.mean(ops.square(x), axis=-1, keepdims=True)
     return ops.multiply(ops.multiply(x, ops.divide(1.0, ops.sqrt(ops.add(ms, eps)))),
                         params["scale"])

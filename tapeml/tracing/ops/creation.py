@@ -13,7 +13,7 @@ import numpy as np
 from tapeml.dialects import tape
 from tapeml.tracing.ops.elementwise import add, equal, less_equal, multiply, where
 from tapeml.tracing.ops.layout import expand_dims
-from tapeml.tracing.ops.promotion import Array, astype, broadcast_to, lift
+from tapeml.tracing.ops.promotion import Array, astype, broadcast_to, lift, user_dtype
 from tapeml.tracing.trace import Tracer, at_user_line, bind
 
 __all__ = ["arange", "full", "full_like", "iota", "one_hot", "ones", "ones_like", "tril",
@@ -31,38 +31,39 @@ def full(shape: Shape, fill_value: Any, dtype: Any = None) -> np.ndarray:
     Python float gives float32 and an int int64, as tapeml takes them (promotion.py)."""
     shape = _shape(shape)
     return np.broadcast_to(lift(fill_value) if dtype is None else
-                           np.asarray(fill_value, dtype=dtype), shape)
+                           np.asarray(fill_value, dtype=user_dtype("full", dtype)), shape)
 
 
 def zeros(shape: Shape, dtype: Any = np.float32) -> np.ndarray:
-    return full(shape, 0, dtype)
+    return full(shape, 0, user_dtype("zeros", dtype))
 
 
 def ones(shape: Shape, dtype: Any = np.float32) -> np.ndarray:
-    return full(shape, 1, dtype)
+    return full(shape, 1, user_dtype("ones", dtype))
 
 
 def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Array:
     """An array shaped like `x` holding `fill_value` (of x's dtype unless `dtype` says). Inside
     a trace it is one scalar constant broadcast, not a constant of x's whole size."""
     x = lift(x)
-    value = np.asarray(fill_value, dtype=x.dtype if dtype is None else dtype)
+    value = np.asarray(fill_value, dtype=x.dtype if dtype is None
+                       else user_dtype("full_like", dtype))
     if isinstance(x, Tracer):
         value = Tracer(x.trace.operand(value), x.trace)
     return broadcast_to(value, x.shape)
 
 
 def zeros_like(x: Any, dtype: Any = None) -> Array:
-    return full_like(x, 0, dtype)
+    return full_like(x, 0, None if dtype is None else user_dtype("zeros_like", dtype))
 
 
 def ones_like(x: Any, dtype: Any = None) -> Array:
-    return full_like(x, 1, dtype)
+    return full_like(x, 1, None if dtype is None else user_dtype("ones_like", dtype))
 
 
 def iota(shape: Shape, axis: int = 0, dtype: Any = np.int64) -> Array:
     """Each element's index along `axis` (jax.lax.broadcasted_iota): tape.iota in a trace."""
-    return bind(tape.IotaOp, shape=_shape(shape), axis=axis, dtype=np.dtype(dtype))
+    return bind(tape.IotaOp, shape=_shape(shape), axis=axis, dtype=user_dtype("iota", dtype))
 
 
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Array:
@@ -74,7 +75,7 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Ar
         raise ValueError(at_user_line("arange: step must not be zero"))
     count = max(0, int(np.ceil((stop - start) / step)))
     floats = any(isinstance(v, float | np.floating) for v in (start, stop, step))
-    dtype = np.dtype(dtype or (np.float32 if floats else np.int64))
+    dtype = user_dtype("arange", dtype or (np.float32 if floats else np.int64))
     if dtype.kind == "f" or floats:
         positions = iota(count, dtype=np.float64)
         return astype(add(multiply(positions, float(step)), float(start)), dtype)
@@ -84,6 +85,7 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Ar
 def one_hot(labels: Any, num_classes: int, dtype: Any = np.float32, axis: int = -1) -> Array:
     """jax.nn.one_hot: 1 where the class is the label, else 0, along a new `axis`; a label out
     of [0, num_classes) (negative ones too) gives a row of zeros."""
+    dtype = user_dtype("one_hot", dtype)
     labels = lift(labels)
     if np.dtype(labels.dtype).kind not in "iu":
         raise TypeError(at_user_line(f"one_hot: labels must be integers, got {labels.dtype}"))

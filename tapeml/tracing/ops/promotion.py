@@ -184,12 +184,21 @@ def weakened(result: Array, weak: bool) -> Array:
 _cast = ieee(tape.CastOp)
 
 
+def user_dtype(name: str, dtype: Any) -> np.dtype:
+    """np.dtype(dtype), or numpy's TypeError for a name it does not know ('floot32') at the
+    user's line, naming `name`."""
+    try:
+        return np.dtype(dtype)
+    except TypeError as error:
+        raise TypeError(at_user_line(f"{name}: {error}")) from None
+
+
 def astype(x: Any, dtype: Any) -> Array:
     """`x` converted to `dtype` (bool, int32, int64, float32 or float64) by numpy's `astype`
     rules, except that float to integer truncates toward zero and saturates (NaN gives 0),
     the same on every backend. The result is not weak. A dtype tape tensors do not hold
     (uint8, float16, ...) is a TypeError: its values would not be what numpy's astype gives."""
-    wanted = np.dtype(dtype)
+    wanted = user_dtype("astype", dtype)
     dtype = canonical_dtype(wanted)
     if dtype != wanted:
         raise TypeError(at_user_line(f"astype: tape tensors hold bool, int32, int64, float32 or "
