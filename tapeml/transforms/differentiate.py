@@ -139,6 +139,13 @@ def differentiate(f: func.FuncOp, wrt: tuple[int, ...] = (), of: tuple[int, ...]
 
     wrt_values = [block.args[i] for i in wrt]
     active = _needs_gradient(f, wrt_values)
+    foreign = sorted({op.name for op in block.ops if not isinstance(op, TapeOp | func.ReturnOp)
+                      and any(o in active for o in op.operands)})
+    if foreign:  # (its cotangent would stop there, silently: a gradient of zeros)
+        raise DifferentiateError(
+            f"tape-differentiate: @{f.sym_name.data} holds {', '.join(foreign)} on the way from "
+            "an argument to a result, which has no pullback: the pass differentiates a "
+            "function of tape ops (inline what a call does first)")
     seeds = [block.insert_arg(ret.arguments[i].type, len(block.args)) for i in of] if seed else []
 
     forward_ops = set(block.ops)
