@@ -184,6 +184,22 @@ def test_a_group_keeps_its_shape_when_taking_broadcasts_and_constants_in():
         assert_same_bits(got, expected)
 
 
+def test_a_group_of_scalars_interprets_to_a_scalar():
+    """The interpreter's tape.fused kept a rank-0 result rank 0 (np.ascontiguousarray made
+    it (1,): -(sum / 16) came back as [-0.375], and an index i + 1 feeding a take gave the
+    take an axis more): the fused program's values have the traced program's shapes."""
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    i = np.array(1, np.int64)
+    program = tapeml.trace(lambda x, i: (-(ops.sum(x) / 16.0), ops.take(x, i + 1, axis=0) * 2.0),
+                           x, i)
+    before = program(x, i)
+    fuse(program.module)
+    assert "tape.fused" in str(program.module)
+    for got, expected in zip(program(x, i), before, strict=True):
+        assert got.shape == expected.shape
+        assert_same_bits(got, expected)
+
+
 def _groups(program):
     return [sorted(o.name for o in op.body.block.ops if o.name != "tape.yield")
             for op in program.function.body.ops if op.name == "tape.fused"]

@@ -18,7 +18,7 @@ def fused(*inputs: np.ndarray, body: Any) -> np.ndarray:
     env = {arg: np.broadcast_to(x, shape) for arg, x in zip(body.args, inputs, strict=True)}
     for op in body.ops:
         if isinstance(op, tape.YieldOp):
-            return np.ascontiguousarray(np.broadcast_to(env[op.value], shape))
+            return np.broadcast_to(env[op.value], shape).copy()  # (0-d stays 0-d)
         if isinstance(op, tape.IndexOp):
             env[op.result] = evaluate(tape.IotaOp, shape=shape, **op.params)
             continue
