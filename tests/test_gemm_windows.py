@@ -164,8 +164,9 @@ def test_a_convolution_over_windows_interprets_to_the_traces_values(monkeypatch,
 
 def test_which_convolutions_take_the_windows():
     """At most WINDOW_ROWS output channels, a phase's rows at most WINDOW_WIDENING wider than
-    the output's, k of WINDOW_DEPTH or more, an im2col matrix of WINDOW_BYTES or more, no
-    residual in the epilogue: the windows, at any stride; anything else, the im2col matrix."""
+    the output's (or 1 + WINDOW_WIDENING_OUTPUTS / the output channels, where more), k of
+    WINDOW_DEPTH or more, an im2col matrix of WINDOW_BYTES or more, no residual in the
+    epilogue: the windows, at any stride; anything else, the im2col matrix."""
     geo = convolutions._ConvGeometry
     params = {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
     fits = convolutions._windows_fit
@@ -173,6 +174,10 @@ def test_which_convolutions_take_the_windows():
     wide = convolutions.WINDOW_ROWS + 1
     assert not fits(geo(1, 16, 55, 55, wide, 16, 3, 3, 55, 55, 1, params), None)
     assert not fits(geo(1, 64, 13, 13, 64, 64, 3, 3, 13, 13, 1, params), None)  # 15 / 13
+    assert fits(geo(64, 16, 14, 14, 32, 16, 3, 3, 14, 14, 1, params), None)  # W4's: 16 / 14,
+    # 110 KB, few output channels
+    assert not fits(geo(8, 32, 14, 14, 64, 32, 3, 3, 14, 14, 1, params), None)  # 16 / 14, 64
+    assert fits(geo(1, 128, 28, 28, 128, 128, 3, 3, 28, 28, 1, params), None)  # 30 / 28
     strided = dict(params, stride=(2, 2))  # phases of 29 x 29 for 28 x 28
     assert fits(geo(1, 16, 55, 55, 64, 16, 3, 3, 28, 28, 1, strided), None)
     assert not fits(geo(1, 256, 13, 13, 64, 256, 3, 3, 7, 7, 1, strided), None)  # 8 / 7

@@ -286,14 +286,25 @@ writing besides); 64 x 576 over 56 x 56, 1.58 against 2.05 ms (with B's rows the
 WINDOW_WIDENING = 1.1
 """... and whose windows' rows (a padded row, or a phase's: see `_Phases`) are at most this
 much wider than its output's: the product computes the padding's columns too (and drops
-them), 13 x 13 images padded to 15 columns (256 x 576 over them: 445 against 380 us)."""
+them), 13 x 13 images padded to 15 columns (256 x 576 over them: 445 against 380 us)..."""
+
+WINDOW_WIDENING_OUTPUTS = 8
+"""... or at most 1 + this / its output channels wider, where that is more: each column of an
+im2col matrix is written for the products of o output channels, so with few of them its
+writing costs more than the windows' padding columns. W4's 16 -> 32 over 14 x 14 (16 / 14 =
+1.14): 1618 -> 1353 us over the windows at batch 64, 29 -> 26 us at batch 1; 64 -> 64 over
+13 x 13 (15 / 13) and 32 -> 64 over 14 x 14, 0.96-1.0 as fast (left to the im2col matrix);
+one core, Zen 4, each jitted alone with its bias and relu, timed in turns. W4's step 8.00 /
+7.84 -> 7.71 / 7.57 ms on one core, 4.53 / 3.95 -> 4.30 / 3.82 on two (both jitted in one
+process, timed in turns); its cold first call 0.80 -> 0.91 s (the windows' kernel)."""
 
 
-WINDOW_BYTES = 256 << 10
+WINDOW_BYTES = 64 << 10
 """... and whose im2col matrix would take at least this many bytes per image (in f32): a
 smaller one is written and packed in L2, where that costs little (W4's first convolution,
-1 -> 16 channels over 28 x 28, 28 KB: its step ran the same either way), and the windows
-would cost a first call the compile of a kernel of their own (0.13 s on one core)."""
+1 -> 16 channels over 28 x 28, 28 KB: its step ran the same either way; 32 -> 32 over 7 x 7,
+55 KB, the same), and the windows would cost a first call the compile of a kernel of their
+own (0.13 s on one core). (256 KB before W4's second convolution, 110 KB, was measured.)"""
 
 
 @dataclass(frozen=True)
@@ -336,7 +347,8 @@ model over windows against 0.73-0.74 over its im2col matrix (one core)."""
 def _windows_fit(geo: _ConvGeometry, epilogue: Epilogue | None) -> bool:
     """A forward convolution the windowed product takes (`_windowed`)."""
     depth = geo.c * geo.kh * geo.kw
-    return (geo.o <= WINDOW_ROWS and _Phases(geo).sizes[1] <= WINDOW_WIDENING * geo.ow
+    widening = max(WINDOW_WIDENING, 1 + WINDOW_WIDENING_OUTPUTS / max(geo.o, 1))
+    return (geo.o <= WINDOW_ROWS and _Phases(geo).sizes[1] <= widening * geo.ow
             and depth >= WINDOW_DEPTH and 4 * depth * geo.oh * geo.ow >= WINDOW_BYTES
             and (epilogue is None or epilogue.residual is None))
 
