@@ -36,3 +36,8 @@ class OnnxError(ValueError):
 class StableHLOError(ValueError):
     """A module holds an op tapeml cannot write as StableHLO (one outside the tape dialect:
     a lowered program), named with the op."""
+
+
+class IREEError(RuntimeError):
+    """IREE's compiler rejected the StableHLO tapeml wrote (a limit or a bug of IREE's: the
+    StableHLO is checked against the interpreter elsewhere); its diagnostics follow."""

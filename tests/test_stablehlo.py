@@ -535,3 +535,16 @@ def test_convolution_gradients_through_iree(groups, stride, padding, dilation):
     for g, e in zip(tapeml.jit(grad, backend="iree")(x, w), tapeml.trace(grad, x, w)(x, w),
                     strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+
+
+def test_a_module_iree_cannot_compile_is_an_iree_error_with_its_diagnostics(monkeypatch):
+    """What iree-compile rejects is a tapeml.errors.IREEError naming iree-compile and its first
+    diagnostics (it was IREE's CompilerToolError, its whole log), never cached."""
+    from tapeml.codegen import iree
+    from tapeml.errors import IREEError
+
+    monkeypatch.setenv("TAPEML_CACHE", "0")
+    with pytest.raises(IREEError, match=r"iree-compile could not compile the StableHLO .*"
+                       r"error: .*stablehlo.no_such_op"):
+        iree._compiled(iree._iree()[0], "func.func @main() {\n  \"stablehlo.no_such_op\"() : "
+                       "() -> ()\n  return\n}\n")

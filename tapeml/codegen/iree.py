@@ -21,6 +21,7 @@ from tapeml.codegen import disk_cache
 from tapeml.codegen.arguments import Argument, checked, signature
 from tapeml.codegen.cpu import machine_key
 from tapeml.codegen.stages import Stages, run_pipeline
+from tapeml.errors import IREEError
 from tapeml.profile import record
 from tapeml.stablehlo import emit
 from tapeml.transforms.fuse import FusePass
@@ -119,8 +120,15 @@ def _compiled(compiler: Any, text: str) -> tuple[bytes, str]:
     payload = cache.get(key) if cache is not None else None
     if payload is not None:
         return payload, "disk cache"
-    vmfb = bytes(compiler.compile_str(text, target_backends=["llvm-cpu"],
-                                      input_type="stablehlo", extra_args=COMPILE_FLAGS))
+    try:
+        vmfb = bytes(compiler.compile_str(text, target_backends=["llvm-cpu"],
+                                          input_type="stablehlo", extra_args=COMPILE_FLAGS))
+    except compiler.CompilerToolError as error:
+        errors = [line.strip() for line in str(error).splitlines() if "error:" in line]
+        raise IREEError("iree-compile could not compile the StableHLO tapeml wrote for this "
+                        "program (tapeml.trace(f, ...).as_stablehlo() writes it; the cpu "
+                        "backend runs the program): " + "; ".join(errors[:2] or [str(error)])
+                        ) from None
     if cache is not None:
         cache.put(key, vmfb)
     return vmfb, "compiled"
