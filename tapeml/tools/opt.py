@@ -124,6 +124,12 @@ class TapeOptMain(xDSLOptMain):
         self.spans, self.names = parser.spans, parser.names
         return module
 
+    def get_input_stream(self) -> tuple[IO[bytes], str]:
+        """The input and its format: -f's where given, whatever the file's extension (xDSL's
+        took the extension first: `-f mlir model.txt` was 'Unrecognized file extension')."""
+        stream, extension = super().get_input_stream()
+        return stream, self.args.frontend or extension
+
     def prepare_input(self) -> tuple[list[tuple[IO[bytes], int]], str]:
         try:
             return super().prepare_input()
