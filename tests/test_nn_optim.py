@@ -9,6 +9,7 @@ import reference  # tests/reference.py: direct loop implementations
 
 import tapeml
 from tapeml import nn, optim
+from tapeml.tracing.pytree import flatten
 
 RNG = np.random.default_rng(1)
 
@@ -148,6 +149,24 @@ def test_optimizers_follow_their_update_rules(name, opt):
         params["a"], _reference(name, start["a"], lambda k: _grads(k)["a"]), rtol=1e-6)
     np.testing.assert_allclose(
         params["b"][0], _reference(name, start["b"][0], lambda k: _grads(k)["b"][0]), rtol=1e-6)
+
+
+@pytest.mark.parametrize(("opt", "first"), [(optim.sgd(0.1), 0.95), (optim.momentum(0.1), 0.95),
+                                           (optim.adam(0.1), 0.9)], ids=["sgd", "momentum", "adam"])
+def test_a_python_number_among_the_parameters_is_a_float32_scalar_eager_and_jitted(opt, first):
+    """A parameter given as a Python float is a 0-d f32 leaf of the state, as tapeml takes
+    the number (init had read its .shape: an AttributeError), and eager and jitted updates
+    agree, in f32 (adam's bias correction had read its .dtype; traced, a weak scalar's
+    is f64); `first`: the number after one step of gradient 0.5 (1 - 0.1 * 0.5; adam's
+    1 - 0.1 * g / |g|)."""
+    params, grads = {"a": 1.0, "w": np.ones(2, np.float32)}, {"a": 0.5, "w": np.ones(2, np.float32)}
+    state = opt.init(params)
+    eager = opt.update(params, grads, state)
+    jitted = tapeml.jit(lambda p, g, s: opt.update(p, g, s))(params, grads, state)
+    for got, want in zip(flatten(jitted)[0], flatten(eager)[0], strict=True):
+        assert np.asarray(got).dtype == np.asarray(want).dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(eager[0]["a"], first, rtol=1e-6)
 
 
 def test_an_optimizer_step_traces_into_one_program():

@@ -124,6 +124,10 @@ def test_wrong_input_shapes_and_dtypes_are_errors():
         tapeml.onnx.load(small_cnn(), input_shapes={"images": (1, 1, 6, 6)})
     with pytest.raises(tapeml.OnnxError, match="gives 'image' the shape \\(1, 2, 6, 6\\)"):
         tapeml.onnx.load(small_cnn(), input_shapes={"image": (1, 2, 6, 6)})
+    for dims in ((-2, 1, 6, 6), (1.5, 1, 6, 6)):  # (a bare ValueError of Spec's, for -2)
+        with pytest.raises(tapeml.OnnxError, match="gives 'image' the shape .*: dims are "
+                           "integers, 0 or more"):
+            tapeml.onnx.load(small_cnn(), input_shapes={"image": dims})
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [4])])

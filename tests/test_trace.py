@@ -388,6 +388,10 @@ def test_layer_mistakes_name_the_layer():
     with pytest.raises(tapeml.ShapeError, match="nn.conv2d: with groups=1, an input of 3 "
                        "channels needs a weight of 3 input channels"):
         nn.conv2d(rand(1, 3, 5, 5), rand(2, 2, 3, 3))
+    for groups in (3, 0):  # (it had said "a weight of ? input channels")
+        with pytest.raises(tapeml.ShapeError, match=f"nn.conv2d: groups={groups} must be a "
+                           "positive divisor of the input's 4 channels"):
+            nn.conv2d(rand(1, 4, 5, 5), rand(6, 2, 3, 3), groups=groups)
     with pytest.raises(ValueError, match="nn.mlp: parameters must be layers named lin1"):
         nn.mlp({"first": {"W": rand(2, 2), "b": rand(2)}}, rand(1, 2))
 

@@ -126,11 +126,15 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 
                                       f"{tuple(weight.shape)}"))
     n, c, _, _ = x.shape
     o, cg, kh, kw = weight.shape
-    if groups < 1 or c % groups or o % groups or cg * groups != c:
+    if groups < 1 or c % groups:
+        raise ShapeError(at_user_line(
+            f"nn.conv2d: groups={groups} must be a positive divisor of the input's {c} "
+            f"channels (input {tuple(x.shape)})"))
+    if o % groups or cg * groups != c:
         raise ShapeError(at_user_line(
             f"nn.conv2d: with groups={groups}, an input of {c} channels needs a weight of "
-            f"{c // groups if groups >= 1 and c % groups == 0 else '?'} input channels and a "
-            f"multiple of {groups} output channels; got weight {tuple(weight.shape)}"))
+            f"{c // groups} input channels and a multiple of {groups} output channels; got "
+            f"weight {tuple(weight.shape)}"))
     x = _pad2d(x, _padding(padding), 0.0)
     cols = ops.unfold(x, (kh, kw), _pair(stride), _pair(dilation))  # N, C, OH, OW, KH, KW
     oh, ow = cols.shape[2:4]

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tapeml.tracing import ops
+from tapeml.tracing.ops.promotion import is_weak, lift
 from tapeml.tracing.pytree import tree_map
 
 
@@ -22,7 +23,8 @@ class Optimizer(NamedTuple):
 
 
 def _zeros_like(params: Any) -> Any:
-    return tree_map(lambda p: np.zeros(p.shape, p.dtype), params)
+    """Zeros shaped like each leaf (a Python number's: 0-d, its dtype as tapeml takes it)."""
+    return tree_map(lambda p: np.zeros(np.shape(p), lift(p).dtype), params)
 
 
 def sgd(learning_rate: float) -> Optimizer:
@@ -70,9 +72,11 @@ def adam(learning_rate: float, b1: float = 0.9, b2: float = 0.999, eps: float = 
                      state["v"], grads)
 
         def step_param(p: Any, m: Any, v: Any) -> Any:
-            t = ops.astype(step, p.dtype)  # bias corrections in the parameter's own precision
-            m_hat = ops.divide(m, ops.subtract(1.0, ops.power(np.asarray(b1, p.dtype), t)))
-            v_hat = ops.divide(v, ops.subtract(1.0, ops.power(np.asarray(b2, p.dtype), t)))
+            p = lift(p)  # (a Python number: weak, f32 as tapeml takes it, traced or not)
+            dtype = np.dtype(np.float32) if is_weak(p) else np.dtype(p.dtype)
+            t = ops.astype(step, dtype)  # bias corrections in the parameter's own precision
+            m_hat = ops.divide(m, ops.subtract(1.0, ops.power(np.asarray(b1, dtype), t)))
+            v_hat = ops.divide(v, ops.subtract(1.0, ops.power(np.asarray(b2, dtype), t)))
             return ops.subtract(p, ops.multiply(
                 ops.divide(m_hat, ops.add(ops.sqrt(v_hat), eps)), learning_rate))
 

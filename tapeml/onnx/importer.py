@@ -85,6 +85,9 @@ def _spec(i: Input, given: Any) -> Spec:
                         "hold (bool, int32, int64, float32 (ONNX float), float64 (double))")
     if given is not None:
         dims = tuple(given)
+        if not all(isinstance(d, int | np.integer) and d >= 0 for d in dims):
+            raise OnnxError(f"onnx: input_shapes gives '{i.name}' the shape {dims}: dims are "
+                            "integers, 0 or more")
         if i.dims is not None and (len(dims) != len(i.dims) or any(
                 isinstance(d, int) and d != g for d, g in zip(i.dims, dims, strict=False))):
             raise OnnxError(f"onnx: input_shapes gives '{i.name}' the shape {dims}; the model "
