@@ -9,6 +9,7 @@ by op, dominance included, so the first failure is reported at its line.
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -41,6 +42,14 @@ def require_utf8(text: bytes, name: str) -> None:
         text.decode("utf-8")
     except UnicodeDecodeError as error:
         raise UserError(f"{name}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+
+
+_COMMENT = re.compile(rb"//[^\n]*")
+
+
+def holds_nothing(text: bytes) -> bool:
+    """`text` (MLIR) is empty but for comments and white space."""
+    return not _COMMENT.sub(b"", text).strip()
 
 
 def located(span: Span, message: str) -> str:

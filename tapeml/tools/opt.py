@@ -32,6 +32,7 @@ from tapeml.tools.diagnostics import (
     UserError,
     fail,
     format_parse_error,
+    holds_nothing,
     require_utf8,
     verify_located,
 )
@@ -113,7 +114,7 @@ class TapeOptMain(xDSLOptMain):
             return super().parse_chunk(chunk, file_extension, start_offset)
         text = chunk.read()
         require_utf8(text, self.get_input_name())
-        if not self.args.no_implicit_module and not _COMMENT.sub(b"", text).strip():
+        if not self.args.no_implicit_module and holds_nothing(text):
             return ModuleOp([])  # (an empty file is an empty module, as for mlir-opt)
         try:  # the parser lexes the first token as it starts
             parser = LocatingParser(self.ctx, text, self.get_input_name(),
@@ -154,8 +155,6 @@ class TapeOptMain(xDSLOptMain):
                 "lower first, e.g. -p tape-to-llvm)"
             ) from None
 
-
-_COMMENT = re.compile(rb"//[^\n]*")
 
 _OPTION_VALUES = {"bool": "true or false", "int": "an integer", "float": "a number",
                   "str": "a string"}

@@ -37,6 +37,7 @@ from tapeml.tools.diagnostics import (
     UserError,
     fail,
     format_parse_error,
+    holds_nothing,
     located,
     require_utf8,
     verify_located,
@@ -57,6 +58,8 @@ def _load_module(ctx: Context, path: str) -> ModuleOp:
     with open(path, "rb") as f:
         text = f.read()
     require_utf8(text, path)
+    if holds_nothing(text):  # (tapeml-opt reads it as an empty module)
+        raise UserError(f"{path}: the file holds no function to run (it is empty)")
     parser = LocatingParser(ctx, text, path)
     module = parser.parse_module()
     verify_located(module, parser.spans, parser.names, path)

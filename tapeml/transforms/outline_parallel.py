@@ -31,6 +31,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from tapeml.dialects import kernel
+from tapeml.transforms.loops.emitter import LoweringError
 from tapeml.transforms.outlining import (
     constant_index,
     constant_op,
@@ -150,6 +151,9 @@ def outline_parallel_loops(module: ModuleOp, min_work: int = MIN_WORK,
                            any_batch: bool = False) -> int:
     """Outline the parallel loops worth threads in every function of `module` (`any_batch`:
     Outliner's); how many."""
+    if not isinstance(min_work, int) or min_work < 0:
+        raise LoweringError(f"outline-parallel-loops: min_work must be 0 or more, got "
+                            f"{min_work}")
     outlined = 0
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
         outliner = Outliner(module, f, min_work, any_batch)

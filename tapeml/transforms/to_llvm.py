@@ -452,6 +452,8 @@ def convert_to_llvm(module: ModuleOp, extra: Mapping[type[Operation], Converter]
     their ops (the GPU's: gpu_to_nvvm.py); `threads`: how many threads each
     kernel.parallel_for is shared by (the CPU backend passes the host's); `prefix`: before
     each function's symbol (SYMBOL_PREFIX; the GPU keeps its kernels' names)."""
+    if not isinstance(threads, int) or threads < 1:
+        raise LoweringError(f"convert-loops-to-llvm: threads must be 1 or more, got {threads}")
     leftover: set[str] = set()
     sizes: dict[memref.AllocOp, int] = {}
     symbols: dict[kernel.GemmOp, str] = {}

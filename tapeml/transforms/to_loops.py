@@ -459,6 +459,9 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     rows is that product, stored transposed into the output (kernel.gemm's c_transposed;
     lower_conv2d_gemm; the CPU's). `any_batch`: no choice that depends on a size is made
     where a loop over the batch would make it otherwise at another batch size (Context's)."""
+    if not isinstance(image_group, int) or image_group < 0:
+        raise LoweringError(f"tape-to-loops: image_group must be 0 (all images at once) or "
+                            f"more, got {image_group}")
     report = PlanReport()
     for f in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
         lower_function(f, module, report, libm, row_reductions, share, profile, weight_runs,
