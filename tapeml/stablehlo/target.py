@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import IO
 
 from xdsl.context import Context
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target
 
+from tapeml.errors import StableHLOError
 from tapeml.stablehlo import emit
 
 
@@ -18,4 +20,10 @@ class StableHLOTarget(Target):
     name = "stablehlo"
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        defined = [op.sym_name.data for op in module.ops
+                   if isinstance(op, func.FuncOp) and not op.is_declaration]
+        if len(defined) > 1:  # (the first alone was written, and nothing said)
+            raise StableHLOError(f"the module defines {len(defined)} functions ("
+                                 f"{', '.join('@' + name for name in defined)}); StableHLO is "
+                                 "written from one tape function: keep one in the file")
         output.write(emit(module))
