@@ -168,3 +168,18 @@ def test_walkthrough_command_succeeds(command):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"$ {command}\nexit {done.returncode}\n{done.stderr}"
     assert done.stdout.strip(), f"$ {command} printed nothing"
+
+
+def test_the_spelled_out_pipeline_prints_what_tape_to_llvm_does():
+    """examples/README.md: tape-to-llvm's passes spelled out, as it lists them, print the same
+    module (it listed two of tape-to-loops' options where tape-to-llvm sets seven)."""
+    start = "tapeml-opt examples/mlp.mlir -p 'tape-fuse,"
+    spelled = next(c for c in COMMANDS if c.startswith(start))
+    whole = "tapeml-opt examples/mlp.mlir -p tape-to-llvm"
+    assert whole in COMMANDS
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    outputs = [subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=120, check=True).stdout
+               for command in (spelled, whole)]
+    assert outputs[0] == outputs[1]
