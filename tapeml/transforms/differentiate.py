@@ -30,6 +30,7 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
     FunctionType,
+    MemRefType,
     ModuleOp,
     StringAttr,
     TensorType,
@@ -108,6 +109,10 @@ def differentiate(f: func.FuncOp, wrt: tuple[int, ...] = (), of: tuple[int, ...]
     ret = block.last_op
     if not isinstance(ret, func.ReturnOp):
         raise DifferentiateError(f"tape-differentiate: @{f.sym_name.data} must end in func.return")
+    if any(isinstance(arg.type, MemRefType) for arg in block.args):
+        raise DifferentiateError(f"tape-differentiate: @{f.sym_name.data} is lowered already (its "
+                                 "arguments are buffers): differentiate its tape function, "
+                                 "before tape-to-loops")
     n_args, n_results = len(block.args), len(ret.arguments)
     wrt = wrt or tuple(range(n_args))
     of = of or (0,)
