@@ -305,12 +305,15 @@ def pad(node: Node, ins: list[Any]) -> Any:
     if mode not in ("reflect", "edge", "wrap"):
         raise node.fail(f"mode {mode!r} is not one ONNX defines")
     for a, (before, after) in enumerate(widths):
-        if before or after:
-            if min(before, after) < 0 or (mode == "reflect" and max(before, after) >= x.shape[a]):
+        if before or after:  # a negative pad crops first, then the others pad what is left
+            kept = np.arange(x.shape[a])[max(0, -before):x.shape[a] - max(0, -after)]
+            grow = (max(0, before), max(0, after))
+            if kept.size == 0 or (mode == "reflect" and max(grow) >= kept.size):
+                why = ("nothing is left after the crop" if kept.size == 0 else
+                       f"a reflection reaches past the {kept.size} elements left")
                 raise node.fail(f"pads {before}, {after} do not fit axis {a} of "
-                                f"{tuple(x.shape)} in mode {mode}")
-            positions = np.pad(np.arange(x.shape[a]), (before, after), mode=mode)
-            x = ops.take(x, positions, axis=a)
+                                f"{tuple(x.shape)} in mode {mode}: {why}")
+            x = ops.take(x, np.pad(kept, grow, mode=mode), axis=a)
     return x
 
 
