@@ -230,6 +230,8 @@ def test_a_dtype_name_numpy_does_not_know_is_named_at_the_users_line():
             call("floot32")
     with pytest.raises(TypeError, match=r"^astype: data type 'floot32'.*\n  at .*test_integer_"):
         tapeml.jit(lambda a: a.astype("floot32"))(x)
+    # dtype=None is full's reading of the fill value, as before (not np.dtype(None): float64)
+    assert tapeml.zeros(2, None).dtype == tapeml.ones(2, None).dtype == np.int64
 
 
 def test_float_functions_of_integers_compute_in_float64():

@@ -242,6 +242,15 @@ def test_layer_normalization_asking_for_y_alone_is_one_layer_norm(axis):
     np.testing.assert_allclose(tapeml.jit(program)(x), expected, rtol=1e-5, atol=1e-5)
 
 
+def _pad_model(mode, pads, shape):
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["X", "pads"], ["Y"], mode=mode)], "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(pads, np.int64), "pads")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
 @pytest.mark.parametrize("mode", ["reflect", "edge", "wrap", "constant"])
 def test_pad_with_a_negative_pad_crops_then_pads_as_onnxruntime_does(mode):
     """A negative pad crops its side first, then the other side pads what is left in the
@@ -250,15 +259,16 @@ def test_pad_with_a_negative_pad_crops_then_pads_as_onnxruntime_does(mode):
     ort = pytest.importorskip("onnxruntime")
     x = np.arange(27, dtype=np.float32).reshape(3, 9)
     for pads in ([0, -1, 0, 3], [0, 2, 0, -1], [-1, 0, 1, 0], [0, 0, 0, 0]):
-        graph = helper.make_graph(
-            [helper.make_node("Pad", ["X", "pads"], ["Y"], mode=mode)], "g",
-            [helper.make_tensor_value_info("X", TensorProto.FLOAT, x.shape)],
-            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
-            [numpy_helper.from_array(np.array(pads, np.int64), "pads")])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+        model = _pad_model(mode, pads, x.shape)
         session = ort.InferenceSession(model.SerializeToString(),
                                        providers=["CPUExecutionProvider"])
         want = session.run(None, {"X": x})[0]
         program = tapeml.onnx.load(model)
         for got in (program(x), tapeml.jit(program)(x)):
             np.testing.assert_array_equal(got, want, err_msg=f"{mode} {pads}")
+    if mode == "constant":
+        return
+    for pads in ([0, 1, 0, -10], [0, 1, 0, -9], [0, -10, 0, 1]):  # nothing left (a review:
+        # an end crop past the axis had kept part of it, a slice's negative stop)
+        with pytest.raises(tapeml.OnnxError, match="nothing is left after the crop"):
+            tapeml.onnx.load(_pad_model(mode, pads, x.shape))

@@ -144,8 +144,13 @@ def differentiate(f: func.FuncOp, wrt: tuple[int, ...] = (), of: tuple[int, ...]
 
     wrt_values = [block.args[i] for i in wrt]
     active = _needs_gradient(f, wrt_values)
+    needed = {ret.arguments[i] for i in of}  # what the differentiated results read
+    for op in reversed(list(block.ops)):
+        if any(r in needed for r in op.results):
+            needed.update(op.operands)
     foreign = sorted({op.name for op in block.ops if not isinstance(op, TapeOp | func.ReturnOp)
-                      and any(o in active for o in op.operands)})
+                      and any(o in active for o in op.operands)
+                      and any(r in needed for r in op.results)})
     if foreign:  # (its cotangent would stop there, silently: a gradient of zeros)
         raise DifferentiateError(
             f"tape-differentiate: @{f.sym_name.data} holds {', '.join(foreign)} on the way from "

@@ -29,7 +29,7 @@ from tapeml.transforms.outline_parallel import OutlineParallelLoopsPass
 from tapeml.transforms.scf_to_cf import ConvertScfToCfPass
 from tapeml.transforms.to_gpu import BLOCK, ConvertLoopsToGPUPass
 from tapeml.transforms.to_llvm import ConvertLoopsToLLVMPass
-from tapeml.transforms.to_loops import ToLoopsPass
+from tapeml.transforms.to_loops import LoweringError, ToLoopsPass
 
 
 class Step(NamedTuple):
@@ -106,6 +106,8 @@ class TapeToLLVMPass(ModulePass):
     outline-parallel-loops{any_batch}, merge-loop-nests{every}."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if not isinstance(self.threads, int) or self.threads < 1:
+            raise LoweringError(f"tape-to-llvm: threads must be 1 or more, got {self.threads}")
         apply_pipeline(cpu_pipeline(self.fuse, self.libm, self.threads, self.tidy,
                                     weight_runs=self.weight_runs, any_batch=self.any_batch),
                        ctx, op)

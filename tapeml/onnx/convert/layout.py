@@ -306,7 +306,7 @@ def pad(node: Node, ins: list[Any]) -> Any:
         raise node.fail(f"mode {mode!r} is not one ONNX defines")
     for a, (before, after) in enumerate(widths):
         if before or after:  # a negative pad crops first, then the others pad what is left
-            kept = np.arange(x.shape[a])[max(0, -before):x.shape[a] - max(0, -after)]
+            kept = np.arange(x.shape[a])[max(0, -before):max(0, x.shape[a] - max(0, -after))]
             grow = (max(0, before), max(0, after))
             if kept.size == 0 or (mode == "reflect" and max(grow) >= kept.size):
                 why = ("nothing is left after the crop" if kept.size == 0 else

@@ -35,11 +35,11 @@ def full(shape: Shape, fill_value: Any, dtype: Any = None) -> np.ndarray:
 
 
 def zeros(shape: Shape, dtype: Any = np.float32) -> np.ndarray:
-    return full(shape, 0, user_dtype("zeros", dtype))
+    return full(shape, 0, None if dtype is None else user_dtype("zeros", dtype))
 
 
 def ones(shape: Shape, dtype: Any = np.float32) -> np.ndarray:
-    return full(shape, 1, user_dtype("ones", dtype))
+    return full(shape, 1, None if dtype is None else user_dtype("ones", dtype))
 
 
 def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Array:
