@@ -200,6 +200,29 @@ def test_a_cnn_step_at_smaller_batch_sizes_is_the_program_compiled_once():
     assert all("an instance of the compiled program" in line for line in log[1:]), log
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_convolution_over_windows_at_a_batch_of_one_group_is_an_instance(threads):
+    # an 8 -> 8 convolution over 16 x 16 takes the windows, a group of `threads` images at a
+    # time: at batch 2 on two threads one group is every image, and its loop had been left out
+    # (the template's, at 16 and 33, loops over groups): no instance (found by a review)
+    from tapeml import nn, ops
+
+    rng = np.random.default_rng(3)
+    params = {"c": nn.conv2d_init(rng, 8, 8, 3), "out": nn.linear_init(rng, 8 * 16 * 16, 3)}
+
+    def loss(p, x, y):
+        h = ops.relu(nn.conv2d(x, p["c"]["W"], p["c"]["b"], padding=1))
+        return nn.softmax_cross_entropy(nn.linear(p["out"], ops.reshape(h, (h.shape[0], -1))),
+                                        y)
+
+    def args_at(n):
+        x = rng.standard_normal((n, 8, 16, 16)).astype(np.float32)
+        return params, x, np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)]
+
+    log = _check(tapeml.value_and_grad(loss), (16, 2, 3), args_at, threads=threads)
+    assert all("an instance of the compiled program" in line for line in log[1:]), log
+
+
 def _mean_loss(params, x, y):
     h = np.tanh(x @ params["W1"] + params["b1"])
     logits = h @ params["W2"] + params["b2"]

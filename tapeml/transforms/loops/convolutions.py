@@ -36,7 +36,8 @@ def lower_convolution(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
     """groups = 1: GEMMs over an im2col matrix; otherwise direct loops."""
     if op.params["groups"] == 1:
         lower_conv2d_gemm(e, op, ins, out, cx.report, cx.weight_runs, cx.image_group,
-                          cx.epilogue, cx.out_images, cx.window_convs, cx.pixel_rows)
+                          cx.epilogue, cx.out_images, cx.window_convs, cx.pixel_rows,
+                          cx.any_batch)
     elif isinstance(op, tape.Conv2dOp):
         lower_conv2d(e, op, ins, out)
     else:
@@ -357,7 +358,7 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
                       report: PlanReport, weight_runs: bool = True,
                       image_group: int = 0, epilogue: Epilogue | None = None,
                       out_images: int = 0, window_convs: bool = False,
-                      pixel_rows: bool = False) -> None:
+                      pixel_rows: bool = False, any_batch: bool = False) -> None:
     """conv2d (groups = 1) and its two cotangents as GEMMs over the im2col matrix
     cols[b, c, i, j, y, x] = x[b, c, y*sh + i*dh - top, x*sw + j*dw - left] (0 in the padding),
     a scratch buffer of N*C*kh*kw*OH*OW elements freed after the op:
@@ -405,7 +406,8 @@ def lower_conv2d_gemm(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
         _pointwise(e, op, ins, out, geo, dtype, epilogue, out_images)  # im2col: x itself
         return
     if window_convs and kind is tape.Conv2dOp and _windows_fit(geo, epilogue):
-        _windowed(e, geo, ins, out, epilogue, out_images, image_group, report, t, dtype)
+        _windowed(e, geo, ins, out, epilogue, out_images, image_group, report, t, dtype,
+                  any_batch)
         return
     images = geo.n  # in cols at once
     if (image_group and kind is tape.Conv2dOp and geo.n > 1
@@ -609,7 +611,7 @@ def _pixels_as_rows(e: Emitter, geo: _ConvGeometry, source: SSAValue, weights: S
 
 def _windowed(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue], out: SSAValue,
               epilogue: Epilogue | None, out_images: int, image_group: int, report: PlanReport,
-              t: Any, dtype: str) -> None:
+              t: Any, dtype: str, any_batch: bool = False) -> None:
     """A forward convolution as a product over windows (kernel.gemm's a_taps): the input
     copied into its zero-padded phases xq[b][c][py][px][hq][wq] (`_Phases`; zeroed once,
     only the input's own positions written), then out'[b][o][y * wq + x] = sum over (c, i,
@@ -620,7 +622,8 @@ def _windowed(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue], out: SSAValue
     (the last ones past the images: the buffer's tail, A_TAPS_SLACK longer for the kernel's
     whole tiles) and are dropped as out' is copied into out. A group of
     `image_group` images (a divisor of N; all of them without one) at a time, so the buffers
-    stay in cache."""
+    stay in cache; `any_batch`: in a loop over the groups even where one group is every image
+    (a batch of 2 over groups of 2: its program is another's but for its numbers)."""
     phases = _Phases(geo)
     top, left = geo.params["padding"][:2]
     (sh, sw), (hq, wq) = geo.params["stride"], phases.sizes
@@ -650,9 +653,11 @@ def _windowed(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue], out: SSAValue
                 padded, e.linear(v, [geo.c * channel, channel, wq, 1],
                                  (py * sw + px) * hq * wq + y0 * wq + x0)), parallel=True)
 
+    looped = images < geo.n or any_batch
+
     def group(e: Emitter, ivs: list[SSAValue]) -> None:
         x, y = ins[0], out
-        if images < geo.n:  # this group's images of x and of out
+        if looped:  # this group's images of x and of out
             x = e.insert(kernel.ViewOp(ins[0], e.linear(ivs, [images * chw]),
                                        MemRefType(t, [images * chw])))
             y = e.insert(kernel.ViewOp(out, e.linear(ivs, [images * stride]), MemRefType(
@@ -669,7 +674,7 @@ def _windowed(e: Emitter, geo: _ConvGeometry, ins: list[SSAValue], out: SSAValue
             e.load(wide, e.linear(v, [geo.o * wide_plane, wide_plane, wq, 1])), y,
             e.linear(v, [stride, geo.oh * geo.ow, geo.ow, 1])), parallel=True)
 
-    if images < geo.n:
+    if looped:
         e.loops([geo.n // images], group)
     else:
         group(e, [])
