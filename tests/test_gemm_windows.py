@@ -214,3 +214,27 @@ def test_compiled_convolutions_over_windows(monkeypatch, threads, batch, pad, di
     expected = tapeml.trace(f, x, w, b)(x, w, b)
     np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
     assert np.array_equal(np.isnan(got), np.isnan(expected))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_a_deep_convolution_of_few_channels_over_windows(monkeypatch, threads):
+    """64 -> 16 channels over 14 x 14 (its rows 16 / 14 wider, allowed by its few output
+    channels: WINDOW_WIDENING_OUTPUTS): k = 576, more than a packed block of k elsewhere, all
+    of it in one block over the windows; the interpreter's values, NaN and inf where they
+    reach."""
+    monkeypatch.setenv("TAPEML_NUM_THREADS", threads)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 64, 14, 14)).astype(np.float32)
+    x[0, 5, 3, 4], x[-1, 60, 13, 13] = np.nan, np.inf
+    w = (0.1 * rng.standard_normal((16, 64, 3, 3))).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+
+    def f(x, w, b):
+        return tapeml.relu(nn.conv2d(x, w, b, padding=1))
+
+    step = tapeml.jit(f)
+    got = step(x, w, b)
+    assert "a_taps" in step.lower(x, w, b)["loops"]
+    expected = tapeml.trace(f, x, w, b)(x, w, b)
+    np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
+    assert np.array_equal(np.isnan(got), np.isnan(expected))
