@@ -287,12 +287,15 @@ def _constant(e: Emitter, op: Operation, args: Sequence[SSAValue]) -> SSAValue:
                     .get_element_type())
 
 
-def broadcast_steps(source: Sequence[int], target: Sequence[int]) -> list[int]:
-    """Strides reading a row-major `source` broadcast (numpy rules) to `target`."""
+def broadcast_steps(source: Sequence[int], target: Sequence[int], ones: bool = False
+                    ) -> list[int]:
+    """Strides reading a row-major `source` broadcast (numpy rules) to `target`; `ones`: a
+    dim of one element that the target's is too is read with its own stride, not 0 (either
+    reads its one element; under any_batch a batch of 1 then reads as a larger batch does)."""
     lead = len(target) - len(source)
     src = strides(source)
-    return [0 if i < lead or source[i - lead] == 1 else src[i - lead]
-            for i in range(len(target))]
+    return [0 if i < lead or (source[i - lead] == 1 and (target[i] != 1 or not ones))
+            else src[i - lead] for i in range(len(target))]
 
 
 LOOPED = tuple(op for op in tape.ELEMENTWISE if op not in (tape.ConstantOp, tape.StopGradientOp))
@@ -310,8 +313,8 @@ def lower_elementwise(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAVa
                         if isinstance(inner, tape.IndexOp)}) if isinstance(op, tape.FusedOp) \
         else []
     shape, (*steps, out_steps), axes = coalesce(
-        full, [*(broadcast_steps(shape_of(v), full) for v in op.operands), strides(full)],
-        positions)
+        full, [*(broadcast_steps(shape_of(v), full, cx.any_batch) for v in op.operands),
+               strides(full)], positions, ones=cx.any_batch)
 
     def body(e: Emitter, ivs: list[SSAValue]) -> None:
         elements = [e.load(buf, e.linear(ivs, s)) for buf, s in zip(ins, steps, strict=True)]

@@ -75,16 +75,18 @@ def strides(shape: Sequence[int]) -> list[int]:
     return out[::-1]
 
 
-def coalesce(shape: Sequence[int], steps: Sequence[Sequence[int]], keep: Sequence[int] = ()
-             ) -> tuple[list[int], list[list[int]], dict[int, int]]:
+def coalesce(shape: Sequence[int], steps: Sequence[Sequence[int]], keep: Sequence[int] = (),
+             ones: bool = False) -> tuple[list[int], list[list[int]], dict[int, int]]:
     """The same walk over fewer dims: adjacent dims merge where every buffer's steps run on
     across them (step[i] == step[i + 1] * shape[i + 1]: contiguous, or broadcast along both),
     dims of one element drop, except the dims in `keep` (whose positions the loop body reads);
-    row-major order is kept, so each element is visited when it was. The merged shape, each
-    buffer's steps over it, and where each kept dim went."""
+    row-major order is kept, so each element is visited when it was (`ones`: dims of one
+    element merge as the others do, or stay a loop of one trip, but never drop: a batch's
+    loop at a batch of 1, under any_batch). The merged shape, each buffer's steps over it, and
+    where each kept dim went."""
     dims: list[tuple[int, list[int], int | None]] = []  # (size, steps, the kept dim it is)
     for i, size in enumerate(shape):
-        if size == 1 and i not in keep:
+        if size == 1 and i not in keep and not ones:
             continue
         here = [s[i] for s in steps]
         if dims and i not in keep and dims[-1][2] is None and all(

@@ -95,7 +95,7 @@ def lower_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, ins: list[SSAValue]
     kept_shape, (kept_src, kept_out), _ = coalesce(
         out_shape, [[src[i] for i in kept], strides(out_shape)])
     reduced_shape, (reduced_src,), _ = coalesce([shape[a] for a in axes],
-                                                [[src[a] for a in axes]])
+                                                [[src[a] for a in axes]], ones=cx.any_batch)
 
     # one output's terms contiguous (a softmax's, a layer norm's row), or in contiguous runs (a
     # convolution's bias gradient: each image's plane of a channel): LANES partial results
@@ -216,7 +216,7 @@ def _row_reduction(e: Emitter, op: tape.SumOp | tape.MaxOp, x: SSAValue, out: SS
         [shape[i] for i in outer],
         [[src[i] for i in outer], [s * width for s in strides([shape[i] for i in outer])]])
     reduced_shape, (reduced_src,), _ = coalesce([shape[a] for a in axes],
-                                                [[src[a] for a in axes]])
+                                                [[src[a] for a in axes]], ones=not grouped)
     size = math.prod(outer_shape) * width
     groups = (row_groups(math.prod(outer_shape), reduced_shape[0], width)
               if reduced_shape and grouped else 1)
