@@ -173,3 +173,40 @@ def test_the_integer_ops_refuse_floats(name):
     with pytest.raises(tapeml.ShapeError, match=f"tape.{name}: .* must be a statically shaped "
                                                  "tensor of i"):
         _integer_op_program(name, "f32", name == "not")
+
+
+def _integer_products(a, b, at, p, q):
+    """Integer products as a user writes them: plain, an operand transposed (read in place by
+    the lowering), batched, a vector, a bias and a relu after it (which fold into a float
+    product's kernel: not into loops), booleans (numpy's or of ands)."""
+    return a @ b, at.T @ b, tapeml.einsum("bij,bjk->bik", a[None] - 1, b[None] * 3), a @ b[:, 0], \
+        tapeml.relu(at.T @ b + b[0]), p @ q
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64], ids=["i32", "i64"])
+def test_integer_matmul_at_every_stage(dtype):
+    """An integer matmul on edge values (the extremes, whose products and sums wrap around),
+    numpy's bits at every stage: the interpreter, the lowered loops, the CPU fused and not at
+    1 and 2 threads (every parallel loop to the pool), the emulated GPU, and IREE (StableHLO's
+    dot_general). Wide enough (33 x 40 x 19) for a vector loop and its remainder."""
+    from edge_values import STAGES
+
+    rng = np.random.default_rng(7)
+    values = _edge_ints(dtype)
+    a = rng.choice(values, (33, 19))
+    b = rng.choice(values, (19, 40))
+    p, q = rng.random((6, 19)) < 0.1, rng.random((19, 5)) < 0.1
+    inputs = (a, b, np.ascontiguousarray(a.T), p, q)
+    with np.errstate(over="ignore"):
+        expected = [np.asarray(x) for x in _integer_products(*inputs)]
+    assert expected[0].dtype == dtype and expected[-1].dtype == np.bool_
+    runs = dict(STAGES)
+    try:
+        import iree.runtime  # noqa: F401
+        runs["iree"] = lambda fn, xs: list(tapeml.jit(fn, backend="iree")(*xs))
+    except ImportError:
+        pass
+    for stage, run in runs.items():
+        got = run(_integer_products, inputs)
+        for g, e in zip(got, expected, strict=True):
+            assert g.dtype == e.dtype and np.array_equal(g, e), stage

@@ -191,25 +191,38 @@ def test_bool_arithmetic_is_logic_and_refuses_subtract_and_negative():
         tapeml.where(np.ones(2, np.int32), 1, 2)
 
 
-def test_matrix_products_of_integers_or_booleans_say_to_cast():
-    """tape.matmul multiplies f32 or f64 matrices: integer and boolean operands (which numpy
-    multiplies) are a TypeError naming the function, the dtype and the cast, at the user's
-    line, eager and traced (it was a ShapeError about a "statically shaped tensor", the
-    reshaped operand's shape in it); an integer beside a float promotes as before."""
-    a, b = np.arange(6, dtype=np.int32).reshape(2, 3), np.ones((3, 2), np.int32)
+def test_matrix_products_of_integers_and_booleans_are_numpys():
+    """matmul, dot and einsum of integers wrap around as numpy's do (the same bits, eager and
+    jitted, at the extremes); of booleans they are numpy's logical or of ands (it was a
+    TypeError that said to cast: tape.matmul took floats only); an integer beside a float
+    promotes as before. (Every stage's bits: test_integer_tensors.py.)"""
+    rng = np.random.default_rng(5)
     calls = {"matmul": tapeml.matmul, "dot": tapeml.dot,
-             "einsum": lambda a, b: tapeml.einsum("ij,jk->ik", a, b)}
-    for name, f in calls.items():
-        for args, dtype in (((a, b), "int32"), ((a > 2, b > 0), "bool")):
-            for run in (f, tapeml.jit(f), *([tapeml.jit(lambda a, b: a @ b)]
-                                            if name == "matmul" else [])):
-                with pytest.raises(TypeError, match=rf"{name}: matrix products take f32 or f64 "
-                                   rf"operands, got {dtype} .*astype\(np.float32\)(?s:.*)"
-                                   r"at .*test_integer_tracing.py"):
-                    run(*args)
-    np.testing.assert_array_equal(tapeml.jit(calls["matmul"])(a, b.astype(np.float32)),
-                                  (a @ b).astype(np.float32))
-    assert tapeml.einsum("ij->ji", a).dtype == np.int32  # (no product: integers as they are)
+             "einsum": lambda a, b: tapeml.einsum("ij,jk->ik", a, b),
+             "@": lambda a, b: a @ b}
+    for dtype in (np.int32, np.int64):
+        info = np.iinfo(dtype)
+        a = rng.integers(info.min, info.max, (4, 9), dtype=dtype, endpoint=True)
+        b = rng.integers(info.min, info.max, (9, 3), dtype=dtype, endpoint=True)
+        a[0], b[:, 0] = info.min, -1  # INT_MIN * -1, summed: wraps
+        with np.errstate(over="ignore"):
+            expected = a @ b
+        for name, f in calls.items():
+            for run in (f, tapeml.jit(f)):
+                got = run(a, b)
+                assert got.dtype == dtype and np.array_equal(got, expected), (name, dtype)
+        v = rng.integers(-5, 5, 9, dtype=dtype)  # a vector on either side, as numpy's
+        assert_same_bits(tapeml.jit(tapeml.matmul)(a, v), a @ v)
+        assert_same_bits(tapeml.jit(tapeml.dot)(v, v), np.dot(v, v))
+    p, q = rng.random((5, 7)) < 0.2, rng.random((7, 4)) < 0.2
+    for f in calls.values():
+        for run in (f, tapeml.jit(f)):
+            assert_same_bits(run(p, q), p @ q)
+    assert_same_bits(tapeml.jit(lambda p: tapeml.einsum("ij->i", p))(p), np.einsum("ij->i", p))
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    np.testing.assert_array_equal(tapeml.jit(tapeml.matmul)(x, np.ones((3, 2), np.float32)),
+                                  (x @ np.ones((3, 2))).astype(np.float32))
+    assert tapeml.einsum("ij->ji", x).dtype == np.int32
 
 
 def test_a_dtype_name_numpy_does_not_know_is_named_at_the_users_line():

@@ -890,10 +890,10 @@ func.func @case97(%a: tensor<2x3xf64>) {
 
 // -----
 
-// MatmulOp: lhs must be f32/f64
-func.func @case98(%a: tensor<2x3xi32>, %b: tensor<3x4xf32>) {
-  // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.matmul: lhs must be a statically shaped tensor of f32 or f64, got tensor<2x3xi32>
-  %0 = tape.matmul %a, %b : tensor<2x3xi32>, tensor<3x4xf32> -> tensor<2x4xf32>
+// MatmulOp: lhs must be of numbers (integers or floats, not booleans)
+func.func @case98(%a: tensor<2x3xi1>, %b: tensor<3x4xf32>) {
+  // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.matmul: lhs must be a statically shaped tensor of i32, i64, f32 or f64, got tensor<2x3xi1>
+  %0 = tape.matmul %a, %b : tensor<2x3xi1>, tensor<3x4xf32> -> tensor<2x4xf32>
   func.return
 }
 
@@ -901,7 +901,7 @@ func.func @case98(%a: tensor<2x3xi32>, %b: tensor<3x4xf32>) {
 
 // MatmulOp: rhs must be f32/f64
 func.func @case99(%a: tensor<2x3xf32>, %b: tensor<3x?xf32>) {
-  // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.matmul: rhs must be a statically shaped tensor of f32 or f64, got tensor<3x?xf32>
+  // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.matmul: rhs must be a statically shaped tensor of i32, i64, f32 or f64, got tensor<3x?xf32>
   %0 = tape.matmul %a, %b : tensor<2x3xf32>, tensor<3x?xf32> -> tensor<2x4xf32>
   func.return
 }

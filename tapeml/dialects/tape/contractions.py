@@ -8,7 +8,7 @@ from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def
 from xdsl.traits import Pure
 
 from tapeml.dialects.base import TapeOp
-from tapeml.dialects.tape.types import check, float_tensor, same_element, tensor_type
+from tapeml.dialects.tape.types import NUMBERS, check, same_element, tensor_of, tensor_type
 
 __all__ = [
     "MatmulOp",
@@ -17,7 +17,8 @@ __all__ = [
 
 @irdl_op_definition
 class MatmulOp(TapeOp):
-    """(m, k) x (k, n) -> (m, n), or batched (b, m, k) x (b, k, n) -> (b, m, n)."""
+    """(m, k) x (k, n) -> (m, n), or batched (b, m, k) x (b, k, n) -> (b, m, n), of floats or
+    of integers (whose products and sums wrap around, as numpy's and XLA's do)."""
 
     name = "tape.matmul"
     lhs = operand_def(TensorType)
@@ -27,7 +28,7 @@ class MatmulOp(TapeOp):
 
     @classmethod
     def infer(cls, lhs: Attribute, rhs: Attribute) -> Attribute:
-        a, b = float_tensor(cls.name, lhs, "lhs"), float_tensor(cls.name, rhs, "rhs")
+        a, b = tensor_of(cls.name, lhs, NUMBERS, "lhs"), tensor_of(cls.name, rhs, NUMBERS, "rhs")
         same_element(cls.name, [a, b])
         sa, sb = a.get_shape(), b.get_shape()
         check(len(sa) == len(sb) and len(sa) in (2, 3), cls.name,

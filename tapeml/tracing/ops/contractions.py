@@ -1,4 +1,6 @@
-"""Contractions: numpy's matmul (batch dims broadcast), dot and einsum, as tape.matmul."""
+"""Contractions: numpy's matmul (batch dims broadcast), dot and einsum, as tape.matmul, of
+floats or integers (wrapping around, as numpy's), and of booleans as numpy's (any of the
+products)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ import numpy as np
 from tapeml.dialects import tape
 from tapeml.errors import ShapeError
 from tapeml.interpreters.tape import ieee
-from tapeml.tracing.ops.elementwise import multiply
+from tapeml.tracing.ops.elementwise import multiply, not_equal
 from tapeml.tracing.ops.layout import reshape, transpose
-from tapeml.tracing.ops.promotion import Array, broadcast_to, lift, promote
+from tapeml.tracing.ops.promotion import Array, astype, broadcast_to, lift, promote
 from tapeml.tracing.ops.reductions import sum
 from tapeml.tracing.trace import at_user_line, bind
 
@@ -32,7 +34,8 @@ def matmul(a: Any, b: Any) -> Array:
         raise ShapeError(at_user_line("matmul: operands must have at least one dim, got shapes "
                                       f"{tuple(a.shape)} and {tuple(b.shape)}"))
     (a, b), _ = promote("matmul", a, b)
-    _floats_only("matmul", a)
+    if np.dtype(a.dtype) == np.bool_:
+        return _any_of_products(matmul, (a, b), a.shape[-1])
     a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
     b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
     out = _matmul_nd(a2, b2)
@@ -44,15 +47,12 @@ def matmul(a: Any, b: Any) -> Array:
     return reshape(out, shape)
 
 
-def _floats_only(name: str, x: Array) -> None:
-    """A TypeError naming `name` where its promoted operands are integers or booleans: tape's
-    matrix product is of f32 or f64 matrices."""
-    dtype = np.dtype(x.dtype)
-    if dtype not in _FLOATS:
-        raise TypeError(at_user_line(
-            f"{name}: matrix products take f32 or f64 operands, got {dtype} (numpy's integer "
-            "and boolean matmul have no tape op); cast them first, as .astype(np.float32) "
-            "(exact for integers up to 2**24) or .astype(np.float64) (up to 2**53)"))
+def _any_of_products(product: Any, xs: tuple[Array, ...], terms: int) -> Array:
+    """A product of boolean operands as numpy's: True where any of an element's `terms`
+    products is (the logical or of ands). The product of the operands as integers, wide
+    enough to count the terms, is not 0 there."""
+    wide = np.int32 if terms < 2**31 else np.int64
+    return not_equal(product(*(astype(x, wide) for x in xs)), 0)
 
 
 def _matmul_nd(a: Array, b: Array) -> Array:
@@ -84,7 +84,6 @@ def dot(a: Any, b: Any) -> Array:
                                       "batches)"))
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
-    _floats_only("dot", promote("dot", a, b)[0][0])
     return matmul(a, b)
 
 
@@ -100,6 +99,10 @@ def einsum(subscripts: str, *operands: Any) -> Array:
                                       "them: einsum of einsum)"))
     xs, _ = promote("einsum", *operands)
     ins, out = _parse_subscripts(subscripts, xs)
+    if np.dtype(xs[0].dtype) == np.bool_:
+        sizes = dict(zip("".join(ins), (d for x in xs for d in x.shape), strict=True))
+        terms = int(np.prod([n for i, n in sizes.items() if i not in out], dtype=np.int64))
+        return _any_of_products(lambda *ys: einsum(subscripts, *ys), tuple(xs), terms)
     sizes: dict[str, int] = {}
     for names, x in zip(ins, xs, strict=True):
         for name, size in zip(names, x.shape, strict=True):
@@ -113,7 +116,6 @@ def einsum(subscripts: str, *operands: Any) -> Array:
         (x, names), = kept
         return transpose(x, [names.index(n) for n in out])
     (a, a_names), (b, b_names) = kept
-    _floats_only("einsum", a)
     batch = [n for n in out if n in a_names and n in b_names]
     contracted = [n for n in a_names if n in b_names and n not in out]
     left = [n for n in a_names if n not in b_names]

@@ -26,7 +26,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, IntegerType
 from xdsl.ir import Block, Operation, SSAValue
 
 from tapeml.dialects import kernel, tape
@@ -143,7 +143,7 @@ def _two_products(op: Operation, block: Block, views: dict[SSAValue, list[int]],
 
 def _product(value: SSAValue) -> Operation | None:
     """The product that makes `value` for the op that takes it alone: a conv2d with groups = 1,
-    a matmul, or a reshape of a matmul that keeps its last axis (x @ W over a batch of
+    a matmul of floats, or a reshape of a matmul that keeps its last axis (x @ W over a batch of
     sequences, flattened for the product); else None."""
     owner = value.owner
     if not value.has_one_use() or not isinstance(owner, Operation):
@@ -156,6 +156,8 @@ def _product(value: SSAValue) -> Operation | None:
         owner = inner.owner
     if isinstance(owner, tape.Conv2dOp) and owner.params["groups"] != 1:
         return None
+    if isinstance(owner.results[0].type.get_element_type(), IntegerType):
+        return None  # (an integer product is loops, no kernel.gemm: contractions.py)
     return owner if isinstance(owner, PRODUCTS) else None
 
 
