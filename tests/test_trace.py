@@ -444,3 +444,26 @@ def test_a_list_where_an_array_belongs_says_where_it_came_from():
         with pytest.raises(tapeml.TracingError, match=r"^a list or tuple holding tracers is not "
                            r"an array; make one with tapeml\.stack"):
             tapeml.jit(made)(*args)
+
+
+def test_a_program_called_inside_a_trace_checks_its_arguments():
+    """A Program jitted or called inside another trace at other shapes than its own is a
+    ShapeError naming the argument, at the user's line, as the interpreter's check is: its ops
+    hold its shapes, and replayed they had computed something else silently (x[1:] traced at
+    4 returned 3 elements at 6; a sum of x[:, :2] over 3 rows returned 3 rows for 5). An array
+    of another dtype is a TypeError; a Python number takes the argument's dtype."""
+    prog = tapeml.trace(lambda x: x[1:] * 1.0, np.ones(4))
+    prog2 = tapeml.trace(lambda x, s: tapeml.sum(x[:, :2], axis=1) * s,
+                         np.ones((3, 4), np.float32), np.float32(2))
+    with pytest.raises(tapeml.ShapeError, match=r"@_lambda_: argument 0 \(`x`\) must have "
+                       r"shape \(4,\), the shape it was traced \(or loaded\) with, got \(6,\)"
+                       r"\n  at .*test_trace.py"):
+        tapeml.jit(prog)(np.arange(6.0))
+    with pytest.raises(tapeml.ShapeError, match=r"argument 0 \(`x`\) must have shape \(3, 4\)"):
+        tapeml.jit(lambda x: prog2(x, np.float32(1)))(np.ones((5, 6), np.float32))
+    with pytest.raises(TypeError, match=r"argument 1 \(`s`\) must have dtype float32, the dtype "
+                       r"it was traced \(or loaded\) with, got float64"):
+        tapeml.jit(prog2)(np.ones((3, 4), np.float32), np.float64(2))
+    got = tapeml.jit(prog2)(np.ones((3, 4), np.float32), 3.0)
+    assert got.dtype == np.float32 and np.array_equal(got, np.full(3, 6, np.float32))
+    np.testing.assert_array_equal(tapeml.jit(prog)(np.arange(4.0)), np.arange(1.0, 4.0))

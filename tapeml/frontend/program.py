@@ -41,10 +41,11 @@ from tapeml.dialects.names import (
     ssa_name,
     value_names,
 )
-from tapeml.errors import TracingError
+from tapeml.errors import ShapeError, TracingError
 from tapeml.frontend.flops import op_flops
 from tapeml.interpreters import interpret
 from tapeml.profile import count_ops, record
+from tapeml.tracing.ops.promotion import astype
 from tapeml.tracing.pytree import LEAF, TreeDef, flatten, leaf_paths, unflatten
 from tapeml.tracing.trace import (
     Tracer,
@@ -325,6 +326,7 @@ class Program:
         trace = next((x.trace for x in leaves if isinstance(x, Tracer)), None)
         if self._takes_as_it_is(leaves):
             return self._clone_into(trace, leaves)
+        leaves = self._checked(leaves)
         env: dict[SSAValue, Any] = {}
         for arg, leaf in zip(block.args, leaves, strict=True):
             env[arg] = leaf if isinstance(leaf, Tracer) else \
@@ -335,6 +337,33 @@ class Program:
             self._replayable(op)
             env[op.results[0]] = bind(type(op), *(env[o] for o in op.operands), **op.params)
         raise TracingError(f"@{self.name} does not end in func.return")
+
+    def _checked(self, leaves: list[Any]) -> list[Any]:
+        """The leaves, checked against the arguments as the interpreter checks its arguments:
+        of another shape, or an array or tracer of another dtype, a ShapeError or TypeError at
+        the user's line (the program's ops hold its shapes, a slice's bounds, a broadcast's
+        result: replayed on others they would compute something else, or fail inside the
+        program); a Python number (a weak tracer too) takes the argument's dtype."""
+        f = self.function
+        names = value_names(f.arg_attrs, list(f.body.block.args), "arg")
+        out = []
+        for i, (arg, leaf, name) in enumerate(zip(f.body.block.args, leaves, names,
+                                                  strict=True)):
+            where = f"@{self.name}: argument {i} (`{name}`)"
+            shape = tuple(leaf.shape) if isinstance(leaf, Tracer) else np.shape(leaf)
+            if shape != arg.type.get_shape():
+                raise ShapeError(at_user_line(
+                    f"{where} must have shape {arg.type.get_shape()}, the shape it was traced "
+                    f"(or loaded) with, got {shape}"))
+            dtype = tape.dtype_of(arg.type)
+            if isinstance(leaf, Tracer) and np.dtype(leaf.dtype) != dtype:
+                if not leaf.weak:
+                    raise TypeError(at_user_line(f"{where} must have dtype {dtype}, the dtype "
+                                                 f"it was traced (or loaded) with, got "
+                                                 f"{np.dtype(leaf.dtype)}"))
+                leaf = astype(leaf, dtype)
+            out.append(leaf)
+        return out
 
     def _clone_into(self, trace: Any, leaves: list[Any]) -> list[Tracer]:
         """The program's ops cloned into `trace`, its arguments bound to `leaves`; its results.
