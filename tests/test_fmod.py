@@ -295,3 +295,23 @@ def test_the_pullbacks_quotient_is_fmods_not_the_rounded_division():
     da, db, _ = _gradients(a, b, w)
     np.testing.assert_array_equal(da, w)
     np.testing.assert_array_equal(db, [-4.0, -0.0, 3.0])  # -1 * 3 * trunc(3 / -2) = 3
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64], ids=["i32", "i64"])
+def test_fmod_of_integers_is_numpys_at_every_stage(dtype):
+    """tapeml.fmod of integers is numpy's (the sign of the dividend, x fmod 0 = 0, INT_MIN fmod
+    -1 = 0), in the integers' dtype at every stage: it was computed in float64 (a float64
+    result, wrong past 2**53: fmod(2**53 + 1, 2) gave 0)."""
+    from edge_values import STAGES
+
+    info = np.iinfo(dtype)
+    values = np.array([0, 1, -1, 2, -2, 3, -3, 7, -7, 10, info.max, info.min, info.max - 1,
+                       info.min + 1, *([2**53 + 1, -(2**62) - 1] if dtype == np.int64 else [])],
+                      dtype)
+    x, y = (v.reshape(-1) for v in np.meshgrid(values, values, indexing="ij"))
+    with np.errstate(all="ignore"):
+        expected = np.fmod(x, y)
+    for stage, run in STAGES.items():
+        (got,) = run(tapeml.fmod, (x, y))
+        assert got.dtype == dtype and np.array_equal(got, expected), stage
+    assert tapeml.fmod(x, 3).dtype == dtype and np.array_equal(tapeml.fmod(x, 3), np.fmod(x, 3))

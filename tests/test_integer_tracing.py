@@ -327,3 +327,17 @@ def test_vjp_gives_integer_primals_zero_cotangents():
     dx, dids = pullback(np.ones((3, 2)))
     assert_same_bits(dx, np.repeat(ids.astype(np.float64).reshape(3, 1), 2, axis=1))
     assert_same_bits(dids, np.zeros(3, np.int64))
+
+
+def test_tril_and_triu_keep_a_boolean_mask_boolean():
+    """tril and triu of booleans are booleans, as numpy's (they were int64: the zeros a Python
+    0 promoted them to), eager and jitted, so a causal mask made by tril goes into where."""
+    m = np.ones((3, 4), bool)
+    for f, ref in ((tapeml.tril, np.tril), (tapeml.triu, np.triu)):
+        for run in (f, tapeml.jit(f), tapeml.jit(lambda m, f=f: f(m, 1))):
+            got = run(m)
+            assert got.dtype == np.bool_
+        assert_same_bits(f(m, -1), ref(m, -1))
+    scores = np.arange(12, dtype=np.float32).reshape(3, 4)
+    masked = tapeml.jit(lambda s, m: tapeml.where(tapeml.tril(m), s, -np.inf))(scores, m)
+    assert_same_bits(masked, np.where(np.tril(m), scores, np.float32(-np.inf)))

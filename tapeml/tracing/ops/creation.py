@@ -105,7 +105,7 @@ def _triangle(x: Any, k: int, lower: bool, name: str) -> Array:
     i, j = iota((rows, cols), 0), iota((rows, cols), 1)
     shifted = add(i, k) if k else i
     keep = less_equal(j, shifted) if lower else less_equal(shifted, j)
-    return where(keep, x, 0)
+    return where(keep, x, False if np.dtype(x.dtype) == np.bool_ else 0)  # (keeps x's dtype)
 
 
 def tril(x: Any, k: int = 0) -> Array:

@@ -136,7 +136,7 @@ maximum = _binary(tape.MaximumOp, "maximum", on_bool=tape.OrOp)
 minimum = _binary(tape.MinimumOp, "minimum", on_bool=tape.AndOp)
 _int_floor_divide = _binary(tape.FloorDivOp, "floor_divide")
 _int_remainder = _binary(tape.RemOp, "remainder")
-fmod = _binary(tape.FmodOp, "fmod")
+_float_fmod = _binary(tape.FmodOp, "fmod")
 bitwise_and = _binary(tape.AndOp, "bitwise_and")
 bitwise_or = _binary(tape.OrOp, "bitwise_or")
 bitwise_xor = _binary(tape.XorOp, "bitwise_xor")
@@ -212,6 +212,21 @@ def remainder(x: Any, y: Any) -> Array:
     if np.dtype(x.dtype).kind != "f":
         return _int_remainder(x, y)
     return weakened(_float_divmod(x, y)[1], weak)
+
+
+def fmod(x: Any, y: Any) -> Array:
+    """numpy.fmod, the remainder with the sign of x: floats by tape.fmod (C's fmod); integers
+    as numpy's (x fmod 0 = 0), from tape.rem's remainder (the sign of y), less y where the two
+    signs differ (no overflow: the remainder is smaller than y and of its sign)."""
+    if type(x) is np.ndarray and type(y) is np.ndarray and x.dtype == y.dtype and \
+            x.dtype.kind == "f":
+        return _float_fmod(x, y)  # eager, nothing to promote: at once
+    (x, y), weak = common("fmod", x, y)
+    if np.dtype(x.dtype).kind != "i":
+        return _float_fmod(x, y)
+    r = _int_remainder(x, y)
+    differ = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(x, 0)))
+    return weakened(where(differ, subtract(r, y), r), weak)
 
 
 def _zero_signed_like(v: Array) -> Array:
