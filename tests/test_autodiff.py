@@ -499,3 +499,38 @@ def test_differentiate_skips_function_declarations():
     assert len(program.function.function_type.outputs) == 2
     with pytest.raises(DifferentiateError, match="@g is a declaration"):
         DifferentiatePass(function="g").apply(Context(), Program.parse(text, "f").module)
+
+
+def test_a_power_with_an_exponent_of_zero_has_a_zero_gradient_at_zero():
+    """x ** k of a Python int k: d/dx is k x**(k-1), and 0 for k = 0 at every x, 0 included
+    (JAX's integer_pow): it was 0 * 0**-1 = NaN at x = 0, so a polynomial's gradient, and
+    the second derivative of x**1 or the third of x**2, were NaN at 0. d/dy of a**y is 0 at
+    a = 0 and NaN (no real derivative) at a < 0, as JAX's."""
+    x = np.array([0.0, 1.5, -2.0])
+    np.testing.assert_array_equal(tapeml.grad(lambda x: tapeml.sum(x ** 0))(x), np.zeros(3))
+    poly = tapeml.grad(lambda x: tapeml.sum(1.0 + 2.0 * x ** 1 + 3.0 * x ** 2))
+    np.testing.assert_array_equal(poly(x), 2 + 6 * x)
+    np.testing.assert_array_equal(tapeml.jit(poly)(x), 2 + 6 * x)
+    zero = np.float64(0.0)
+    assert tapeml.grad(tapeml.grad(lambda x: x ** 1))(zero) == 0.0
+    assert tapeml.grad(tapeml.grad(tapeml.grad(lambda x: x ** 2)))(zero) == 6.0 * 0.0
+    d_exponent = tapeml.grad(lambda y, a: tapeml.sum(a ** y))(np.array([2.0, 3.0, 2.0]),
+                                                              np.array([0.0, -2.0, 3.0]))
+    assert d_exponent[0] == 0.0 and np.isnan(d_exponent[1])
+    assert np.isclose(d_exponent[2], np.log(3.0) * 9.0)
+
+
+def test_maximum_and_minimum_send_no_cotangent_to_either_side_of_a_nan():
+    """maximum(nan, 1) is NaN, attained by neither: both sides' gradients are 0 there, as a
+    max reduction's NaN and JAX's (the other side took the whole cotangent); ties still
+    split it in halves."""
+    a, b = np.array([np.nan, 1.0, 2.0, 3.0]), np.array([1.0, np.nan, 2.0, 1.0])
+    for f in (tapeml.maximum, tapeml.minimum):
+        for g in (tapeml.grad(lambda a, b, f=f: tapeml.sum(f(a, b)), argnums=(0, 1)),
+                  tapeml.jit(tapeml.grad(lambda a, b, f=f: tapeml.sum(f(a, b)),
+                                         argnums=(0, 1)))):
+            ga, gb = g(a, b)
+            wins = (a > b) if f is tapeml.maximum else (a < b)
+            loses = (b > a) if f is tapeml.maximum else (b < a)
+            np.testing.assert_array_equal(ga, wins + 0.5 * (a == b))
+            np.testing.assert_array_equal(gb, loses + 0.5 * (a == b))

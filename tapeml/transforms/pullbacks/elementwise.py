@@ -42,21 +42,27 @@ def _tie_share(a, b):
 
 @pullback(tape.MaximumOp)
 def _maximum(ct, a, b, *, result):
-    share = _tie_share(a, b)
-    return ops.multiply(ct, share), ops.multiply(ct, ops.subtract(1.0, share))
+    # each side's share on its own: a NaN (no side wins or ties) sends none to either, as a
+    # max reduction's NaN (and JAX's)
+    return ops.multiply(ct, _tie_share(a, b)), ops.multiply(ct, _tie_share(b, a))
 
 
 @pullback(tape.MinimumOp)
 def _minimum(ct, a, b, *, result):
-    share = _tie_share(b, a)
-    return ops.multiply(ct, share), ops.multiply(ct, ops.subtract(1.0, share))
+    return ops.multiply(ct, _tie_share(b, a)), ops.multiply(ct, _tie_share(a, b))
 
 
 @pullback(tape.PowOp)
 def _pow(ct, a, b, *, result):
-    ct_a = ops.multiply(ct, ops.multiply(b, ops.power(a, ops.subtract(b, 1.0))))
-    # d/db a**b = log(a) a**b, taken as 0 where a <= 0 (there a**b is 0, 1 or nan)
-    log_a = ops.where(ops.greater(a, 0.0), ops.log(a), np.asarray(0.0, a.dtype))
+    # d/da a**b = b a**(b-1), 0 where b = 0 (a**0 is 1 for every a: b a**(b-1) was 0 * inf =
+    # NaN at a = 0, so x**k of a Python int k had a NaN gradient at 0 where JAX's integer_pow
+    # has k x**(k-1))
+    slope = ops.multiply(b, ops.power(a, ops.subtract(b, 1.0)))
+    zero = np.asarray(0.0, a.dtype)
+    ct_a = ops.multiply(ct, ops.where(ops.equal(b, 0.0), zero, slope))
+    # d/db a**b = log(a) a**b: 0 where a = 0 (0**b is constant for b > 0), NaN where a < 0
+    # (no real derivative), as JAX's
+    log_a = ops.where(ops.equal(a, 0.0), zero, ops.log(a))
     return ct_a, ops.multiply(ct, ops.multiply(result, log_a))
 
 
@@ -114,7 +120,7 @@ def _floats(a) -> bool:
 
 @pullback(tape.AbsOp)
 def _abs(ct, a, *, result):
-    # ct * sign(a): 0 at 0 (JAX's choice); integers carry none
+    # ct * sign(a): 0 at 0 (PyTorch's choice; JAX's is 1 at +-0); integers carry none
     return (ops.multiply(ct, bind(tape.SignOp, a)) if _floats(a) else None,)
 
 
