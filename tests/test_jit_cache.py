@@ -202,3 +202,42 @@ def test_a_compile_leaves_the_cycle_collector_as_it_found_it(collecting):
         assert gc.isenabled() == collecting
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_static_floats_are_keyed_by_their_bits():
+    """A static float compiles by its bits: -0.0 apart from 0.0 (it reused 0.0's program and
+    returned +0 for x * -0.0), and a NaN once (NaN != NaN had compiled it at every call)."""
+    f = tapeml.jit(lambda x, s: x * s, static_argnums=1)
+    x = np.ones(3, np.float32)
+    assert not np.signbit(f(x, 0.0)).any() and np.signbit(f(x, -0.0)).all()
+    g = tapeml.jit(lambda x, s: x + s, static_argnums=1)
+    for _ in range(3):
+        assert np.isnan(g(x, float("nan"))).all()
+    assert len(g.explain().splitlines()) == 1
+
+
+def test_jit_checks_its_options_and_says_what_is_wrong():
+    """static_argnums None or a numpy int are taken (as JAX's); a float, or a function that is
+    not callable, or a backend flag that is not a bool, a TypeError saying so at jit(); a
+    static argument passed by keyword is said to be one; a call that fails to compile is
+    not in explain(), nor compared against by the next compilation."""
+    x = np.ones(3, np.float32)
+    np.testing.assert_array_equal(tapeml.jit(lambda x: x + 1, static_argnums=None)(x), x + 1)
+    np.testing.assert_array_equal(
+        tapeml.jit(lambda x, n: x * n, static_argnums=np.int64(1))(x, 3), x * 3)
+    with pytest.raises(TypeError, match=r"static_argnums must be an int or a sequence of "
+                                        r"ints, got 1.0"):
+        tapeml.jit(lambda x: x, static_argnums=1.0)
+    with pytest.raises(TypeError, match="the function to compile must be callable, got int 3"):
+        tapeml.jit(3)
+    with pytest.raises(TypeError, match="the cpu backend's libm must be True or False, got 'yes'"):
+        tapeml.jit(lambda x: x, libm="yes")
+    with pytest.raises(TypeError, match="static arguments are found by position"):
+        tapeml.jit(lambda x, n: x * n, static_argnums=1)(x, n=3)
+    f = tapeml.jit(lambda a: a * 2)
+    f(x)
+    with pytest.raises(tapeml.TracingError):
+        f(np.ones(3, np.float16))
+    f(np.ones(4, np.float32))
+    log = f.explain().splitlines()
+    assert len(log) == 2 and "float32[3] -> float32[4]" in log[1], log

@@ -64,4 +64,8 @@ def get_backend(name: str, **options: Any) -> Backend:
     if unknown:
         raise TypeError(f"the {name} backend has no option{'s' * (len(unknown) > 1)} "
                         f"{', '.join(unknown)} (its options: {', '.join(known)})")
+    for flag in ("fuse", "libm", "emulate"):
+        if flag in options and not isinstance(options[flag], bool):
+            raise TypeError(f"the {name} backend's {flag} must be True or False, got "
+                            f"{options[flag]!r}")
     return backend(**options)

@@ -55,7 +55,9 @@ class BatchSizes:
         for i in self.argnums:
             if not -count <= i < count:
                 raise TypeError(f"jit: batch_argnums {i} is out of range for a call with "
-                                f"{count} positional argument{'s' if count != 1 else ''}")
+                                f"{count} positional argument{'s' if count != 1 else ''} "
+                                "(batch arguments are found by position: pass them "
+                                "positionally, not by keyword)")
             if i % count in static:
                 raise TypeError(f"jit: argument {i % count} is in both static_argnums and "
                                 "batch_argnums")

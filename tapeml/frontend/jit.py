@@ -87,18 +87,38 @@ def _arrays_tree(count: int) -> TreeDef:
 
 
 def _static_key(x: Any) -> Any:
-    """A static argument by type and value: 1, 1.0 and True compile apart, as in JAX."""
+    """A static argument by type and value: 1, 1.0 and True compile apart, as in JAX; a float
+    by its bits (0.0 and -0.0 apart, a NaN equal to itself: it had compiled at every call)."""
     if isinstance(x, tuple):
         return tuple, tuple(_static_key(item) for item in x)
+    if isinstance(x, float | np.floating):
+        return type(x), float(x).hex()
     hash(x)  # an unhashable static argument is reported by the caller
     return type(x), x
+
+
+def _argnums(name: str, argnums: Any) -> tuple[int, ...]:
+    """static_argnums or batch_argnums as a tuple of ints (numpy integers too; None: none)."""
+    if argnums is None:
+        return ()
+    numbers = (argnums,) if isinstance(argnums, int | np.integer) else argnums
+    try:
+        numbers = tuple(numbers)
+    except TypeError:
+        numbers = (argnums,)
+    if not all(isinstance(i, int | np.integer) and not isinstance(i, bool | np.bool_)
+               for i in numbers):
+        raise TypeError(f"jit: {name} must be an int or a sequence of ints, got {argnums!r}")
+    return tuple(int(i) for i in numbers)
 
 
 def _spec_text(spec: tuple) -> str:
     shape, dtype = spec
     if isinstance(dtype, str):
         return f"a {dtype} scalar"
-    return f"{np.dtype(dtype).name}{list(shape)}"
+    dtype = np.dtype(dtype)
+    swapped = " (byte-swapped)" if not dtype.isnative else ""
+    return f"{dtype.name}{list(shape)}{swapped}"
 
 
 def _describe(signature: tuple) -> str:
@@ -159,16 +179,16 @@ class Jitted:
     def __init__(self, fn: Callable, backend: str, static_argnums: int | Sequence[int],
                  cache_size: int, options: dict[str, Any],
                  batch_argnums: int | Sequence[int] | None = None) -> None:
+        if not callable(fn):
+            raise TypeError(f"jit: the function to compile must be callable, got "
+                            f"{type(fn).__name__} {fn!r}")
         self.fn = fn
         self.backend = get_backend(backend, **options)
         if batch_argnums is not None and backend != "cpu":
             raise ValueError(f"jit: batch_argnums is the cpu backend's, not {backend}'s")
         self.batch = None if batch_argnums is None else BatchSizes(batch_argnums)
         """batch_argnums' programs (tapeml/frontend/batch_sizes.py), if it was given."""
-        numbers = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
-        if not all(isinstance(i, int) and not isinstance(i, bool) for i in numbers):
-            raise TypeError(f"jit: static_argnums must be ints, got {static_argnums!r}")
-        self.static_argnums = numbers
+        self.static_argnums = _argnums("static_argnums", static_argnums)
         """As given; negative ones count from the end of each call's positional arguments."""
         if not isinstance(cache_size, int) or cache_size < 1:
             raise ValueError(f"jit: cache_size must be a positive int, got {cache_size!r}")
@@ -196,7 +216,9 @@ class Jitted:
         for i in self.static_argnums:
             if not -count <= i < count:
                 raise TypeError(f"jit: static_argnums {i} is out of range for a call with "
-                                f"{count} positional argument{'s' if count != 1 else ''}")
+                                f"{count} positional argument{'s' if count != 1 else ''} "
+                                "(static arguments are found by position: pass them "
+                                "positionally, not by keyword)")
         return tuple(i % count for i in self.static_argnums)
 
     def _split(self, args: tuple) -> tuple[tuple, tuple, tuple[int, ...]]:
@@ -233,20 +255,26 @@ class Jitted:
             if (entry := self.cache.get(key)) is not None:  # compiled meanwhile
                 return dynamic, leaves, entry
             hint = self.batch is None and getattr(self.backend, "name", None) == "cpu"
+            last = self._last
             self.log.append(self._why((tree, specs), static,
                                       hint and _leaf_arguments(args, positions)))
-            with _no_cycle_collection():
-                fn = self._with_static(static, positions)
-                generic, note = (None, "") if self.batch is None else self.batch.compile(
-                    self.backend, fn, (dynamic, kwargs), tree, leaves, specs, static_key,
-                    self.batch.batch_leaves(args, positions, dynamic))
-                if note:
-                    self.log[-1] += "; " + note
-                if generic is None:
-                    program = trace(fn, *dynamic, **kwargs)
-                    generic = (program.out_tree,
-                               self.backend.compile(program.module, owned=True))
-                entry = generic
+            try:
+                with _no_cycle_collection():
+                    fn = self._with_static(static, positions)
+                    generic, note = (None, "") if self.batch is None else self.batch.compile(
+                        self.backend, fn, (dynamic, kwargs), tree, leaves, specs, static_key,
+                        self.batch.batch_leaves(args, positions, dynamic))
+                    if note:
+                        self.log[-1] += "; " + note
+                    if generic is None:
+                        program = trace(fn, *dynamic, **kwargs)
+                        generic = (program.out_tree,
+                                   self.backend.compile(program.module, owned=True))
+                    entry = generic
+            except BaseException:  # no compilation: explain() neither logs it nor compares
+                self.log.pop()      # the next one against it
+                self._last = last
+                raise
             if getattr(entry[1], "origin", None) == "disk cache":
                 self.log[-1] += "; its machine code came from the disk cache"
             if (describe := getattr(entry[1], "describe", None)) is not None:
