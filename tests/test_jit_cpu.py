@@ -315,7 +315,8 @@ def test_static_argnums_take_an_int_or_count_from_the_end():
         assert "(first call)" in f.explain()
     with pytest.raises(TypeError, match="static_argnums 5 is out of range for a call with 2 "):
         tapeml.jit(lambda a, n: a * n, static_argnums=5)(x, 1.0)
-    with pytest.raises(TypeError, match="static_argnums must be ints, got 'a'"):
+    with pytest.raises(TypeError, match="static_argnums must be an int or a sequence of ints, "
+                                        "got 'a'"):
         tapeml.jit(lambda a: a, static_argnums="a")
 
 
