@@ -10,21 +10,50 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from tapeml.dialects import tape
+from tapeml.errors import ShapeError
 from tapeml.frontend.program import Program, Spec, trace, trace_with
 from tapeml.tracing import ops
-from tapeml.tracing.pytree import TreeDef, flatten
-from tapeml.tracing.trace import Tracer
+from tapeml.tracing.pytree import TreeDef, flatten, leaf_paths, unflatten
+from tapeml.tracing.trace import Tracer, at_user_line, is_weak_scalar
 from tapeml.transforms.differentiate import differentiate
 
 
+def _is_index(x: Any) -> bool:
+    return isinstance(x, int | np.integer)
+
+
 def _argnums(argnums: int | Sequence[int], n_args: int) -> tuple[int, ...]:
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    """The positions `argnums` names: an int (numpy's too) or a non-empty sequence of them."""
+    nums = (argnums,) if _is_index(argnums) else argnums
+    if not isinstance(nums, Sequence) or not all(_is_index(i) for i in nums):
+        raise TypeError(f"argnums must be an int or a sequence of ints, got {argnums!r}")
+    if not nums:
+        raise ValueError(f"argnums={argnums!r} names no argument: name at least one to "
+                         "differentiate with respect to")
     for i in nums:
         if not -n_args <= i < n_args:
-            raise ValueError(f"argnums={argnums} is out of range for {n_args} positional "
+            raise ValueError(f"argnums={argnums!r} is out of range for {n_args} positional "
                              "arguments")
-    return tuple(i % n_args for i in nums)
+    return tuple(int(i) % n_args for i in nums)
+
+
+def _is_weak_float(x: Any) -> bool:
+    """A Python float, or a tracer standing for one (see `Tracer`)."""
+    return (isinstance(x, float) and is_weak_scalar(x)) or (
+        isinstance(x, Tracer) and x.weak and x.dtype.kind == "f")
+
+
+def _weak_gradients(grads: Any, weak: list[bool]) -> Any:
+    """The gradient of a weak float argument (traced as float64) as a weak result leaves a
+    program: float32, JAX's dtype for it, so a float32 model's Python-float parameter stays
+    float32 after an optimizer step; under another trace, a weak tracer."""
+    leaves, tree = flatten(grads)
+    return unflatten(tree, [(Tracer(g.value, g.trace, weak=True) if isinstance(g, Tracer)
+                             else np.asarray(g, np.float32)) if w else g
+                            for g, w in zip(leaves, weak, strict=True)])
 
 
 def _leaf_ranges(args: tuple) -> list[range]:
@@ -76,7 +105,11 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0,
 
     @functools.wraps(fn)
     def value_and_grad_fn(*args: Any, **kwargs: Any) -> Any:
-        return _differentiated(fn, args, kwargs, argnums, has_aux).call_once(*args, **kwargs)
+        program = _differentiated(fn, args, kwargs, argnums, has_aux)
+        out, grads = program.call_once(*args, **kwargs)
+        weak = [_is_weak_float(x) for n in _argnums(argnums, len(args))
+                for x in flatten(args[n])[0]]
+        return out, _weak_gradients(grads, weak)
 
     return value_and_grad_fn
 
@@ -94,7 +127,7 @@ def _differentiated(fn: Callable, args: tuple, kwargs: dict, argnums: int | Sequ
     _check_float_arguments(program, [i for n in nums for i in ranges[n]])
     differentiate(program.function, wrt=tuple(i for n in nums for i in ranges[n]), of=(0,))
     trees = [flatten(args[n])[1] for n in nums]
-    grads_tree = trees[0] if isinstance(argnums, int) else _tuple_tree(trees)
+    grads_tree = trees[0] if _is_index(argnums) else _tuple_tree(trees)
     program.set_trees(in_tree, _tuple_tree([out_tree, grads_tree]))
     return program
 
@@ -112,25 +145,50 @@ def grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) 
     return grad_fn
 
 
-def vjp(fn: Callable, *primals: Any) -> tuple[Any, Callable]:
-    """`(fn(*primals), vjp_fn)`: `vjp_fn(cotangents)`, given cotangents structured like the
-    outputs, returns one cotangent per primal, structured like it."""
+def vjp(fn: Callable, *primals: Any, has_aux: bool = False) -> tuple[Any, ...]:
+    """`(out, vjp_fn)`, or `(out, vjp_fn, aux)` where `fn` returns `(out, aux)` (`has_aux`):
+    `out` as `fn`'s traced program computes it (`fn` runs once, on tracers); `vjp_fn`, given
+    cotangents structured like `out`, returns one cotangent per primal, structured like it."""
     program = trace(fn, *primals)
-    out_tree = program.out_tree
-    differentiate(program.function, of=tuple(range(out_tree.num_leaves)), seed=True)
+    shapes = program.shapes
+    if has_aux and not (isinstance(shapes, tuple) and len(shapes) == 2):
+        raise TypeError(f"vjp(has_aux=True): the function must return (out, aux), got {shapes}")
+    out, full_tree = program(*primals), program.out_tree  # what fn returns, as traced
+    out_tree = full_tree.children[0] if has_aux else full_tree
+    specs = flatten(shapes[0] if has_aux else shapes)[0]
+    differentiate(program.function, of=tuple(range(len(specs))), seed=True)
     primal_trees = [flatten(p)[1] for p in primals]
     args_tree = _tuple_tree([*primal_trees, out_tree])
     program.set_trees(_tuple_tree([args_tree, TreeDef("dict")]),
-                      _tuple_tree([out_tree, _tuple_tree(primal_trees)]))
+                      _tuple_tree([full_tree, _tuple_tree(primal_trees)]))
+    weak = [_is_weak_float(x) for x in flatten(primals)[0]]
 
     def vjp_fn(cotangents: Any) -> tuple[Any, ...]:
-        _, cotangent_tree = flatten(cotangents)
+        leaves, cotangent_tree = flatten(cotangents)
         if cotangent_tree != out_tree:
             raise TypeError(f"vjp: cotangents must be structured like the outputs, "
                             f"{out_tree}, got {cotangent_tree}")
-        return program(*primals, cotangents)[1]
+        leaves = [_cotangent(ct, spec, path) for ct, spec, path
+                  in zip(leaves, specs, leaf_paths(out_tree, "out"), strict=True)]
+        return _weak_gradients(program(*primals, unflatten(out_tree, leaves))[1], weak)
 
-    return fn(*primals), vjp_fn
+    return (out[0], vjp_fn, out[1]) if has_aux else (out, vjp_fn)
+
+
+def _cotangent(ct: Any, spec: Spec, path: str) -> Any:
+    """The cotangent of output `path` as its dtype: of its shape, a float for a float output
+    (a Python float, or float64 for a float32 output, as JAX takes them)."""
+    x = ct if isinstance(ct, Tracer) else np.asarray(ct)
+    dtype, shape = np.dtype(x.dtype), tuple(x.shape)
+    floating = spec.dtype.kind == "f"
+    message = (f"vjp: the cotangent of output `{path}` ({spec.dtype}, shape {spec.shape}) must "
+               f"be {'a float' if floating else 'an'} array of its shape, got {dtype} of shape "
+               f"{shape}")
+    if dtype.kind not in ("f" if floating else "biuf"):
+        raise TypeError(at_user_line(message))
+    if shape != spec.shape:
+        raise ShapeError(at_user_line(message))
+    return ops.astype(x, spec.dtype) if isinstance(x, Tracer) else x.astype(spec.dtype)
 
 
 def triangle_gradients(direct: Callable, left: Callable, right: Callable, x: Any,

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import IO, get_type_hints
 
+from xdsl.backend.assembly_printer import AssemblyPrintable
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass, get_pass_option_infos
@@ -143,6 +144,7 @@ class TapeOptMain(xDSLOptMain):
         super().apply_passes(prog)
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
+        check_target_input(self.args.target, prog)
         try:
             return super().output_resulting_program(prog)
         except PTXError as error:
@@ -150,10 +152,29 @@ class TapeOptMain(xDSLOptMain):
         except StableHLOError as error:
             raise UserError(f"-t {self.args.target}: {error}") from None
         except NotImplementedError as error:  # a target met ops it does not emit
-            raise UserError(
-                f"-t {self.args.target}: {error} (targets take the llvm dialect: "
-                "lower first, e.g. -p tape-to-llvm)"
-            ) from None
+            hint = (" (targets take the llvm dialect: lower first, e.g. -p tape-to-llvm)"
+                    if self.args.target in ("llvm", "host-asm") else "")
+            raise UserError(f"-t {self.args.target}: {error}{hint}") from None
+
+
+_ASSEMBLY_TARGETS = ("arm-asm", "riscv-asm", "x86-asm")
+_MODULE_TARGETS = {"csl": "csl.module", "wat": "wasm.module", "wgsl": "gpu.module"}
+
+
+def check_target_input(target: str, module: ModuleOp) -> None:
+    """A UserError for a module one of xDSL's targets cannot print: the assembly targets print
+    their dialect's instructions alone (xDSL fails on an assertion at any other op); csl, wat
+    and wgsl print their dialect's modules, and nothing where there is none."""
+    if target in _ASSEMBLY_TARGETS:
+        other = next((op for op in module.body.walk() if not isinstance(op, AssemblyPrintable)),
+                     None)
+        if other is not None:
+            isa = target.removesuffix("-asm")
+            raise UserError(f"-t {target} prints a module of {isa} dialect instructions alone, "
+                            f"not {other.name} (xDSL's {isa} lowerings write them)")
+    wanted = _MODULE_TARGETS.get(target)
+    if wanted is not None and not any(op.name == wanted for op in module.walk()):
+        raise UserError(f"-t {target} prints the module's {wanted} ops, and it holds none")
 
 
 _OPTION_VALUES = {"bool": "true or false", "int": "an integer", "float": "a number",

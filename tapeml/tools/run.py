@@ -1,8 +1,11 @@
 """`tapeml-run FILE [--symbol f] [--args A ...]`: interpret a function on given inputs.
 
-Each argument is an MLIR literal (`'dense<[1.0, 2.0]> : tensor<2xf32>'`, `'2.5 : f32'`) or the
-path of a `.npy` file. Results are printed one per line as MLIR literals. A mistake in the file
-or the arguments is a located diagnostic on stderr and exit status 1.
+Each argument is an MLIR literal (`'dense<[1.0, 2.0]> : tensor<2xf32>'`, `'2.5 : f32'`, `true`)
+or the path of a `.npy` file. Results are printed one per line as MLIR literals, then, for a
+function on buffers (memref arguments, as `-p tape-to-loops` writes it), the output buffers it
+wrote in place: those named out.*, or every memref argument where none is. A mistake in the file
+or the arguments, or an op the interpreter fails on, is a located diagnostic on stderr and exit
+status 1.
 """
 
 from __future__ import annotations
@@ -18,19 +21,30 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
     FloatAttr,
+    IndexType,
     IntegerAttr,
+    IntegerType,
+    MemRefType,
     ModuleOp,
+    Signedness,
     TensorType,
     i1,
 )
+from xdsl.interpreter import Interpreter
+from xdsl.ir import Attribute, Operation
 from xdsl.printer import Printer
 from xdsl.universe import Universe
 from xdsl.utils.exceptions import DiagnosticException, ParseError
+from xdsl.utils.lexer import Span
 from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 from tapeml import universe
-from tapeml.dialects.tape import dense_to_numpy, element_type, numpy_to_dense, print_dense
+from tapeml.dialects.names import value_names
+from tapeml.dialects.tape import dense_to_numpy, numpy_to_dense, print_dense
 from tapeml.errors import InterpretError
 from tapeml.tools.diagnostics import (
     LocatingParser,
@@ -54,7 +68,9 @@ def _context() -> Context:
     return ctx
 
 
-def _load_module(ctx: Context, path: str) -> ModuleOp:
+def _load_module(ctx: Context, path: str, spans: dict[Operation, Span] | None = None
+                 ) -> ModuleOp:
+    """The verified module in the file at `path`; `spans`, where given, gets its ops' source."""
     with open(path, "rb") as f:
         text = f.read()
     require_utf8(text, path)
@@ -63,6 +79,8 @@ def _load_module(ctx: Context, path: str) -> ModuleOp:
     parser = LocatingParser(ctx, text, path)
     module = parser.parse_module()
     verify_located(module, parser.spans, parser.names, path)
+    if spans is not None:
+        spans.update(parser.spans)
     from tapeml.interpreters import scalar_op_on_tensors
 
     if (found := scalar_op_on_tensors(module)) is not None:
@@ -75,7 +93,7 @@ def _parse_arg(ctx: Context, text: str, index: int) -> Any:
     if text.endswith(".npy"):
         try:
             return np.load(text, allow_pickle=False)
-        except ValueError as error:
+        except (ValueError, EOFError) as error:  # EOFError: an empty file
             raise InterpretError(f"argument {index}: {text} is not a numeric .npy file "
                                  f"({error})") from None
     parser = LocatingParser(ctx, text, f"argument {index}")
@@ -87,17 +105,31 @@ def _parse_arg(ctx: Context, text: str, index: int) -> Any:
             raise InterpretError(f"argument {index}: a dense literal is typed as a tensor "
                                  f"(dense<...> : tensor<...>), got {attr.type}")
         return dense_to_numpy(attr)
-    if isinstance(attr, FloatAttr):  # typed, so the interpreter can check it
-        return np.dtype(f"float{attr.type.bitwidth}").type(attr.value.data)
-    if isinstance(attr, IntegerAttr):  # typed too: an i32 literal is no f32 tensor
-        width = attr.type.width.data if hasattr(attr.type, "width") else 64
-        return np.dtype(f"int{max(8, width)}").type(attr.value.data)
+    if isinstance(attr, FloatAttr | IntegerAttr):  # typed: an i32 literal is no f32 tensor
+        if (dtype := _scalar_dtype(attr.type)) is None:
+            raise InterpretError(f"argument {index}: tapeml-run passes numbers of type i1, i8, "
+                                 f"i16, i32, i64, index, f16, f32 or f64, not {attr.type}")
+        return dtype.type(attr.value.data != 0 if dtype == np.bool_ else attr.value.data)
     raise InterpretError(f"argument {index}: expected a dense<...> literal, a number or a .npy "
                          f"file, got {text!r}")
 
 
-def _format_result(value: Any) -> str:
-    """A result as the MLIR literal that `--args` would accept back."""
+def _scalar_dtype(t: Attribute) -> np.dtype | None:
+    """The numpy dtype of a number of type `t` (i1 is bool, as in a tensor), if it has one."""
+    if t == i1:
+        return np.dtype(np.bool_)
+    if isinstance(t, IndexType):
+        return np.dtype(np.int64)
+    if isinstance(t, IntegerType) and t.width.data in (8, 16, 32, 64):
+        sign = "u" if t.signedness.data == Signedness.UNSIGNED else ""
+        return np.dtype(f"{sign}int{t.width.data}")
+    if isinstance(t, Float16Type | Float32Type | Float64Type):
+        return np.dtype(f"float{t.bitwidth}")
+    return None
+
+
+def _format_result(value: Any, t: Attribute) -> str:
+    """A result of type `t` as the MLIR literal that `--args` would accept back."""
     out = io.StringIO()
     printer = Printer(stream=out)
     if isinstance(value, np.ndarray) and value.dtype == np.bool_:
@@ -106,10 +138,9 @@ def _format_result(value: Any) -> str:
     elif isinstance(value, np.ndarray):
         print_dense(printer, numpy_to_dense(value))
     elif isinstance(value, np.floating):
-        t = element_type(value.dtype)
         printer.print_attribute(FloatAttr(float(value), t))
-    else:
-        printer.print_attribute(IntegerAttr(int(value), 64))
+    else:  # i1 prints as true or false
+        printer.print_attribute(IntegerAttr(int(value), t))
     return out.getvalue()
 
 
@@ -120,11 +151,42 @@ def _default_symbol(module: ModuleOp) -> str:
     return "main"
 
 
-def _require_body(module: ModuleOp, symbol: str) -> None:
-    """A UserError when @symbol is only declared: there is nothing to run."""
+def _function(module: ModuleOp, symbol: str) -> func.FuncOp | None:
+    """@symbol (None where there is none: interpret names those there are); a UserError when it
+    is only declared: there is nothing to run."""
     for op in module.walk():
-        if isinstance(op, func.FuncOp) and op.sym_name.data == symbol and not op.body.blocks:
-            raise UserError(f"@{symbol} is only declared: it has no body to run")
+        if isinstance(op, func.FuncOp) and op.sym_name.data == symbol:
+            if not op.body.blocks:
+                raise UserError(f"@{symbol} is only declared: it has no body to run")
+            return op
+    return None
+
+
+def _output_buffers(f: func.FuncOp) -> list[int]:
+    """The indices of @f's output buffers: the memref arguments tape-to-loops names out.*, or
+    every memref argument where none is so named."""
+    buffers = [i for i, t in enumerate(f.function_type.inputs) if isinstance(t, MemRefType)]
+    names = value_names(f.arg_attrs, list(f.body.blocks[0].args), "arg")
+    return [i for i in buffers if names[i].startswith("out.")] or buffers
+
+
+def _failure(error: Exception, spans: dict[Operation, Span]) -> str | None:
+    """What the interpreter failed on, at the op: xDSL re-raises an op's failure (an assertion,
+    often) with the whole module as a note, naming the op only there; None when no op failed."""
+    frames, tb = [], error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is Interpreter._run_op.__code__:
+            frames.append(tb.tb_frame.f_locals)
+        tb = tb.tb_next
+    # the innermost op that failed (its frame's names are xDSL's: none where they change)
+    op, operands = (frames[-1].get("op"), frames[-1].get("inputs", ())) if frames else (None, ())
+    if not isinstance(op, Operation):
+        return None
+    on = (f" on ({', '.join(map(str, operands))})"
+          if all(isinstance(v, IntegerAttr | FloatAttr) for v in operands) else "")
+    why = str(error).split("\n", 1)[0] or type(error).__name__
+    message = f"{op.name}: the interpreter failed{on}: {why}"
+    return located(spans[op], message) if op in spans else message
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -135,15 +197,28 @@ def run(argv: Sequence[str] | None = None) -> int:
                         help="inputs: MLIR literals or .npy files")
     args = parser.parse_args(argv)
     ctx = _context()
-    module = _load_module(ctx, args.input_file)
+    spans: dict[Operation, Span] = {}
+    module = _load_module(ctx, args.input_file, spans)
     inputs = [_parse_arg(ctx, a, i) for i, a in enumerate(args.args)]
     symbol = args.symbol or _default_symbol(module)
-    _require_body(module, symbol)
+    f = _function(module, symbol)
+    types = list(f.function_type.inputs) if f else []
+    # a scalar i1 takes an integer (a tensor<i1> a bool)
+    inputs = [int(v) if t == i1 and isinstance(v, np.bool_) else v
+              for v, t in zip(inputs, types, strict=False)] + inputs[len(types):]
     from tapeml.interpreters import interpret  # here: a mistake in the input is found sooner
 
-    results = interpret(module, symbol, *inputs)
-    for value in results:
-        print(_format_result(value))
+    try:
+        results = interpret(module, symbol, *inputs)
+    except Exception as error:  # (an argument's mistake is raised before any op runs)
+        if (message := _failure(error, spans)) is None:
+            raise
+        raise UserError(message) from None
+    assert f is not None  # (else interpret said there is no @symbol)
+    for value, t in zip(results, f.function_type.outputs, strict=True):
+        print(_format_result(value, t))
+    for i in _output_buffers(f):  # written in place
+        print(_format_result(inputs[i], types[i]))
     return 0
 
 
