@@ -341,3 +341,49 @@ def test_tril_and_triu_keep_a_boolean_mask_boolean():
     scores = np.arange(12, dtype=np.float32).reshape(3, 4)
     masked = tapeml.jit(lambda s, m: tapeml.where(tapeml.tril(m), s, -np.inf))(scores, m)
     assert_same_bits(masked, np.where(np.tril(m), scores, np.float32(-np.inf)))
+
+
+def test_a_python_int_argument_must_fit_the_integers_it_meets():
+    """A Python int passed as an argument is traced as a weak i64; where it (or a value made
+    of Python ints only) meets int32 arrays it is converted to int32, so the call checks that
+    it fits, as numpy does and as the constant form (x + 2**40) already did: an OverflowError
+    naming the argument, on every backend and the interpreter (it wrapped: ids + 2**40 gave
+    ids). An int that fits still wraps as numpy's int32 sums do; an int64 array argument is
+    strong and promotes."""
+    ids = np.array([1, 2, -3], np.int32)
+    for run in (tapeml.jit(lambda x, s: x + s), tapeml.jit(lambda x, s: x * (s + 1)),
+                tapeml.jit(lambda x, s: x + s, backend="interp"),
+                tapeml.trace(lambda x, s: x + s, ids, 3)):
+        with pytest.raises(OverflowError, match=r"argument `s`, the Python integer "
+                                                r"1099511627776, does not fit in int32"):
+            run(ids, 2**40)
+        assert run(ids, 2**31 - 1).dtype == np.int32
+    got = tapeml.jit(lambda x, s: x + s)(ids, 2**31 - 1)
+    with np.errstate(over="ignore"):
+        assert_same_bits(got, ids + np.int32(2**31 - 1))
+    assert_same_bits(tapeml.jit(lambda x, s: x + s)(ids, np.int64(2**40)),
+                     ids.astype(np.int64) + 2**40)
+    assert_same_bits(tapeml.jit(lambda x, s: x * 2.5 + s)(np.ones(2, np.float32), 2**40),
+                     np.full(2, 2.5 + 2**40, np.float32))
+
+
+def test_a_python_int_update_or_arange_bound_must_fit_the_dtype():
+    """x.at[i].set/add/max(a Python int) on int32 and arange(..., dtype=int32) are an
+    OverflowError where the int does not fit (they wrapped: x.at[i].set(2**40) wrote 0),
+    eager and jitted, as x + 2**40 is; arrays of updates are cast, as JAX's."""
+    x, i = np.zeros(4, np.int32), np.array([0, 1])
+    for kind in ("set", "add", "max", "min"):
+        for run in (lambda x, i, k=kind: getattr(tapeml.at(x)[i], k)(2**40),
+                    tapeml.jit(lambda x, i, k=kind: getattr(x.at[i], k)(2**40))):
+            with pytest.raises(OverflowError, match=r"at\[...\]: the Python integer "
+                                                    r"1099511627776 does not fit in int32"):
+                run(x, i)
+    assert_same_bits(tapeml.jit(lambda x, i: x.at[i].add(2**31 - 1))(x, i),
+                     np.array([2**31 - 1] * 2 + [0, 0], np.int32))
+    assert_same_bits(tapeml.jit(lambda x, i, u: x.at[i].add(u))(x, i, np.array([2**40 + 3, 1])),
+                     np.array([3, 1, 0, 0], np.int32))
+    for bounds in ((2**40, 2**40 + 4), (0, 2**33, 2**31)):
+        with pytest.raises(OverflowError, match=r"arange: \d+ does not fit in int32"):
+            tapeml.arange(*bounds, dtype=np.int32)
+    assert_same_bits(tapeml.arange(2**31 - 3, 2**31, dtype=np.int32),
+                     np.arange(2**31 - 3, 2**31, dtype=np.int32))

@@ -11,7 +11,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from tapeml.dialects import tape
-from tapeml.dialects.names import value_names
+from tapeml.dialects.names import argument_fits, value_names
 
 
 @dataclass
@@ -19,6 +19,9 @@ class Argument:
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
+    fits: np.dtype | None = None
+    """For a Python int argument (a weak scalar) that meets narrower integers in the program:
+    their dtype, which its value must fit in (tapeml.fits)."""
 
 
 def signature(module: ModuleOp) -> tuple[str, list[Argument], list[Argument]]:
@@ -29,8 +32,10 @@ def signature(module: ModuleOp) -> tuple[str, list[Argument], list[Argument]]:
     if f is None:
         raise ValueError("the module defines no function to compile")
     block = f.body.block
-    inputs = [Argument(n, a.type.get_shape(), tape.dtype_of(a.type)) for n, a in
-              zip(value_names(f.arg_attrs, list(block.args), "arg"), block.args, strict=True)]
+    fits = argument_fits(f.arg_attrs, len(block.args))
+    inputs = [Argument(n, a.type.get_shape(), tape.dtype_of(a.type), t and np.dtype(t))
+              for n, a, t in zip(value_names(f.arg_attrs, list(block.args), "arg"), block.args,
+                                 fits, strict=True)]
     results = list(block.last_op.operands)
     outputs = [Argument(n, r.type.get_shape(), tape.dtype_of(r.type)) for n, r in
                zip(value_names(f.res_attrs, results, "result"), results, strict=True)]
@@ -69,4 +74,7 @@ def checked(value: Any, arg: Argument, name: str) -> np.ndarray:
     if array.shape != arg.shape:
         raise ValueError(f"@{name}: argument `{arg.name}` must have shape {arg.shape}, got "
                          f"{array.shape} (expected a {expected}, {got})")
+    if arg.fits is not None and not (info := np.iinfo(arg.fits)).min <= array <= info.max:
+        raise OverflowError(f"@{name}: argument `{arg.name}`, the Python integer {int(array)}, "
+                            f"does not fit in {arg.fits}, the dtype it meets")
     return np.require(array, arg.dtype, ["C_CONTIGUOUS", "ALIGNED"])

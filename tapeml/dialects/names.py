@@ -1,7 +1,9 @@
 """The names tapeml keeps on a function: each argument's and result's path
-(`tapeml.name = "params.lin1.W"`) and the pytree structures of its arguments and results
-(`tapeml.in_tree`, `tapeml.out_tree`). Tracing writes them; passes keep them true; backends read
-them. Here, so that none of those layers imports another for them."""
+(`tapeml.name = "params.lin1.W"`), the pytree structures of its arguments and results
+(`tapeml.in_tree`, `tapeml.out_tree`), and the narrower integer type a Python int argument must
+fit in (`tapeml.fits = "int32"`: it meets int32 arrays in the program, as an int32). Tracing
+writes them; passes keep them true; backends read them. Here, so that none of those layers
+imports another for them."""
 
 from __future__ import annotations
 
@@ -13,6 +15,13 @@ from xdsl.ir import Attribute, SSAValue
 NAME_ATTR = "tapeml.name"
 IN_TREE_ATTR = "tapeml.in_tree"
 OUT_TREE_ATTR = "tapeml.out_tree"
+FITS_ATTR = "tapeml.fits"
+
+
+def argument_fits(attrs: ArrayAttr | None, count: int) -> list[str | None]:
+    """Each of `count` arguments' tapeml.fits (a numpy dtype's name), else None."""
+    stored = [attr_text(d.data.get(FITS_ATTR)) for d in attrs.data] if attrs is not None else []
+    return [stored[i] if i < len(stored) else None for i in range(count)]
 
 
 def ssa_name(path: str) -> str | None:

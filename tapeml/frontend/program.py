@@ -34,9 +34,11 @@ from tapeml import checks
 from tapeml.dialects import tape
 from tapeml.dialects.dominance import verify_dominance
 from tapeml.dialects.names import (
+    FITS_ATTR,
     IN_TREE_ATTR,
     NAME_ATTR,
     OUT_TREE_ATTR,
+    argument_fits,
     attr_text,
     ssa_name,
     value_names,
@@ -45,7 +47,7 @@ from tapeml.errors import ShapeError, TracingError
 from tapeml.frontend.flops import op_flops
 from tapeml.interpreters import interpret
 from tapeml.profile import count_ops, record
-from tapeml.tracing.ops.promotion import astype
+from tapeml.tracing.ops.promotion import to_dtype
 from tapeml.tracing.pytree import LEAF, TreeDef, flatten, leaf_paths, unflatten
 from tapeml.tracing.trace import (
     Tracer,
@@ -162,9 +164,11 @@ def trace_with(fn: Callable, example_args: tuple, example_kwargs: dict,
             value.name_hint = ssa_name(path)
     block.add_op(func.ReturnOp(*results))
     name = ssa_name(getattr(fn, "__name__", "f")) or "f"
+    fits = [str(tr.fits[a]) if w and a in tr.fits else None
+            for a, w in zip(block.args, weak, strict=True)]
     f = func.FuncOp(name, ([a.type for a in block.args], [r.type for r in results]),
-                    Region(block),
-                    arg_attrs=_names(paths), res_attrs=_names(leaf_paths(out_tree, "result")))
+                    Region(block), arg_attrs=_names(paths, fits),
+                    res_attrs=_names(leaf_paths(out_tree, "result")))
     f.attributes[IN_TREE_ATTR] = StringAttr(in_tree.to_text())
     f.attributes[OUT_TREE_ATTR] = StringAttr(out_tree.to_text())
     module = ModuleOp([f])
@@ -183,8 +187,13 @@ def _checked_result(x: Any, path: str) -> Any:
                                     "must be arrays or tracers"))
 
 
-def _names(paths: Any) -> ArrayAttr:
-    return ArrayAttr([DictionaryAttr({NAME_ATTR: StringAttr(p)}) for p in paths])
+def _names(paths: Any, fits: list[str | None] | None = None) -> ArrayAttr:
+    """Each value's tapeml.name, and where given, its tapeml.fits."""
+    paths = list(paths)
+    fits = fits or [None] * len(paths)
+    return ArrayAttr([DictionaryAttr({NAME_ATTR: StringAttr(p)} |
+                                     ({FITS_ATTR: StringAttr(t)} if t else {}))
+                      for p, t in zip(paths, fits, strict=True)])
 
 
 def eval_shape(fn: Callable, *specs: Any, **kwspecs: Any) -> Any:
@@ -261,6 +270,12 @@ class Program:
                             ".shapes or tapeml.eval_shape")
         if any(isinstance(leaf, Tracer) for leaf in leaves):
             return unflatten(self.out_tree, self._replay(leaves))
+        for leaf, fits, name in zip(leaves, argument_fits(self.function.arg_attrs, len(leaves)),
+                                    self.function.body.block.args, strict=True):
+            if fits is not None and is_weak_scalar(leaf) and \
+                    not (info := np.iinfo(fits)).min <= leaf <= info.max:
+                raise OverflowError(f"@{self.name}: argument `{name.name_hint}`, the Python "
+                                    f"integer {leaf}, does not fit in {fits}, the dtype it meets")
         results = interpret(self.module, self.name, *(runtime_leaf(x) for x in leaves))
         return unflatten(self.out_tree, list(results))
 
@@ -361,7 +376,7 @@ class Program:
                     raise TypeError(at_user_line(f"{where} must have dtype {dtype}, the dtype "
                                                  f"it was traced (or loaded) with, got "
                                                  f"{np.dtype(leaf.dtype)}"))
-                leaf = astype(leaf, dtype)
+                leaf = to_dtype(f"@{self.name}", leaf, dtype)
             out.append(leaf)
         return out
 

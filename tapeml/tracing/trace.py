@@ -86,10 +86,27 @@ class Trace:
     location: Attribute | None = None
     builder: Builder = field(init=False)
     active: bool = True
+    fits: dict[BlockArgument, np.dtype] = field(default_factory=dict)
+    """The block's arguments whose values reach a weak integer made narrower (`narrowed`)."""
 
     def __post_init__(self) -> None:
         point = InsertPoint.before(self.before) if self.before else InsertPoint.at_end(self.block)
         self.builder = Builder(point)
+
+    def narrowed(self, value: SSAValue, dtype: np.dtype) -> None:
+        """A weak integer `value` (i64, computed from Python ints only) converted to `dtype`:
+        the block's arguments it is computed from must fit in it (a Python int argument that
+        does not is an OverflowError at the call, as it is where its value is known)."""
+        stack, seen = [value], set()
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if isinstance(v, BlockArgument) and v.block is self.block:
+                self.fits[v] = dtype
+            elif isinstance(v.owner, Operation):
+                stack.extend(v.owner.operands)
 
     def insert(self, op: TapeOp) -> Tracer:
         if self.location is not None:

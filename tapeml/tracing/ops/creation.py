@@ -79,6 +79,11 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Ar
     if dtype.kind == "f" or floats:
         positions = iota(count, dtype=np.float64)
         return astype(add(multiply(positions, float(step)), float(start)), dtype)
+    if dtype != np.bool_ and count:
+        info = np.iinfo(dtype)
+        for bound in (int(start), int(start) + (count - 1) * int(step)):
+            if not info.min <= bound <= info.max:
+                raise OverflowError(at_user_line(f"arange: {bound} does not fit in {dtype}"))
     return astype(add(multiply(iota(count, dtype=np.int64), int(step)), int(start)), dtype)
 
 

@@ -36,9 +36,10 @@ from tapeml.tracing.ops.promotion import (
     is_weak,
     lift,
     plain,
+    to_dtype,
     weakened,
 )
-from tapeml.tracing.trace import Tracer, at_user_line, bind
+from tapeml.tracing.trace import Tracer, at_user_line, bind, is_weak_scalar
 
 __all__ = ["at", "getitem", "take", "take_along_axis"]
 
@@ -331,7 +332,10 @@ class _Update:
     def _scatter(self, kind: str, values: Any) -> Array:
         x = self.x
         parts = _parts(x, self.index)
-        values = astype(values, x.dtype)
+        # a Python number as x's dtype, an int that does not fit an OverflowError (as x + it);
+        # arrays cast, as JAX's
+        values = to_dtype("at[...]", values, np.dtype(x.dtype)) if is_weak_scalar(values) \
+            else astype(values, x.dtype)
         if (axis := _single_axis(parts)) is not None:
             shape = (*x.shape[:axis], *parts[axis].shape, *x.shape[axis + 1:])
             return bind(tape.ScatterOp, x, parts[axis], _updates(values, shape), kind=kind,

@@ -99,7 +99,11 @@ def result_type(name: str, *xs: Any, floating: bool = False) -> tuple[np.dtype, 
 def to_dtype(name: str, x: Any, dtype: np.dtype) -> Array:
     """`x` (an array, a tracer, a Python number or list) as `dtype`."""
     if is_array(x):
-        return x if np.dtype(x.dtype) == dtype else astype(x, dtype)
+        if np.dtype(x.dtype) == dtype:
+            return x
+        if is_weak(x) and dtype.kind == "i" and dtype.itemsize < np.dtype(x.dtype).itemsize:
+            x.trace.narrowed(x.value, dtype)  # the Python ints it is made of must fit
+        return astype(x, dtype)
     if type(x) is float and (x != x or -_F32_MAX <= x <= _F32_MAX):
         return np.asarray(x, dtype=dtype)  # no overflow to say nothing of (below)
     try:
