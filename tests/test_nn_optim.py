@@ -180,3 +180,30 @@ def test_an_optimizer_step_traces_into_one_program():
     np.testing.assert_array_equal(traced_params["w"], eager_params["w"])
     np.testing.assert_array_equal(traced_state["m"]["w"], eager_state["m"]["w"])
     assert 'tapeml.name = "state.m.w"' in str(program)
+
+
+def test_labels_are_integer_indices_or_one_hot_shaped_like_the_logits():
+    """softmax_cross_entropy and accuracy take the same labels: integer class indices, or
+    one-hot float or boolean labels of the logits' shape; anything else a ShapeError naming
+    the labels (bool labels [True, False] beside 2 classes were broadcast along the classes
+    as soft labels by one and taken as indices by the other; float class indices [1., 0., 1.]
+    gave an accuracy of 1/3 for a perfect prediction)."""
+    logits = np.array([[0.1, 2.0], [3.0, 0.5], [0.2, 0.9]], np.float32)
+    indices = np.array([1, 0, 1], np.int32)
+    one_hot = np.eye(2, dtype=np.float32)[indices]
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = -log_p[np.arange(3), indices].mean()
+    for labels in (indices, one_hot, one_hot > 0):
+        for f in (nn.softmax_cross_entropy, tapeml.jit(nn.softmax_cross_entropy)):
+            np.testing.assert_allclose(f(logits, labels), expected, rtol=1e-6)
+        for f in (nn.accuracy, tapeml.jit(nn.accuracy)):
+            assert f(logits, labels) == 1.0
+    for bad in (np.array([1.0, 0.0, 1.0], np.float32), np.array([True, False, True])):
+        for f in (nn.softmax_cross_entropy, nn.accuracy):
+            with pytest.raises(tapeml.ShapeError, match=r"labels are one-hot \(or soft\) labels, "
+                               r"shaped like the logits, \(3, 2\); got \(3,\) \(class indices "
+                               r"must be integers"):
+                tapeml.jit(f)(logits, bad)
+    with pytest.raises(tapeml.ShapeError, match=r"nn.accuracy: integer labels \(class indices\) "
+                                                r"must be shaped like the logits without"):
+        nn.accuracy(logits, indices[:2])

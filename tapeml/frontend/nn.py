@@ -189,15 +189,11 @@ def softmax_cross_entropy(logits: Any, labels: Any) -> Any:
     """The mean over every position (all dims but the last) of -log softmax(logits)[label].
 
     `labels` are integer class indices shaped like logits without its last dim (an index out
-    of range is clamped, as a gather's), or one-hot (or soft) float labels shaped like logits:
-    then the loss is -sum(labels * log_softmax(logits)) per position."""
+    of range is clamped, as a gather's), or one-hot (or soft) float or boolean labels shaped
+    like logits: then the loss is -sum(labels * log_softmax(logits)) per position."""
     log_p = ops.log_softmax(logits)
-    labels = lift(labels)
+    labels = _labels("softmax_cross_entropy", logits, labels)
     if np.dtype(labels.dtype).kind == "i":
-        if tuple(labels.shape) != tuple(logits.shape[:-1]):
-            raise ShapeError(at_user_line(
-                f"nn.softmax_cross_entropy: integer labels must be shaped like the logits "
-                f"without their last dim, {tuple(logits.shape[:-1])}; got {tuple(labels.shape)}"))
         picked = ops.take_along_axis(log_p, ops.expand_dims(labels, -1), -1)
         return ops.negative(ops.mean(picked))
     per_example = ops.sum(ops.multiply(labels, log_p), axis=-1)
@@ -206,12 +202,33 @@ def softmax_cross_entropy(logits: Any, labels: Any) -> Any:
 
 def accuracy(logits: Any, labels: Any) -> Any:
     """The fraction (float32) of positions whose largest logit is the label's: integer labels,
-    or one-hot ones (their argmax)."""
-    labels = lift(labels)
-    if np.dtype(labels.dtype).kind == "f":
+    or one-hot float or boolean ones shaped like logits (their argmax), as
+    softmax_cross_entropy takes them."""
+    labels = _labels("accuracy", logits, labels)
+    if np.dtype(labels.dtype).kind != "i":
         labels = ops.argmax(labels, axis=-1)
     hits = ops.equal(ops.argmax(logits, axis=-1), labels)
     return ops.mean(ops.astype(hits, np.float32))
+
+
+def _labels(name: str, logits: Any, labels: Any) -> Any:
+    """`labels` lifted, checked for `name`: integer class indices shaped like the logits
+    without their last dim, or one-hot (soft) float or boolean labels shaped like the logits:
+    a ShapeError otherwise (bool labels [True, False] beside logits of 2 classes had been
+    broadcast along the classes, float class indices [1., 0.] taken as soft labels)."""
+    logits, labels = lift(logits), lift(labels)
+    positions, shape = tuple(logits.shape[:-1]), tuple(labels.shape)
+    if np.dtype(labels.dtype).kind == "i":
+        if shape != positions:
+            raise ShapeError(at_user_line(
+                f"nn.{name}: integer labels (class indices) must be shaped like the logits "
+                f"without their last dim, {positions}; got {shape}"))
+    elif shape != tuple(logits.shape):
+        raise ShapeError(at_user_line(
+            f"nn.{name}: {labels.dtype} labels are one-hot (or soft) labels, shaped like the "
+            f"logits, {tuple(logits.shape)}; got {shape} (class indices must be integers: "
+            ".astype(np.int32))"))
+    return labels
 
 
 # ----------------------------------------------------------------------------------------------
