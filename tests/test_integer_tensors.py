@@ -210,3 +210,31 @@ def test_integer_matmul_at_every_stage(dtype):
         got = run(_integer_products, inputs)
         for g, e in zip(got, expected, strict=True):
             assert g.dtype == e.dtype and np.array_equal(g, e), stage
+
+
+def _padded_and_unfolded(ids, mask):
+    """Padding token ids and masks, and windows over them, as a user writes them."""
+    return (tapeml.pad(ids, ((0, 0), (2, 1))), tapeml.pad(ids, 1, -7),
+            tapeml.pad(mask, ((1, 0), (0, 3)), True), tapeml.pad(ids, ((0, 0), (-1, 2))),
+            tapeml.unfold(ids, (2,)), tapeml.unfold(mask, (3,), (2,)))
+
+
+def test_pad_and_unfold_of_integers_and_booleans_at_every_stage():
+    """pad and unfold move integers and booleans as they move floats (they refused them: a
+    ShapeError, though the layout ops take any type), numpy's bits at every stage; a pad
+    constant is converted to the array's dtype, an int that does not fit an OverflowError."""
+    from edge_values import STAGES
+
+    ids = _edge_ints(np.int64)[:12].reshape(2, 6)
+    mask = np.array([[True, False, True, True, False, False]] * 2)
+    windows = np.lib.stride_tricks.sliding_window_view
+    expected = (np.pad(ids, ((0, 0), (2, 1))), np.pad(ids, 1, constant_values=-7),
+                np.pad(mask, ((1, 0), (0, 3)), constant_values=True),
+                np.pad(ids[:, 1:], ((0, 0), (0, 2))), windows(ids, 2, axis=-1),
+                windows(mask, 3, axis=-1)[:, ::2])
+    for stage, run in STAGES.items():
+        for got, want in zip(run(_padded_and_unfolded, (ids, mask)), expected, strict=True):
+            assert got.dtype == want.dtype and np.array_equal(got, want), stage
+    with pytest.raises(OverflowError, match="pad: the Python integer 1099511627776 does not "
+                                            "fit in int32"):
+        tapeml.pad(ids.astype(np.int32), 1, 2**40)

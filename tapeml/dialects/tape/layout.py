@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 from xdsl.dialects.builtin import TensorType
 from xdsl.interfaces import HasCanonicalizationPatternsInterface
 from xdsl.ir import Attribute
@@ -19,6 +20,7 @@ from tapeml.dialects.tape.types import (
     any_tensor,
     check,
     check_ints,
+    dtype_of,
     float_tensor,
     same_element,
     tensor_type,
@@ -143,8 +145,9 @@ class PermuteOp(TapeOp, HasCanonicalizationPatternsInterface):
 
 @irdl_op_definition
 class PadOp(TapeOp):
-    """Pad each dim with `low` values before and `high` after, all equal to `value`.
-    Negative amounts crop instead (at most the whole dim between them)."""
+    """Pad each dim with `low` values before and `high` after, all equal to `value` (of the
+    element type: an integer's a whole number in its range, a boolean's 0 or 1). Negative
+    amounts crop instead (at most the whole dim between them)."""
 
     name = "tape.pad"
     input = operand_def(TensorType)
@@ -158,7 +161,12 @@ class PadOp(TapeOp):
     @classmethod
     def infer(cls, input: Attribute, *, low: Sequence[int], high: Sequence[int],
               value: float) -> Attribute:
-        t = float_tensor(cls.name, input)
+        t = any_tensor(cls.name, input)
+        dtype = dtype_of(t)
+        if dtype.kind != "f":
+            info = (0, 1) if dtype == np.bool_ else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+            check(float(value).is_integer() and info[0] <= value <= info[1], cls.name,
+                  lambda: f"value {value} is not a {dtype} value, for {t}")
         shape = t.get_shape()
         check_ints(cls.name, "low", low, len(shape), -(2**62))
         check_ints(cls.name, "high", high, len(shape), -(2**62))
@@ -233,7 +241,7 @@ class UnfoldOp(_Windows):
     @classmethod
     def infer(cls, input: Attribute, *, kernel: Sequence[int], stride: Sequence[int],
               dilation: Sequence[int]) -> Attribute:
-        t = float_tensor(cls.name, input)
+        t = any_tensor(cls.name, input)
         shape, k = t.get_shape(), len(kernel)
         check(k >= 1, cls.name, "kernel must have at least one dim")
         check(k <= len(shape), cls.name, lambda: f"kernel {list(kernel)} has more dims than {t}")

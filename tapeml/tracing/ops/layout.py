@@ -16,6 +16,7 @@ from tapeml.tracing.ops.promotion import (
     lift,
     plain,
     promote,
+    to_dtype,
     weakened,
 )
 from tapeml.tracing.trace import at_user_line, bind
@@ -72,11 +73,18 @@ def transpose(x: Any, axes: Sequence[int] | None = None) -> Array:
 
 def pad(x: Any, pad_width: Any, constant_values: float = 0.0) -> Array:
     """numpy.pad in constant mode: `pad_width` is an int, a (before, after) pair, or one pair
-    per dim; negative amounts crop."""
+    per dim; negative amounts crop. Any dtype: `constant_values` is converted to x's, as
+    numpy's (an int that does not fit is an OverflowError)."""
     x = lift(x)
     widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    dtype = np.dtype(x.dtype)
+    value = float(constant_values) if dtype.kind == "f" else \
+        to_dtype("pad", constant_values, dtype).item()
+    if dtype.kind == "i" and abs(value) > 2**53:  # (tape.pad's value is an f64)
+        raise ValueError(at_user_line(f"pad: a constant of {dtype} padding is at most 2**53 "
+                                      f"in magnitude, got {value}"))
     return _keep(x, tape.PadOp, low=tuple(int(w) for w in widths[:, 0]),
-                 high=tuple(int(w) for w in widths[:, 1]), value=float(constant_values))
+                 high=tuple(int(w) for w in widths[:, 1]), value=float(value))
 
 
 def pad2d(x: Any, padding: Sequence[int], value: float) -> Array:
