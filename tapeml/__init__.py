@@ -62,7 +62,11 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__getattr__("__all__")))
+    """The public names, the dunders and the submodules loaded (not this file's own imports:
+    annotations, importlib, sys, Any)."""
+    shown = {name for name, value in globals().items()
+             if name.startswith("__") or getattr(value, "__name__", "").startswith("tapeml.")}
+    return sorted(shown | set(__getattr__("__all__")))
 
 
 class _AliasLoader(importlib.abc.Loader):

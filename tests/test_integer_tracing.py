@@ -387,3 +387,13 @@ def test_a_python_int_update_or_arange_bound_must_fit_the_dtype():
             tapeml.arange(*bounds, dtype=np.int32)
     assert_same_bits(tapeml.arange(2**31 - 3, 2**31, dtype=np.int32),
                      np.arange(2**31 - 3, 2**31, dtype=np.int32))
+
+
+def test_max_and_min_of_booleans_are_any_and_all():
+    """max and min of booleans are booleans, as numpy's (whether any, whether all is True);
+    they were a ShapeError naming tape.max, min's too."""
+    m = np.array([[True, False], [True, True]])
+    for f, ref in ((tapeml.max, np.max), (tapeml.min, np.min)):
+        for axis in (None, 0, 1):
+            for run in (f, tapeml.jit(f, static_argnums=1)):
+                assert_same_bits(np.asarray(run(m, axis)), np.asarray(ref(m, axis=axis)))

@@ -467,3 +467,22 @@ def test_a_program_called_inside_a_trace_checks_its_arguments():
     got = tapeml.jit(prog2)(np.ones((3, 4), np.float32), 3.0)
     assert got.dtype == np.float32 and np.array_equal(got, np.full(3, 6, np.float32))
     np.testing.assert_array_equal(tapeml.jit(prog)(np.arange(4.0)), np.arange(1.0, 4.0))
+
+
+def test_arrays_in_the_other_byte_order_are_converted():
+    """A big-endian array as an eager operand or a closed-over constant is converted, as a jit
+    argument already was (it was a TypeError: 'tape tensors hold ... float32 ..., got >f4')."""
+    be = np.full((2, 2), 2, ">f4")
+    ids = np.arange(3, dtype=">i8")
+    np.testing.assert_array_equal(tapeml.add(be, 1.0), np.full((2, 2), 3, np.float32))
+    assert tapeml.add(be, 1.0).dtype == np.float32 and tapeml.add(ids, 1).dtype == np.int64
+    got = tapeml.jit(lambda a: a @ be)(np.ones((1, 2), np.float32))
+    np.testing.assert_array_equal(got, np.full((1, 2), 4, np.float32))
+
+
+def test_dir_shows_the_api_not_the_packages_own_imports():
+    """dir(tapeml) lists the public names and submodules, not the imports of its __init__
+    (annotations, importlib, sys, Any were listed)."""
+    names = dir(tapeml)
+    assert {"jit", "grad", "nn", "optim", "matmul", "Program"} <= set(names)
+    assert not {"annotations", "importlib", "sys", "Any"} & set(names)

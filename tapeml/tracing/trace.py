@@ -147,9 +147,12 @@ def new_trace(block: Block, before: Operation | None = None) -> Iterator[Trace]:
 def canonical_dtype(dtype: np.dtype) -> np.dtype:
     """The tape dtype holding numpy `dtype`'s values: itself for bool, int32, int64, float32 and
     float64; int32 for the narrower integers, int64 for uint32, float32 for float16. A
-    TypeError for anything else (uint64 does not fit in int64; complex, strings, objects)."""
+    TypeError for anything else (uint64 does not fit in int64; complex, strings, objects). In
+    the machine's byte order (an array in the other is converted, as a jit argument is)."""
     if dtype in tape.ELEMENT_TYPES:
         return dtype
+    if not dtype.isnative:
+        return canonical_dtype(dtype.newbyteorder("="))
     if dtype.kind in "iu" and dtype.itemsize < 4:
         return np.dtype(np.int32)
     if dtype == np.uint32:

@@ -83,9 +83,13 @@ def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A0
 
 
 def max(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
+    """numpy.max; of booleans, whether any is True (and min whether all are), as numpy's."""
     if (out := _at_once(tape.MaxOp, x, axis, keepdims)) is not None:
         return out
-    return _reduce(tape.MaxOp, lift(x), axis, keepdims)
+    x = lift(x)
+    if np.dtype(x.dtype) == np.bool_:
+        return astype(max(astype(x, np.int32), axis, keepdims), np.bool_)
+    return _reduce(tape.MaxOp, x, axis, keepdims)
 
 
 def min(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
