@@ -241,3 +241,15 @@ def test_jit_checks_its_options_and_says_what_is_wrong():
     f(np.ones(4, np.float32))
     log = f.explain().splitlines()
     assert len(log) == 2 and "float32[3] -> float32[4]" in log[1], log
+
+
+def test_a_numpy_scalar_of_a_dtype_tape_has_not_is_refused_as_its_array_is():
+    """After a compile for an int32 scalar, an int8 or uint8 scalar is the trace's refusal
+    naming its dtype, as an int8 array's and a fresh jit's (it was keyed as int32, then the
+    call's check said 'argument `x` must be int32, got int8')."""
+    f = tapeml.jit(lambda x: x * 2)
+    assert f(np.int32(7)) == 14
+    for v in (np.int8(7), np.uint8(7)):
+        with pytest.raises(tapeml.TracingError, match=rf"argument `x` has dtype {v.dtype}; tape "
+                                                      "tensors hold"):
+            f(v)

@@ -33,8 +33,8 @@ from tapeml.tracing.trace import Tracer, is_weak_scalar, runtime_leaf
 
 
 def _leaf_key(x: Any) -> tuple:
-    if type(x) is np.ndarray:
-        return x.shape, x.dtype
+    if type(x) is np.ndarray or isinstance(x, np.generic):  # (an int8 scalar is no int32 one:
+        return x.shape, x.dtype                              # the trace refuses it, as arrays)
     if is_weak_scalar(x):
         return (), "weak float" if isinstance(x, float) else "weak int"
     if isinstance(x, Spec):
