@@ -55,6 +55,7 @@ def test_array_likes_take_the_declared_dtype(module):
          r"argument 0 \(%x\) of @f must have shape \(2, 3\)"),
         ("f", (np.zeros((2, 3)),),
          r"argument 0 \(%x\) of @f must have dtype float32 .* got float64"),
+        ("f", (None,), r"argument 0 \(%x\) of @f must be an array for tensor<2x3xf32>, got None"),
     ],
 )
 def test_bad_arguments_are_clear_errors(module, name, args, message):

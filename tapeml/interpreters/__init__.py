@@ -70,6 +70,8 @@ def _find_function(module: ModuleOp, name: str) -> func.FuncOp:
 
 def _checked_array(value: Any, t: TensorType | MemRefType, where: str) -> np.ndarray:
     dtype = dtype_of(t)
+    if value is None:  # (np.asarray(None) is an object array of shape ())
+        raise InterpretError(f"{where} must be an array for {t}, got None")
     # numpy values keep their dtype (and must match); Python numbers and lists take t's
     typed = isinstance(value, np.ndarray | np.generic)
     array = np.asarray(value) if typed else np.asarray(value, dtype=dtype)
