@@ -227,3 +227,53 @@ def test_float_floor_divide_remainder_and_fmod_match_numpy_bit_for_bit(dtype):
     for mode, got in (("eager", eager), ("cpu", tapeml.jit(f)(a, b))):
         for name, g, w in zip(("//", "%", "fmod"), got, want, strict=True):
             assert_same_bits(g, w, context=f"{mode} {name}")
+
+
+def _layout_cases(x):
+    return (tapeml.swapaxes(x, 0, -1), x.swapaxes(1, 2), tapeml.moveaxis(x, 0, -1),
+            tapeml.moveaxis(x, [0, 1], [-1, 0]), tapeml.flip(x), tapeml.flip(x, (0, -1)),
+            *tapeml.split(x, 2, axis=-1), *tapeml.split(x, [1, 5], axis=2),
+            *tapeml.split(x, [2, 1], axis=1), tapeml.isnan(x), tapeml.isinf(x),
+            tapeml.isfinite(x), tapeml.any(x > 1), tapeml.all(x > -5, axis=1),
+            x.any(axis=(0, 2), keepdims=True), tapeml.all(x[:, :0], axis=1),
+            tapeml.any(x[:, :0], axis=1, keepdims=True), x.all())
+
+
+def _layout_reference(x):
+    return (np.swapaxes(x, 0, -1), x.swapaxes(1, 2), np.moveaxis(x, 0, -1),
+            np.moveaxis(x, [0, 1], [-1, 0]), np.flip(x), np.flip(x, (0, -1)),
+            *np.split(x, 2, axis=-1), *np.split(x, [1, 5], axis=2), *np.split(x, [2, 1], axis=1),
+            np.isnan(x), np.isinf(x), np.isfinite(x), np.any(x > 1), np.all(x > -5, axis=1),
+            x.any(axis=(0, 2), keepdims=True), np.all(x[:, :0], axis=1),
+            np.any(x[:, :0], axis=1, keepdims=True), x.all())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_])
+def test_numpys_axis_functions_and_float_tests(dtype):
+    """swapaxes, moveaxis, flip, split (sections and indices, unsorted ones too), isnan,
+    isinf, isfinite, any and all (over no elements: False and True) as numpy's, eager and
+    jitted, on floats with NaN and infinities, integers and booleans."""
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    x[0, 0, :3] = [np.nan, np.inf, -np.inf]
+    x = x.astype(dtype) if dtype != np.int32 else np.arange(24, dtype=dtype).reshape(2, 3, 4) - 9
+    with np.errstate(invalid="ignore"):
+        expected = _layout_reference(x)
+    for run in (_layout_cases, tapeml.jit(_layout_cases)):
+        for got, want in zip(run(x), expected, strict=True):
+            assert_same_bits(np.asarray(got), np.asarray(want))
+
+
+def test_numpys_axis_functions_say_what_is_wrong():
+    x = np.ones((2, 6), np.float32)
+    with pytest.raises(ValueError, match=r"split: 4 parts do not divide axis 1 of 6 equally"):
+        tapeml.split(x, 4, axis=1)
+    with pytest.raises(ValueError, match="swapaxes: axis 2 is out of bounds for an array of 2"):
+        tapeml.swapaxes(x, 0, 2)
+    with pytest.raises(ValueError, match="moveaxis: repeated axis"):
+        tapeml.moveaxis(x, [0, -2], [0, 1])
+    with pytest.raises(TypeError, match=r"flip: an axis is an int, got 0.5"):
+        tapeml.flip(x, 0.5)
+    w = np.arange(12, dtype=np.float64).reshape(2, 6)
+    g = tapeml.grad(lambda x: tapeml.sum(tapeml.flip(x, 1) * w) +
+                    tapeml.sum(tapeml.split(x, 3, 1)[2]))(w)
+    assert_same_bits(g, np.flip(w, 1) + np.pad(np.ones((2, 2)), ((0, 0), (4, 0))))

@@ -7,12 +7,12 @@ numbers weak (promotion.py).
 
     promotion.py     the type lattice, weak scalars, astype, broadcast_to
     elementwise.py   arithmetic, comparisons, where, integer and bitwise ops, float functions
-    layout.py        reshape, transpose, squeeze, pad, concatenate, stack, expand_dims, unfold,
-                     fold
+    layout.py        reshape, transpose, swapaxes, moveaxis, squeeze, pad, concatenate, stack,
+                     expand_dims, unfold, fold
     creation.py      full, zeros, ones (and _like), arange, iota, one_hot, tril, triu
-    indexing.py      x[...], take, take_along_axis, at[...].set/add/max/min
-    reductions.py    sum, max, min, argmax, argmin, cumsum, mean, var, std, logsumexp, softmax,
-                     log_softmax
+    indexing.py      x[...], take, take_along_axis, at[...].set/add/max/min, flip, split
+    reductions.py    sum, max, min, any, all, argmax, argmin, cumsum, mean, var, std,
+                     logsumexp, softmax, log_softmax
     contractions.py  matmul, dot, einsum
 
 This module gathers their names (each family's `__all__`) and gives tracers numpy's operators.
@@ -76,6 +76,9 @@ def _install_operators() -> None:
     Tracer.mean = mean  # noqa: F405
     Tracer.max = max  # noqa: F405
     Tracer.min = min  # noqa: F405
+    Tracer.any = any  # noqa: F405
+    Tracer.all = all  # noqa: F405
+    Tracer.swapaxes = swapaxes  # noqa: F405
 
 
 _install_operators()

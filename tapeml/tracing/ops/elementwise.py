@@ -30,7 +30,8 @@ from tapeml.tracing.trace import at_user_line, bind
 __all__ = [
     "abs", "add", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "ceil", "clip",
     "cos", "divide", "equal", "erf", "exp", "floor", "floor_divide", "fmod", "greater",
-    "greater_equal", "invert", "left_shift", "less", "less_equal", "log", "logical_and",
+    "greater_equal", "invert", "isfinite", "isinf", "isnan", "left_shift", "less", "less_equal",
+    "log", "logical_and",
     "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "multiply", "negative",
     "not_equal", "power", "relu", "remainder", "right_shift", "round", "sigmoid", "sign",
     "sin", "sqrt", "square", "stop_gradient", "subtract", "tanh", "where",
@@ -346,3 +347,25 @@ def where(cond: Any, x: Any, y: Any) -> Array:
     (x, y), weak = common("where", x, y)
     cond, x, y = broadcast_together("where", cond, x, y)
     return weakened(bind(tape.SelectOp, cond, x, y), weak)
+
+
+def isnan(x: Any) -> Array:
+    """numpy.isnan: x != x (False for integers and booleans)."""
+    x = x if plain(x) else lift(x)
+    return not_equal(x, x)
+
+
+def isinf(x: Any) -> Array:
+    """numpy.isinf: |x| == inf (False for integers and booleans, which hold none)."""
+    x = x if plain(x) else lift(x)
+    if np.dtype(x.dtype).kind != "f":
+        return not_equal(x, x)
+    return equal(abs(x), np.inf)
+
+
+def isfinite(x: Any) -> Array:
+    """numpy.isfinite: |x| < inf, so NaN is not (True for integers and booleans)."""
+    x = x if plain(x) else lift(x)
+    if np.dtype(x.dtype).kind != "f":
+        return equal(x, x)
+    return less(abs(x), np.inf)

@@ -21,6 +21,7 @@ range in any dim is dropped (JAX's rule). The updates are cast to x's dtype, as 
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from tapeml.dialects import tape
 from tapeml.tracing.ops.elementwise import add, bitwise_and, clip, less, multiply, where
-from tapeml.tracing.ops.layout import reshape
+from tapeml.tracing.ops.layout import axis_index, reshape
 from tapeml.tracing.ops.promotion import (
     Array,
     astype,
@@ -41,7 +42,7 @@ from tapeml.tracing.ops.promotion import (
 )
 from tapeml.tracing.trace import Tracer, at_user_line, bind, is_weak_scalar
 
-__all__ = ["at", "getitem", "take", "take_along_axis"]
+__all__ = ["at", "flip", "getitem", "split", "take", "take_along_axis"]
 
 _FULL = slice(None)
 
@@ -370,3 +371,31 @@ def at(x: Any) -> _At:
     """JAX's `x.at`: `at(x)[index].set(v)` returns x with x[index] set to v (and .add, .max,
     .min, .get); tracers have it as `x.at[index]`."""
     return _At(x)
+
+
+def flip(x: Any, axis: int | Sequence[int] | None = None) -> Array:
+    """numpy.flip: the elements of each axis given (every axis: None) in reverse order."""
+    x = lift(x)
+    axes = range(x.ndim) if axis is None else axis if isinstance(axis, tuple | list) else [axis]
+    flipped = {axis_index("flip", a, x.ndim) for a in axes}
+    return getitem(x, tuple(slice(None, None, -1) if a in flipped else slice(None)
+                            for a in range(x.ndim)))
+
+
+def split(x: Any, indices_or_sections: int | Sequence[int], axis: int = 0) -> list[Array]:
+    """numpy.split: `x` cut along `axis` into that many equal parts (an int that does not
+    divide the axis is numpy's ValueError), or before each of the sorted indices given."""
+    x = lift(x)
+    axis = axis_index("split", axis, x.ndim)
+    size = x.shape[axis]
+    if isinstance(indices_or_sections, int | np.integer):
+        parts = int(indices_or_sections)
+        if parts < 1 or size % parts:
+            raise ValueError(at_user_line(f"split: {parts} parts do not divide axis {axis} of "
+                                          f"{size} equally (numpy's rule)"))
+        cuts = [size * i // parts for i in range(1, parts)]
+    else:
+        cuts = [int(i) for i in indices_or_sections]
+    bounds = [0, *cuts, size]
+    head = (slice(None),) * axis
+    return [getitem(x, (*head, slice(lo, hi))) for lo, hi in zip(bounds, bounds[1:], strict=False)]

@@ -21,8 +21,8 @@ from tapeml.tracing.ops.promotion import (
 )
 from tapeml.tracing.trace import at_user_line, bind
 
-__all__ = ["concatenate", "expand_dims", "fold", "pad", "pad2d", "reshape", "squeeze", "stack",
-           "transpose", "unfold"]
+__all__ = ["concatenate", "expand_dims", "fold", "moveaxis", "pad", "pad2d", "reshape", "squeeze",
+           "stack", "swapaxes", "transpose", "unfold"]
 
 
 def _keep(x: Array, op: type[tape.TapeOp], **params: Any) -> Array:
@@ -69,6 +69,44 @@ def transpose(x: Any, axes: Sequence[int] | None = None) -> Array:
     if axes == tuple(range(x.ndim)):
         return x
     return _keep(x, tape.PermuteOp, perm=axes)
+
+
+def axis_index(name: str, axis: Any, ndim: int) -> int:
+    """`axis` of an array of `ndim` dims as a non-negative int, or numpy's errors for `name`."""
+    if not isinstance(axis, int | np.integer) or isinstance(axis, bool | np.bool_):
+        raise TypeError(at_user_line(f"{name}: an axis is an int, got {axis!r}"))
+    if not -ndim <= axis < ndim:
+        raise ValueError(at_user_line(f"{name}: axis {axis} is out of bounds for an array of "
+                                      f"{ndim} dims"))
+    return int(axis) % ndim
+
+
+def swapaxes(x: Any, axis1: int, axis2: int) -> Array:
+    """numpy.swapaxes: x with its axes axis1 and axis2 exchanged (a tape.permute)."""
+    x = lift(x)
+    perm = list(range(x.ndim))
+    a, b = axis_index("swapaxes", axis1, x.ndim), axis_index("swapaxes", axis2, x.ndim)
+    perm[a], perm[b] = perm[b], perm[a]
+    return transpose(x, perm)
+
+
+def moveaxis(x: Any, source: int | Sequence[int], destination: int | Sequence[int]) -> Array:
+    """numpy.moveaxis: the axes at `source` moved to `destination`, the others in their order
+    (a tape.permute)."""
+    x = lift(x)
+    sources = list(source) if isinstance(source, tuple | list) else [source]
+    targets = list(destination) if isinstance(destination, tuple | list) else [destination]
+    if len(sources) != len(targets):
+        raise ValueError(at_user_line(f"moveaxis: source {source!r} and destination "
+                                      f"{destination!r} must name as many axes"))
+    sources = [axis_index("moveaxis", a, x.ndim) for a in sources]
+    targets = [axis_index("moveaxis", a, x.ndim) for a in targets]
+    if len(set(sources)) != len(sources) or len(set(targets)) != len(targets):
+        raise ValueError(at_user_line(f"moveaxis: repeated axis in {source!r} or "
+                                      f"{destination!r}"))
+    rest = iter(a for a in range(x.ndim) if a not in sources)
+    at = dict(zip(targets, sources, strict=True))
+    return transpose(x, [at[d] if d in at else next(rest) for d in range(x.ndim)])
 
 
 def pad(x: Any, pad_width: Any, constant_values: float = 0.0) -> Array:

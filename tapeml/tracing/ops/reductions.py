@@ -3,6 +3,7 @@ log_softmax. Sums keep an integer dtype (as JAX's) and count booleans in int64 (
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from tapeml.dialects import tape
 from tapeml.interpreters.tape import ieee
+from tapeml.tracing.ops.creation import full
 from tapeml.tracing.ops.elementwise import (
     add,
     clip,
@@ -27,8 +29,8 @@ from tapeml.tracing.ops.layout import reshape
 from tapeml.tracing.ops.promotion import Array, astype, is_weak, lift, promote, weakened
 from tapeml.tracing.trace import at_user_line, bind
 
-__all__ = ["argmax", "argmin", "cumsum", "log_softmax", "logsumexp", "max", "mean", "min",
-           "softmax", "std", "sum", "var"]
+__all__ = ["all", "any", "argmax", "argmin", "cumsum", "log_softmax", "logsumexp", "max", "mean",
+           "min", "softmax", "std", "sum", "var"]
 
 Axis = int | Sequence[int] | None
 
@@ -44,7 +46,7 @@ def _axes(x: Array, axis: Axis) -> tuple[int, ...]:
         return tuple(range(x.ndim))
     if _axis_ok(axis):
         return (axis,)
-    if isinstance(axis, tuple | list) and all(map(_axis_ok, axis)):
+    if isinstance(axis, tuple | list) and builtins.all(map(_axis_ok, axis)):
         return tuple(axis)
     raise TypeError(at_user_line(f"axis must be an int, a tuple of ints or None, got "
                                  f"{axis!r}"))
@@ -68,7 +70,7 @@ def _at_once(op: type[tape.TapeOp], x: Any, axis: Axis, keepdims: bool) -> Array
             axes = (axis % x.ndim,)
         else:
             return None
-        if op is tape.SumOp or all(x.shape[a] for a in axes):  # max: no empty axis
+        if op is tape.SumOp or builtins.all(x.shape[a] for a in axes):  # max: no empty axis
             return _EAGER[op](x, axes=axes, keepdims=keepdims)
     return None
 
@@ -97,6 +99,28 @@ def min(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A0
     x = lift(x)
     flip = negative if np.dtype(x.dtype).kind == "f" else invert
     return flip(max(flip(x), axis=axis, keepdims=keepdims))
+
+
+def any(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
+    """numpy.any: whether any element along `axis` is nonzero (NaN is); False over none."""
+    return _logical(x, axis, keepdims, max, False)
+
+
+def all(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
+    """numpy.all: whether every element along `axis` is nonzero; True over none."""
+    return _logical(x, axis, keepdims, min, True)
+
+
+def _logical(x: Any, axis: Axis, keepdims: bool, reduce: Any, empty: bool) -> Array:
+    """max (any) or min (all) of x as booleans; over an axis of no elements, `empty`."""
+    x = astype(lift(x), np.bool_)
+    axes = {a % x.ndim if -x.ndim <= a < x.ndim else a for a in _axes(x, axis)}
+    if builtins.all(0 <= a < x.ndim for a in axes) and builtins.any(x.shape[a] == 0
+                                                                      for a in axes):
+        shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdims else \
+            [d for i, d in enumerate(x.shape) if i not in axes]
+        return full(shape, empty, np.bool_)
+    return reduce(x, axis=axis, keepdims=keepdims)
 
 
 def _arg(op: type[tape.TapeOp], x: Any, axis: int | None, keepdims: bool) -> Array:
