@@ -77,3 +77,26 @@ def test_an_arith_op_on_tensors_is_refused_by_name():
     with pytest.raises(tapeml.InterpretError, match=r"^arith\.mulf on tensor<2xf32>: the "
                        "interpreter runs arith ops on scalars"):
         tapeml.interpret(module, "m", np.ones(2, np.float32))
+
+
+def test_hex_elements_of_a_float_literal_are_bit_patterns():
+    """`dense<[0x7FC00000, 1.0]> : tensor<2xf32>` holds NaN and 1.0, as in MLIR: a hex element
+    of a float literal is the float's bits (xDSL's printer writes them for inf, NaN and some
+    finite floats in the generic form; its parser had read them as integer values, NaN as
+    2143289344.0); one wider than the type is an error."""
+    program = tapeml.Program.parse("""
+        func.func @f() -> (tensor<3xf32>, tensor<f64>, tensor<2xf32>) {
+          %0 = tape.constant dense<[0x7FC00000, 1.0, 0x49800000]> : tensor<3xf32>
+          %1 = tape.constant dense<0xFFF0000000000000> : tensor<f64>
+          %2 = tape.constant dense<[3, -2]> : tensor<2xf32>
+          func.return %0, %1, %2 : tensor<3xf32>, tensor<f64>, tensor<2xf32>
+        }""")
+    a, b, c = program()
+    assert np.isnan(a[0]) and a[1] == 1.0 and a[2] == 1048576.0 and b == -np.inf
+    np.testing.assert_array_equal(c, [3.0, -2.0])
+    with pytest.raises(Exception, match="hex literal 0x1FFFFFFFF does not fit in f32's 32 bits"):
+        tapeml.Program.parse("""
+            func.func @f() -> tensor<f32> {
+              %0 = tape.constant dense<0x1FFFFFFFF> : tensor<f32>
+              func.return %0 : tensor<f32>
+            }""")

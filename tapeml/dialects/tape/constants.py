@@ -17,11 +17,13 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
+    Float64Type,
     TensorType,
 )
 from xdsl.ir import Attribute
 from xdsl.irdl import irdl_op_definition, prop_def, result_def, traits_def
 from xdsl.parser import Parser
+from xdsl.parser.attribute_parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import ParseError
@@ -128,6 +130,40 @@ def print_dense(printer: Printer, attr: DenseIntOrFPElementsAttr) -> None:
     # parses those back as integers; MLIR's hex blob form, dense<"0x...">, keeps every bit
     printer.print_string(f'dense<"0x{attr.data.data.hex().upper()}"> : ')
     printer.print_attribute(attr.type)
+
+
+_FLOAT_BITS = {Float16Type: np.float16, Float32Type: np.float32, Float64Type: np.float64}
+
+
+def _hex_elements_as_bits() -> None:
+    """A hex element of a float dense literal (`dense<[0x7FC00000, 1.0]> : tensor<2xf32>`) is
+    MLIR's spelling of the float's bit pattern, and xDSL's printer writes one for inf, NaN and
+    some finite floats (1048576.0 in f32) in the forms print_dense does not print: the generic
+    op form, a memref.global's initial value. xDSL 0.75's parser reads it as the integer's
+    value (NaN became 2143289344.0); this makes its tensor literals read it as MLIR does, for
+    every parser in the process (tapeml-opt, tapeml-run, Program.parse, stock xdsl-opt)."""
+    element = AttrParser._TensorLiteralElement
+    to_type = element.to_type
+    if getattr(to_type, "reads_hex_as_bits", False):
+        return
+
+    def bits_aware(self: Any, parser: AttrParser, t: Any) -> Any:
+        dtype = _FLOAT_BITS.get(type(t))
+        value = self.value
+        if dtype is not None and isinstance(value, int) and not isinstance(value, bool) and \
+                self.span.text[:2] in ("0x", "0X"):
+            width = np.dtype(dtype).itemsize * 8
+            if not 0 <= value < 2**width:
+                parser.raise_error(f"hex literal {self.span.text} does not fit in {t}'s "
+                                   f"{width} bits", at_position=self.span)
+            return float(np.array(value, np.dtype(f"uint{width}")).view(dtype))
+        return to_type(self, parser, t)
+
+    bits_aware.reads_hex_as_bits = True  # type: ignore[attr-defined]
+    element.to_type = bits_aware
+
+
+_hex_elements_as_bits()
 
 
 def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
