@@ -1213,6 +1213,19 @@ func.func @fused_body_ops(%a: tensor<2xf32>) {
 
 // -----
 
+// FusedOp: the body sees its own arguments and values only
+func.func @fused_body_capture(%a: tensor<2xf32>, %s: tensor<f32>) {
+  // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.fused: the body uses %s, defined outside it; pass it in as an input (a rank-0 tensor broadcasts)
+  %0 = tape.fused %a : tensor<2xf32> -> tensor<2xf32> {
+  ^bb0(%x: tensor<f32>):
+    %m = tape.mul %x, %s : tensor<f32>
+    tape.yield %m : tensor<f32>
+  }
+  func.return
+}
+
+// -----
+
 // FusedOp: the inputs must broadcast together
 func.func @fused_broadcast(%a: tensor<2xf32>, %b: tensor<3xf32>) {
   // CHECK: tape-verify.mlir:[[# @LINE + 1]]:3: error: tape.fused: inputs tensor<2xf32>, tensor<3xf32> do not broadcast together

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 from xdsl.dialects.builtin import TensorType
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -149,7 +149,13 @@ class FusedOp(TapeOp):
                   f"must be a dim of the result's shape {list(shape)}")
             check(_in_a_body(op) and all(
                 r.type.get_shape() == () for r in op.results), cls.name,
-                lambda op=op: f"the body holds rank-0 elementwise ops only, not {op.name}")
+                lambda op=op: f"the body holds rank-0 elementwise ops only, not {op.name}"
+                f"{' of rank ' + str(len(op.results[0].type.get_shape())) if op.results else ''}")
+            for v in op.operands:  # the body sees its arguments and its own values only
+                check((v.owner is body) if isinstance(v, BlockArgument) else
+                      (v.owner.parent is body), cls.name,
+                      lambda v=v: f"the body uses {_named(v)}, defined outside it; pass it in "
+                      "as an input (a rank-0 tensor broadcasts)")
         out = last.value.type
         return tensor_type(shape, out.get_element_type())
 
@@ -190,3 +196,7 @@ class FusedOp(TapeOp):
         printer.print_string(" ")
         printer.print_region(self.body)
         printer.print_op_attributes(self.attributes)
+
+
+def _named(v: SSAValue) -> str:
+    return f"%{v.name_hint}" if v.name_hint else f"a {v.type} value"
