@@ -14,7 +14,8 @@ import numpy as np
 
 from tapeml.tracing import ops
 from tapeml.tracing.ops.promotion import is_weak, lift
-from tapeml.tracing.pytree import tree_map
+from tapeml.tracing.pytree import LEAF, TreeDef, flatten, tree_map, unflatten
+from tapeml.tracing.trace import Tracer, at_user_line
 
 
 class Optimizer(NamedTuple):
@@ -22,9 +23,46 @@ class Optimizer(NamedTuple):
     update: Callable[[Any, Any, Any], tuple[Any, Any]]
 
 
+def _zeros(p: Any) -> Any:
+    """Zeros shaped like a leaf (a Python number's: 0-d, its dtype as tapeml takes it, f32 for
+    a float, which traced is a weak f64 tracer)."""
+    if isinstance(p, Tracer):
+        return ops.zeros_like(p, np.float32 if is_weak(p) and p.dtype.kind == "f" else p.dtype)
+    return np.zeros(np.shape(p), lift(p).dtype)
+
+
 def _zeros_like(params: Any) -> Any:
-    """Zeros shaped like each leaf (a Python number's: 0-d, its dtype as tapeml takes it)."""
-    return tree_map(lambda p: np.zeros(np.shape(p), lift(p).dtype), params)
+    return tree_map(_zeros, params)
+
+
+def _brief(treedef: TreeDef, limit: int = 160) -> str:
+    text = str(treedef)
+    return text if len(text) <= limit else text[:limit] + " (cut)"
+
+
+def _mismatch(message: str, want: TreeDef, got: TreeDef, hint: str = "",
+              show_want: bool = False) -> ValueError:
+    """`message` and the structure given, or where it first differs from `want`: that part."""
+    path, w, g = "", want, got
+    while w.kind == g.kind and w.keys == g.keys:  # (they differ, so some child does)
+        key, w, g = next((k, a, b) for k, a, b in zip(w.keys, w.children, g.children,
+                                                      strict=True) if a != b)
+        path = f"{path}.{key}" if path else str(key)
+    where = (f"; at {path}: {_brief(g)} where {_brief(w)} was expected" if path else
+             f"{f', {_brief(want)}' if show_want else ''}; got {_brief(got)}")
+    return ValueError(at_user_line(f"{message}{where}{hint}"))
+
+
+def _flat(name: str, params: Any, grads: Any) -> tuple[list[Any], list[Any], TreeDef]:
+    """The leaves of params and of grads, which must have params' structure (returned)."""
+    p, treedef = flatten(params)
+    g, got = flatten(grads)
+    if got != treedef:
+        hint = (" (value_and_grad returns (value, grads): pass its grads)"
+                if got.kind == "tuple" and treedef in got.children else "")
+        raise _mismatch(f"{name}.update: grads must be structured like params", treedef, got,
+                        hint, show_want=True)
+    return p, g, treedef
 
 
 def sgd(learning_rate: float) -> Optimizer:
@@ -34,8 +72,9 @@ def sgd(learning_rate: float) -> Optimizer:
         return ()
 
     def update(params: Any, grads: Any, state: Any) -> tuple[Any, Any]:
-        return tree_map(lambda p, g: ops.subtract(p, ops.multiply(g, learning_rate)),
-                        params, grads), state
+        p, g, treedef = _flat("sgd", params, grads)
+        return unflatten(treedef, [ops.subtract(p, ops.multiply(g, learning_rate))
+                                   for p, g in zip(p, g, strict=True)]), state
 
     return Optimizer(init, update)
 
@@ -47,10 +86,14 @@ def momentum(learning_rate: float, beta: float = 0.9) -> Optimizer:
         return _zeros_like(params)
 
     def update(params: Any, grads: Any, velocity: Any) -> tuple[Any, Any]:
-        velocity = tree_map(lambda v, g: ops.add(ops.multiply(v, beta), g), velocity, grads)
-        params = tree_map(lambda p, v: ops.subtract(p, ops.multiply(v, learning_rate)),
-                          params, velocity)
-        return params, velocity
+        p, g, treedef = _flat("momentum", params, grads)
+        v, got = flatten(velocity)
+        if got != treedef:
+            raise _mismatch("momentum.update: state is not what momentum.init makes (the "
+                            "velocities, structured like params)", treedef, got)
+        v = [ops.add(ops.multiply(v, beta), g) for v, g in zip(v, g, strict=True)]
+        p = [ops.subtract(p, ops.multiply(v, learning_rate)) for p, v in zip(p, v, strict=True)]
+        return unflatten(treedef, p), unflatten(treedef, v)
 
     return Optimizer(init, update)
 
@@ -64,12 +107,18 @@ def adam(learning_rate: float, b1: float = 0.9, b2: float = 0.999, eps: float = 
                 "v": _zeros_like(params)}
 
     def update(params: Any, grads: Any, state: Any) -> tuple[Any, Any]:
-        step = ops.add(state["step"], 1.0)
-        m = tree_map(lambda m, g: ops.add(ops.multiply(m, b1), ops.multiply(g, 1 - b1)),
-                     state["m"], grads)
-        v = tree_map(lambda v, g: ops.add(ops.multiply(v, b2), ops.multiply(ops.square(g),
-                                                                          1 - b2)),
-                     state["v"], grads)
+        p, g, treedef = _flat("adam", params, grads)
+        s, got = flatten(state)  # m's leaves, step, v's (dicts in sorted key order)
+        want = TreeDef("dict", ("m", "step", "v"), (treedef, LEAF, treedef))
+        if got != want:
+            raise _mismatch("adam.update: state is not what adam.init makes (a dict with m, v "
+                            "and step, m and v structured like params)", want, got)
+        n = len(p)
+        step = ops.add(s[n], 1.0)
+        m = [ops.add(ops.multiply(m, b1), ops.multiply(g, 1 - b1))
+             for m, g in zip(s[:n], g, strict=True)]
+        v = [ops.add(ops.multiply(v, b2), ops.multiply(ops.square(g), 1 - b2))
+             for v, g in zip(s[n + 1:], g, strict=True)]
 
         def step_param(p: Any, m: Any, v: Any) -> Any:
             p = lift(p)  # (a Python number: weak, f32 as tapeml takes it, traced or not)
@@ -80,6 +129,8 @@ def adam(learning_rate: float, b1: float = 0.9, b2: float = 0.999, eps: float = 
             return ops.subtract(p, ops.multiply(
                 ops.divide(m_hat, ops.add(ops.sqrt(v_hat), eps)), learning_rate))
 
-        return tree_map(step_param, params, m, v), {"step": step, "m": m, "v": v}
+        p = [step_param(*leaves) for leaves in zip(p, m, v, strict=True)]
+        return unflatten(treedef, p), {"step": step, "m": unflatten(treedef, m),
+                                       "v": unflatten(treedef, v)}
 
     return Optimizer(init, update)
