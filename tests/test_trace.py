@@ -486,3 +486,17 @@ def test_dir_shows_the_api_not_the_packages_own_imports():
     names = dir(tapeml)
     assert {"jit", "grad", "nn", "optim", "matmul", "Program"} <= set(names)
     assert not {"annotations", "importlib", "sys", "Any"} & set(names)
+
+
+def test_numpys_shape_queries_work_on_tracers():
+    """np.shape, np.ndim and np.size of a tracer are its static shape, rank and size, as
+    numpy's of an array (they were 'numpy.shape cannot run on a tracer', though t.shape
+    works); numpy functions that need values still name the tapeml function to use."""
+    def f(x):
+        return x * np.ndim(x) + np.size(x) + tapeml.zeros(np.shape(x), np.float32)
+
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(tapeml.jit(f)(x), np.full((2, 3), 8, np.float32))
+    with pytest.raises(tapeml.TracingError, match="numpy.mean cannot run on a tracer; use "
+                                                  "tapeml.mean"):
+        tapeml.jit(lambda x: np.mean(x))(x)

@@ -131,6 +131,10 @@ class Trace:
 
 _TRACES: list[Trace] = []
 
+_STATIC_QUERIES = {np.shape: lambda t: tuple(t.shape), np.ndim: lambda t: t.ndim,
+                   np.size: lambda t: t.size}
+"""The numpy functions of a tracer that need no values (np.shape(t) is t.shape, as numpy's)."""
+
 
 @contextmanager
 def new_trace(block: Block, before: Operation | None = None) -> Iterator[Trace]:
@@ -386,6 +390,9 @@ class Tracer:
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         from tapeml.tracing import ops
 
+        if func in _STATIC_QUERIES and args and args[0] is self and len(args) == 1 and \
+                not kwargs:
+            return _STATIC_QUERIES[func](self)  # numpy's np.shape(t): what t knows statically
         if hasattr(ops, func.__name__):
             advice = f"use tapeml.{func.__name__}"
         else:
