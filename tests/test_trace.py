@@ -500,3 +500,23 @@ def test_numpys_shape_queries_work_on_tracers():
     with pytest.raises(tapeml.TracingError, match="numpy.mean cannot run on a tracer; use "
                                                   "tapeml.mean"):
         tapeml.jit(lambda x: np.mean(x))(x)
+
+
+def test_a_program_with_calls_says_so_when_jitted():
+    """A parsed program whose function calls another runs on the interpreter, but jit (and
+    grad, and calling it in a trace) take tape ops only: a TracingError at the user's line
+    naming the call (it said 'cannot replay func.call inside a trace', with no trace begun)."""
+    program = tapeml.Program.parse("""
+        func.func @g(%x: tensor<2xf32>) -> tensor<2xf32> {
+          %0 = tape.add %x, %x : tensor<2xf32>
+          func.return %0 : tensor<2xf32>
+        }
+        func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+          %0 = func.call @g(%x) : (tensor<2xf32>) -> tensor<2xf32>
+          func.return %0 : tensor<2xf32>
+        }""", name="main")
+    x = np.ones(2, np.float32)
+    np.testing.assert_array_equal(program(x), 2 * x)
+    with pytest.raises(tapeml.TracingError, match=r"@main holds a call of @g: .*inline calls "
+                                                  r"into one function first\)\n  at .*test_trace"):
+        tapeml.jit(program)(x)

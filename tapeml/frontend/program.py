@@ -319,7 +319,11 @@ class Program:
 
     def _replayable(self, op: Operation) -> Operation:
         if not isinstance(op, tape.TapeOp):
-            raise TracingError(f"@{self.name}: cannot replay {op.name} inside a trace")
+            what = (f"a call of @{op.callee.string_value()}" if isinstance(op, func.CallOp)
+                    else op.name)
+            raise TracingError(at_user_line(
+                f"@{self.name} holds {what}: a program is jitted, differentiated or called "
+                "inside a trace as tape ops only (inline calls into one function first)"))
         return op
 
     @staticmethod
