@@ -641,7 +641,7 @@ def bind_scratch(engine: Any, kernels: list[str]) -> list[np.ndarray]:
             size = ctypes.c_int64.from_address(
                 engine.get_global_value_address(f"{name}.{buffer}_bytes")).value
             if size:
-                array, address = _aligned(size)
+                array, address = _aligned(size, f"{name}'s {buffer}")
                 ctypes.c_void_p.from_address(
                     engine.get_global_value_address(f"{name}.{buffer}")).value = address
                 buffers.append(array)
@@ -747,7 +747,8 @@ class Native:
         try:  # (list.pop and list.append are atomic: no lock on the common path)
             arena = arenas.pop()
         except IndexError:  # the first call, or every arena held by a call running now
-            buffer, arena = _aligned(self.arena_bytes)
+            buffer, arena = _aligned(self.arena_bytes, f"@{self.name}'s intermediates (its "
+                                     "arena)")
             self._arena_buffers.append(buffer)
         try:
             self.function(*pointers, arena)
@@ -783,9 +784,14 @@ def _address(array: np.ndarray) -> int:
         return array.__array_interface__["data"][0]
 
 
-def _aligned(nbytes: int) -> tuple[np.ndarray, int]:
-    """A buffer of `nbytes` starting on a multiple of ALIGN bytes, and that address."""
-    buffer = np.empty(nbytes + ALIGN, np.uint8)
+def _aligned(nbytes: int, what: str = "a buffer") -> tuple[np.ndarray, int]:
+    """A buffer of `nbytes` starting on a multiple of ALIGN bytes, and that address; a
+    MemoryError naming `what` where there is no room (numpy's ValueError past its limit too)."""
+    try:
+        buffer = np.empty(nbytes + ALIGN, np.uint8)
+    except (MemoryError, ValueError):
+        raise MemoryError(f"{what} takes {nbytes:,} bytes, more than can be allocated "
+                          "here") from None
     address = buffer.__array_interface__["data"][0]
     return buffer, address + (-address) % ALIGN
 

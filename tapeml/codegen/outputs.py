@@ -52,11 +52,16 @@ class Outputs:
         self.recycles = any(pool is not None for pool in self.pools)
 
     def new(self) -> tuple[np.ndarray, ...]:
-        if not self.recycles:
-            return tuple([np.empty(shape, dtype) for shape, dtype, _ in self.specs])
-        return tuple([np.empty(shape, dtype) if pool is None else
-                      _recycled(pool, shape, dtype, nbytes)
-                      for (shape, dtype, nbytes), pool in zip(self.specs, self.pools, strict=True)])
+        try:  # (free where nothing is raised: W6's call)
+            if not self.recycles:
+                return tuple([np.empty(shape, dtype) for shape, dtype, _ in self.specs])
+            return tuple([np.empty(shape, dtype) if pool is None else
+                          _recycled(pool, shape, dtype, nbytes) for (shape, dtype, nbytes), pool
+                          in zip(self.specs, self.pools, strict=True)])
+        except (MemoryError, ValueError):  # (numpy's ValueError past its largest array)
+            shape, dtype, nbytes = max(self.specs, key=lambda spec: spec[2])
+            raise MemoryError(f"a result of shape {shape} and dtype {np.dtype(dtype)} takes "
+                              f"{nbytes:,} bytes, more than can be allocated here") from None
 
 
 def _recycled(pool: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype,
