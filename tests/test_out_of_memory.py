@@ -146,3 +146,24 @@ def test_compiled_programs_call_no_allocator():
     stages = tapeml.jit(tapeml.value_and_grad(loss)).lower(params, x, y)
     assert re.search(r"call (ccc )?void @\"?tapeml_gemm_", stages["llvm ir"])
     assert "@malloc" not in stages["llvm ir"] and "@malloc" not in stages["optimized llvm ir"]
+
+
+def test_the_tools_say_out_of_memory_for_a_huge_splat(tmp_path):
+    """A splat of a huge type expands as xDSL parses it: a MemoryError traceback from the
+    parser reached the user of tapeml-opt and tapeml-run; it is one line and exit 1."""
+    path = tmp_path / "huge.mlir"
+    path.write_text("func.func @main() -> tensor<100000x100000xf32> {\n"
+                    "  %0 = tape.constant dense<1.0> : tensor<100000x100000xf32>\n"
+                    "  func.return %0 : tensor<100000x100000xf32>\n}\n")
+    out = run_isolated(f"""
+        import contextlib, io
+        from tapeml.tools import opt, run
+        for tool in (opt, run):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                status = tool.main([{str(path)!r}])
+            print(status, err.getvalue().strip())
+    """)
+    lines = out.splitlines()
+    assert lines == ["1 tapeml-opt: error: out of memory (a tensor too large for this machine?)",
+                     "1 tapeml-run: error: out of memory (a tensor too large for this machine?)"]

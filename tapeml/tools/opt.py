@@ -244,6 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("tapeml-opt", str(error))
     except OSError as error:
         return fail("tapeml-opt", f"cannot open {error.filename}: {error.strerror}")
+    except MemoryError as error:  # (a splat of a huge type expands as it is parsed)
+        return fail("tapeml-opt", f"out of memory{': ' + str(error) if str(error) else ''} (a "
+                    "tensor too large for this machine?)")
     return 0
 
 

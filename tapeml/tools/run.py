@@ -231,6 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(TOOL, str(error))
     except OSError as error:
         return fail(TOOL, f"cannot open {error.filename}: {error.strerror}")
+    except MemoryError as error:  # (a splat of a huge type expands as it is parsed)
+        return fail(TOOL, f"out of memory{': ' + str(error) if str(error) else ''} (a "
+                    "tensor too large for this machine?)")
 
 
 if __name__ == "__main__":
