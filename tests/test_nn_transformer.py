@@ -132,7 +132,8 @@ def test_cross_entropy_takes_integer_labels_and_one_hot_alike():
     np.testing.assert_allclose(nn.softmax_cross_entropy(logits, one_hot), want, rtol=1e-13)
     _check_grad(lambda z: nn.softmax_cross_entropy(z, labels), logits)
     _compiled_matches_interpreter(nn.softmax_cross_entropy, logits.astype(np.float32), labels)
-    with pytest.raises(tapeml.ShapeError, match="integer labels must be shaped like the logits"):
+    with pytest.raises(tapeml.ShapeError,
+                       match=r"integer labels \(class indices\) must be shaped like the logits"):
         nn.softmax_cross_entropy(logits, labels[:, :2])
 
 

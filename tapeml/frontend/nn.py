@@ -28,22 +28,95 @@ from tapeml.tracing.trace import at_user_line, bind
 Params = dict[str, Any]
 
 
-def _pair(v: int | Sequence[int]) -> tuple[int, int]:
-    return (int(v), int(v)) if isinstance(v, int | np.integer) else (int(v[0]), int(v[1]))
+_PADDINGS = ("an int, a (height, width) pair, (top, left, bottom, right), lax's ((top, "
+             "bottom), (left, right)), 'SAME' or 'VALID'")
 
 
-def _padding(p: int | Sequence[int]) -> tuple[int, int, int, int]:
-    """An int, a (height, width) pair, or (top, left, bottom, right)."""
-    if isinstance(p, int | np.integer):
-        return (int(p),) * 4
-    if len(p) == 2:
-        return (int(p[0]), int(p[1]), int(p[0]), int(p[1]))
-    top, left, bottom, right = (int(v) for v in p)
-    return top, left, bottom, right
+def _whole(v: Any) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
+def _ints(v: Any, lengths: tuple[int, ...], layer: str, arg: str, forms: str,
+          least: int | None = 1) -> tuple[int, ...]:
+    """`v`, an int or a sequence of ints of one of `lengths`, each at least `least`, as a
+    tuple; otherwise a TypeError (not ints) or a ValueError at the user's line naming nn.`layer`,
+    `arg`, the `forms` it takes and what it got (a (1, 1, 2, 2) kernel had pooled 1 x 1
+    windows, a stride of (1, 2, 3) had been (1, 2))."""
+    listed = (isinstance(v, Sequence) and not isinstance(v, str)
+              or isinstance(v, np.ndarray) and v.ndim == 1)
+    values = (v,) if _whole(v) else tuple(v) if listed else None
+    if values is None or not all(map(_whole, values)):
+        raise TypeError(at_user_line(f"nn.{layer}: {arg} must be {forms}; got {v!r}"))
+    if (not _whole(v) and len(values) not in lengths
+            or least is not None and min(values) < least):
+        raise ValueError(at_user_line(f"nn.{layer}: {arg} must be {forms}; got {v!r}"))
+    return tuple(int(i) for i in values)
+
+
+def _pair(v: Any, layer: str = "conv2d", arg: str = "kernel") -> tuple[int, int]:
+    """An int or a (height, width) pair of positive ints, as (height, width)."""
+    values = _ints(v, (2,), layer, arg, "an int or a (height, width) pair of positive ints")
+    return values[0], values[-1]
+
+
+def _padding(p: Any, layer: str = "conv2d") -> tuple[int, int, int, int] | str:
+    """An int, a (height, width) pair, (top, left, bottom, right) or lax's ((top, bottom),
+    (left, right)) as (top, left, bottom, right) (negative amounts crop, as lax's); 'SAME' or
+    'VALID', in any case, as 'SAME' or 'VALID'."""
+    if isinstance(p, str):
+        if p.upper() in ("SAME", "VALID"):
+            return p.upper()
+        raise ValueError(at_user_line(f"nn.{layer}: padding must be {_PADDINGS}; got {p!r}"))
+    if isinstance(p, Sequence) and len(p) == 2 and all(
+            isinstance(e, Sequence) and len(e) == 2 and all(map(_whole, e)) for e in p):
+        (top, bottom), (left, right) = p
+        return int(top), int(left), int(bottom), int(right)
+    values = _ints(p, (2, 4), layer, "padding", _PADDINGS, least=None)
+    return values * 4 if len(values) == 1 else values * 2 if len(values) == 2 else values
+
+
+def _broadcast(*shapes: Sequence[int]) -> tuple[int, ...] | None:
+    """numpy's broadcast of `shapes`, None where they do not broadcast."""
+    try:
+        return np.broadcast_shapes(*map(tuple, shapes))
+    except ValueError:
+        return None
+
+
+def _window(layer: str, x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any = 1
+            ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int],
+                       tuple[int, int, int, int]]:
+    """The (kernel, stride, dilation, (top, left, bottom, right) padding) of a layer's windows
+    over the last two dims of `x`, checked; 'SAME' pads for ceil(size / stride) windows, an
+    odd total's extra row / column at the bottom / right (lax's and TF's), 'VALID' not at all.
+    A padded input smaller than one window is a ShapeError."""
+    k, d = _pair(kernel, layer, "kernel"), _pair(dilation, layer, "dilation")
+    s = _pair(kernel if stride is None else stride, layer, "stride")
+    pad = _padding(padding, layer)
+    if x.ndim < 2:
+        raise ShapeError(at_user_line(f"nn.{layer}: the input must have two spatial dims "
+                                      f"last, got shape {tuple(x.shape)}"))
+    size, span = tuple(x.shape[-2:]), ((k[0] - 1) * d[0] + 1, (k[1] - 1) * d[1] + 1)
+    if pad == "VALID":
+        pad = (0, 0, 0, 0)
+    elif pad == "SAME":  # total = (out - 1) * stride + span - size, out = ceil(size / stride)
+        th, tw = (max((-(-n // st) - 1) * st + e - n, 0)
+                  for n, st, e in zip(size, s, span, strict=True))
+        pad = (th // 2, tw // 2, th - th // 2, tw - tw // 2)
+    padded = (size[0] + pad[0] + pad[2], size[1] + pad[1] + pad[3])
+    if padded[0] < span[0] or padded[1] < span[1]:
+        raise ShapeError(at_user_line(
+            f"nn.{layer}: the input {tuple(x.shape)} padded by {pad} (top, left, bottom, "
+            f"right) is {padded[0]} x {padded[1]}, smaller than one {span[0]} x {span[1]} "
+            f"window (kernel {k}, dilation {d})"))
+    return k, s, d, pad
 
 
 def _pad2d(x: Any, padding: tuple[int, int, int, int], value: float) -> Any:
-    return x if not any(padding) else ops.pad2d(x, padding, value)  # no padding, no tape.pad
+    """`x` padded over its last two dims (no padding, no tape.pad)."""
+    top, left, bottom, right = padding
+    return x if not any(padding) else ops.pad(
+        x, [(0, 0)] * (x.ndim - 2) + [(top, bottom), (left, right)], value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -61,7 +134,7 @@ def linear_init(rng: np.random.Generator, in_features: int, out_features: int,
 def conv2d_init(rng: np.random.Generator, in_channels: int, out_channels: int,
                 kernel: int | Sequence[int], groups: int = 1, dtype: Any = np.float32) -> Params:
     """{"W": (out, in/groups, kh, kw), "b": (out,)}, uniform in +-1/sqrt(fan_in)."""
-    kh, kw = _pair(kernel)
+    kh, kw = _pair(kernel, "conv2d_init")
     fan_in = in_channels // groups * kh * kw
     bound = 1.0 / np.sqrt(fan_in)
     shape = (out_channels, in_channels // groups, kh, kw)
@@ -90,6 +163,24 @@ def _parameters(layer: str, params: Any, init: str, x: str = "x") -> Params:
                                  f"{init} makes; the parameters come first"))
 
 
+def _widths(layer: str, params: Params, names: tuple[str, ...], x: Any, init: str) -> None:
+    """A ShapeError at the user's line unless each params[name] broadcasts along the last axis
+    of `x` (a scale of 17 on rows of 16 had been an error from `multiply`)."""
+    if x.ndim == 0:
+        raise ShapeError(at_user_line(f"nn.{layer}: the input must have an axis to normalize, "
+                                      "got a scalar"))
+    for name in names:
+        if name not in params:
+            raise ValueError(at_user_line(f"nn.{layer}: params has no {name!r}, as {init} "
+                                          f"makes; got keys {sorted(map(str, params))}"))
+        shape = tuple(lift(params[name]).shape)
+        if _broadcast(shape, x.shape) != tuple(x.shape):
+            raise ShapeError(at_user_line(
+                f"nn.{layer}: params[{name!r}] of shape {shape} does not fit the input "
+                f"{tuple(x.shape)}, normalized over its last axis of {x.shape[-1]}: "
+                f"{init}({x.shape[-1]}) makes ({x.shape[-1]},)"))
+
+
 def linear(params: Params, x: Any) -> Any:
     """x @ W + b."""
     params = _parameters("linear", params, "linear_init")
@@ -111,9 +202,14 @@ def mlp(params: Params, x: Any, activation: Callable[[Any], Any] = ops.relu) -> 
 
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 1,
-           padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+           padding: int | str | Sequence[Any] = 0, dilation: int | Sequence[int] = 1,
            groups: int = 1) -> Any:
-    """2-D convolution (cross-correlation), NCHW input, OIHW weight, as im2col + matmul."""
+    """2-D convolution (cross-correlation), NCHW input, OIHW weight (O, C/groups, KH, KW), (O,)
+    bias, as im2col + matmul. `stride`, `dilation`: an int or a (height, width) pair;
+    `padding`: an int, a (height, width) pair, (top, left, bottom, right), lax's ((top,
+    bottom), (left, right)) (negative amounts crop), or 'SAME' (ceil(H / stride) x
+    ceil(W / stride) outputs, the odd pad row / column at the bottom / right, as lax's) or
+    'VALID' (none), in any case."""
     for role, value in (("x", x), ("weight", weight), ("bias", bias)):
         if isinstance(value, dict):  # (the other layers take their parameters' dict first)
             raise TypeError(at_user_line(
@@ -126,6 +222,8 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 
                                       f"{tuple(weight.shape)}"))
     n, c, _, _ = x.shape
     o, cg, kh, kw = weight.shape
+    if not _whole(groups):
+        raise TypeError(at_user_line(f"nn.conv2d: groups must be an int, got {groups!r}"))
     if groups < 1 or c % groups:
         raise ShapeError(at_user_line(
             f"nn.conv2d: groups={groups} must be a positive divisor of the input's {c} "
@@ -134,9 +232,15 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 
         raise ShapeError(at_user_line(
             f"nn.conv2d: with groups={groups}, an input of {c} channels needs a weight of "
             f"{c // groups} input channels and a multiple of {groups} output channels; got "
-            f"weight {tuple(weight.shape)}"))
-    x = _pad2d(x, _padding(padding), 0.0)
-    cols = ops.unfold(x, (kh, kw), _pair(stride), _pair(dilation))  # N, C, OH, OW, KH, KW
+            f"input {tuple(x.shape)} and weight {tuple(weight.shape)} (the input is NCHW, the "
+            f"weight OIHW: (O, C/groups, KH, KW); transpose an NHWC input or an HWIO weight)"))
+    if bias is not None and tuple(lift(bias).shape) != (o,):
+        raise ShapeError(at_user_line(
+            f"nn.conv2d: bias must be ({o},), one per output channel of weight "
+            f"{tuple(weight.shape)}; got {tuple(lift(bias).shape)}"))
+    (kh, kw), stride, dilation, padding = _window("conv2d", x, (kh, kw), stride, padding,
+                                                  dilation)
+    cols = ops.unfold(_pad2d(x, padding, 0.0), (kh, kw), stride, dilation)  # N,C,OH,OW,KH,KW
     oh, ow = cols.shape[2:4]
     w = ops.reshape(weight, (o, cg * kh * kw))
     if groups == 1:
@@ -158,21 +262,24 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 
 
 
 def max_pool2d(x: Any, kernel: int | Sequence[int], stride: int | Sequence[int] | None = None,
-               padding: int | Sequence[int] = 0) -> Any:
-    """Max over windows (padding counts as -inf), as unfold + max."""
-    kernel = _pair(kernel)
-    x = _pad2d(x, _padding(padding), -np.inf)
-    cols = ops.unfold(x, kernel, _pair(stride if stride is not None else kernel))
+               padding: int | str | Sequence[Any] = 0) -> Any:
+    """Max over windows of the last two dims (padding counts as -inf), as unfold + max;
+    `kernel` and `stride` (default: the kernel) an int or a (height, width) pair, `padding`
+    as conv2d's."""
+    x = lift(x)
+    kernel, stride, _, padding = _window("max_pool2d", x, kernel, stride, padding)
+    cols = ops.unfold(_pad2d(x, padding, -np.inf), kernel, stride)
     return ops.max(cols, axis=(-2, -1))
 
 
 def avg_pool2d(x: Any, kernel: int | Sequence[int], stride: int | Sequence[int] | None = None,
-               padding: int | Sequence[int] = 0) -> Any:
-    """Mean over windows (padding counts as zeros; the divisor is always kh*kw), as unfold + sum
-    and a scale."""
-    kernel = _pair(kernel)
-    x = _pad2d(x, _padding(padding), 0.0)
-    cols = ops.unfold(x, kernel, _pair(stride if stride is not None else kernel))
+               padding: int | str | Sequence[Any] = 0) -> Any:
+    """Mean over windows of the last two dims (padding counts as zeros; the divisor is always
+    kh*kw, flax's and torch's default, for 'SAME' too), as unfold + sum and a scale; `kernel`,
+    `stride` and `padding` as max_pool2d's."""
+    x = lift(x)
+    kernel, stride, _, padding = _window("avg_pool2d", x, kernel, stride, padding)
+    cols = ops.unfold(_pad2d(x, padding, 0.0), kernel, stride)
     return ops.divide(ops.sum(cols, axis=(-2, -1)), float(kernel[0] * kernel[1]))
 
 
@@ -257,6 +364,7 @@ def layer_norm(params: Params, x: Any, eps: float = 1e-5) -> Any:
     `tape.layer_norm` (its gradient one `tape.layer_norm_backward`), then the scale and bias."""
     params = _parameters("layer_norm", params, "layer_norm_init")
     (x,), _ = promote("nn.layer_norm", x, floating=True)
+    _widths("layer_norm", params, ("scale", "bias"), x, "layer_norm_init")
     normed = bind(tape.LayerNormOp, x, eps=float(eps))
     return ops.add(ops.multiply(normed, params["scale"]), params["bias"])
 
@@ -269,6 +377,8 @@ def rms_norm_init(width: int, dtype: Any = np.float32) -> Params:
 def rms_norm(params: Params, x: Any, eps: float = 1e-6) -> Any:
     """x / sqrt(mean(x^2) + eps) * scale over the last axis."""
     params = _parameters("rms_norm", params, "rms_norm_init")
+    x = lift(x)
+    _widths("rms_norm", params, ("scale",), x, "rms_norm_init")
     ms = ops.mean(ops.square(x), axis=-1, keepdims=True)
     return ops.multiply(ops.multiply(x, ops.divide(1.0, ops.sqrt(ops.add(ms, eps)))),
                         params["scale"])
@@ -295,10 +405,12 @@ def dot_product_attention(q: Any, k: Any, v: Any, causal: bool = False, mask: An
     with every key masked averages v uniformly instead of giving NaN."""
     q, k, v = lift(q), lift(k), lift(v)
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] or \
-            k.shape[-2] != v.shape[-2]:
+            k.shape[-2] != v.shape[-2] or _broadcast(q.shape[:-2], k.shape[:-2],
+                                                     v.shape[:-2]) is None:
         raise ShapeError(at_user_line(
             f"nn.dot_product_attention: q (..., Tq, D), k (..., Tk, D) and v (..., Tk, Dv) "
-            f"must agree, got {tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"))
+            f"must agree, their leading (batch, head) dims broadcast (heads before time: "
+            f"(B, H, T, D)), got {tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"))
     scale = float(1 / np.sqrt(q.shape[-1])) if scale is None else float(scale)
     scores = ops.matmul(ops.multiply(q, scale), ops.transpose(
         k, (*range(k.ndim - 2), k.ndim - 1, k.ndim - 2)))
@@ -311,6 +423,11 @@ def dot_product_attention(q: Any, k: Any, v: Any, causal: bool = False, mask: An
         if np.dtype(mask.dtype) != np.bool_:
             raise TypeError(at_user_line(f"nn.dot_product_attention: mask must be boolean "
                                          f"(True where a query may attend), got {mask.dtype}"))
+        if _broadcast(mask.shape, scores.shape) != tuple(scores.shape):
+            raise ShapeError(at_user_line(
+                f"nn.dot_product_attention: mask {tuple(mask.shape)} must broadcast to the "
+                f"scores' (..., Tq, Tk) = {tuple(scores.shape)} of q {tuple(q.shape)} and k "
+                f"{tuple(k.shape)}"))
         keep = mask if keep is None else ops.logical_and(keep, mask)
     if keep is not None:
         scores = ops.where(keep, scores, float(np.finfo(scores.dtype).min))
