@@ -41,3 +41,8 @@ class StableHLOError(ValueError):
 class IREEError(RuntimeError):
     """IREE's compiler rejected the StableHLO tapeml wrote (a limit or a bug of IREE's: the
     StableHLO is checked against the interpreter elsewhere); its diagnostics follow."""
+
+
+def a_or_an(word: str) -> str:
+    """`word` with its indefinite article, for messages: "an ArrayImpl", "a str"."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"

@@ -136,7 +136,7 @@ def test_the_cache_and_its_explanations():
     f(r(4), 3.0)
     log = f.explain().splitlines()
     assert log[0].startswith("g: compiled for ((...,), {}) with float32[3] (first call)")
-    assert "shapes or dtypes changed (leaf 0: float32[3] -> float32[4])" in log[1]
+    assert "shapes or dtypes changed (`a`: float32[3] -> float32[4])" in log[1]
     assert "static arguments changed from (2.0,) to (3.0,)" in log[2]
     assert len(f.cache) == 2  # bounded
     np.testing.assert_allclose(f(np.ones(4, np.float32), 3.0), 3.0)

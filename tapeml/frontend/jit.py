@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tapeml.codegen import Compiled, get_backend
+from tapeml.errors import a_or_an
 from tapeml.frontend.batch_sizes import BatchSizes
 from tapeml.frontend.program import Spec, argument_paths, is_device_array, trace
 from tapeml.profile import KernelProfile
@@ -256,11 +257,12 @@ class Jitted:
                 return dynamic, leaves, entry
             hint = self.batch is None and getattr(self.backend, "name", None) == "cpu"
             last = self._last
+            fn = self._with_static(static, positions)
             self.log.append(self._why((tree, specs), static,
-                                      hint and _leaf_arguments(args, positions)))
+                                      hint and _leaf_arguments(args, positions),
+                                      lambda: argument_paths(fn, dynamic, kwargs)))
             try:
                 with _no_cycle_collection():
-                    fn = self._with_static(static, positions)
                     generic, note = (None, "") if self.batch is None else self.batch.compile(
                         self.backend, fn, (dynamic, kwargs), tree, leaves, specs, static_key,
                         self.batch.batch_leaves(args, positions, dynamic))
@@ -302,7 +304,7 @@ class Jitted:
             if not isinstance(x, np.ndarray | np.generic | int | float | Spec) and \
                     not is_device_array(x):
                 path = argument_paths(self.fn, dynamic, kwargs)[i]
-                raise TypeError(f"jit: argument `{path}` is a {type(x).__name__}; arguments "
+                raise TypeError(f"jit: argument `{path}` is {a_or_an(type(x).__name__)}; arguments "
                                 "are arrays, numbers or pytrees (tuples, lists, dicts) of them")
             keys.append(_leaf_key(x))
         return tuple(keys)
@@ -327,11 +329,12 @@ class Jitted:
             pass
         return call
 
-    def _why(self, signature: tuple, static: tuple, arguments: list[int] | bool = False
-             ) -> str:
+    def _why(self, signature: tuple, static: tuple, arguments: list[int] | bool = False,
+             paths: Callable[[], list[str]] | None = None) -> str:
         """The log's line for a compilation for `signature` and `static`; `arguments`, each
         leaf's positional argument (kwargs' leaves past them), where a hint at batch_argnums
-        may be given."""
+        may be given; `paths`, the leaves' paths (`x`, `params.lin1.W`), asked for where a
+        leaf changed."""
         name = getattr(self.fn, "__name__", "f")
         last, self._last = self._last, (signature, static)
         if last is None:
@@ -340,7 +343,9 @@ class Jitted:
         if last_signature[0] != signature[0]:
             reason = f"the argument structure changed from {last_signature[0]} to {signature[0]}"
         elif last_signature != signature:
-            changes = [f"leaf {i}: {_spec_text(a)} -> {_spec_text(b)}" for i, (a, b)
+            names = paths() if paths is not None else []
+            changes = [f"{f'`{names[i]}`' if i < len(names) else f'leaf {i}'}: "
+                       f"{_spec_text(a)} -> {_spec_text(b)}" for i, (a, b)
                        in enumerate(zip(last_signature[1], signature[1], strict=True))
                        if a != b]
             reason = "shapes or dtypes changed (" + "; ".join(changes) + ")"

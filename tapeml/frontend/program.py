@@ -43,7 +43,7 @@ from tapeml.dialects.names import (
     ssa_name,
     value_names,
 )
-from tapeml.errors import ShapeError, TracingError
+from tapeml.errors import ShapeError, TracingError, a_or_an
 from tapeml.frontend.flops import op_flops
 from tapeml.interpreters import interpret
 from tapeml.profile import count_ops, record
@@ -135,8 +135,9 @@ def trace_with(fn: Callable, example_args: tuple, example_kwargs: dict,
         if is_device_array(leaf):
             leaf = Spec(leaf.shape, leaf.dtype)
         if not isinstance(leaf, Spec | Tracer | np.ndarray | np.generic | float | int):
-            raise TracingError(f"trace: argument `{path}` is a {type(leaf).__name__}; arguments "
-                               "must be arrays, floats or tapeml.Spec (close over anything else)")
+            raise TracingError(f"trace: argument `{path}` is {a_or_an(type(leaf).__name__)}; "
+                               "arguments must be arrays, floats or tapeml.Spec (close over "
+                               "anything else)")
         weak.append(is_weak_scalar(leaf) or (isinstance(leaf, Tracer) and leaf.weak))
         if isinstance(leaf, Spec | Tracer):
             spec = Spec.of(leaf)
@@ -183,8 +184,8 @@ def _checked_result(x: Any, path: str) -> Any:
         return bind(tape.CastOp, x, dtype=np.dtype(np.float32)) if x.dtype.kind == "f" else x
     if isinstance(x, Tracer | np.ndarray | np.generic | float | int):
         return x
-    raise TracingError(at_user_line(f"trace: result `{path}` is a {type(x).__name__}; results "
-                                    "must be arrays or tracers"))
+    raise TracingError(at_user_line(f"trace: result `{path}` is {a_or_an(type(x).__name__)}; "
+                                    "results must be arrays or tracers"))
 
 
 def _names(paths: Any, fits: list[str | None] | None = None) -> ArrayAttr:
