@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from xdsl.ir import Block
 
+import tapeml
 from tapeml.dialects import tape
 from tapeml.errors import ShapeError
 
@@ -181,3 +182,20 @@ def test_window_and_layout_rules(op, shapes_, params, message):
     with pytest.raises(ShapeError, match=op.name) as e:
         op.build(*(arg(s) for s in shapes_), **params)
     assert message in str(e.value)
+
+
+def test_build_says_which_parameter_has_the_wrong_type():
+    """Op.build checks each parameter's Python type against its clause: a TypeError naming the
+    op and the parameter (PadOp.build(value="x") was float()'s bare ValueError,
+    SumOp.build(keepdims="no") a keepdims of True, a list of floats truncated to ints)."""
+    x = tapeml.trace(lambda x: x, np.ones((2, 3), np.float32)).function.body.block.args[0]
+    cases = [(tape.PadOp, dict(low=[1, 1], high=[1, 1], value="x"), "value must be a number"),
+             (tape.PadOp, dict(low=[1, 1], high=[1.5, 1], value=0.0),
+              "high must be a sequence of ints"),
+             (tape.SumOp, dict(axes=[0], keepdims="no"), "keepdims must be True or False"),
+             (tape.ConcatOp, dict(axis=0.0), "axis must be an int")]
+    for op, params, message in cases:
+        with pytest.raises(TypeError, match=f"{op.name}: {message}, got"):
+            op.build(x, **params)
+    assert tape.SumOp.build(x, axes=np.array([1]), keepdims=np.bool_(True)).params == {
+        "axes": (1,), "keepdims": True}

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+import numpy as np
 from xdsl.dialects.builtin import (
     DenseArrayBase,
     FloatAttr,
@@ -54,6 +55,13 @@ class Clause:
 
     def to_attr(self, value: Any) -> Attribute | None:
         raise NotImplementedError
+
+    def takes(self, value: Any) -> bool:
+        """Whether `value` is of the Python type the clause stores (build's check)."""
+        return True
+
+    KIND: ClassVar[str] = ""
+    """What the clause takes, for build's error."""
 
     def to_python(self, attr: Attribute | None) -> Any:
         raise NotImplementedError
@@ -110,9 +118,19 @@ def _i64_attr(value: int) -> IntegerAttr:
     return IntegerAttr(value, i64)
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)
+
+
 @dataclass(frozen=True)
 class IntList(Clause):
     """`name = [1, 2]`: a tuple of ints."""
+
+    KIND: ClassVar[str] = "a sequence of ints"
+
+    def takes(self, value: Any) -> bool:
+        return not isinstance(value, str | bytes) and isinstance(value, Sequence | np.ndarray) \
+            and all(map(_is_int, value))
 
     @staticmethod
     def prop() -> Any:
@@ -138,6 +156,11 @@ class IntList(Clause):
 class Int(Clause):
     """`name = 3`."""
 
+    KIND: ClassVar[str] = "an int"
+
+    def takes(self, value: Any) -> bool:
+        return _is_int(value)
+
     @staticmethod
     def prop() -> Any:
         return prop_def(IntegerAttr.constr(type=i64))
@@ -162,6 +185,12 @@ _SPECIAL_FLOATS = {"inf": math.inf, "nan": math.nan}
 @dataclass(frozen=True)
 class Float(Clause):
     """`name = 0.5` (an f64; `inf`, `-inf` and `nan` are written as words)."""
+
+    KIND: ClassVar[str] = "a number"
+
+    def takes(self, value: Any) -> bool:
+        return isinstance(value, int | float | np.integer | np.floating) and \
+            not isinstance(value, bool | np.bool_)
 
     @staticmethod
     def prop() -> Any:
@@ -195,6 +224,11 @@ class Float(Clause):
 @dataclass(frozen=True)
 class Flag(Clause):
     """A bare keyword `name`, present or absent: a bool."""
+
+    KIND: ClassVar[str] = "True or False"
+
+    def takes(self, value: Any) -> bool:
+        return isinstance(value, bool | np.bool_)
 
     @staticmethod
     def prop() -> Any:
@@ -289,6 +323,10 @@ class TapeOp(IRDLOperation):
             raise TypeError(f"{cls.name} needs the parameters {sorted(missing)}")
         types = [_type_of(o) for o in operands]
         params = cls.normalize(types, params)
+        for clause in cls.CLAUSES:  # (after normalize: axes=-1 is (-1,) there)
+            if not clause.takes(params[clause.name]):
+                raise TypeError(f"{cls.name}: {clause.name} must be {clause.KIND}, got "
+                                f"{params[clause.name]!r}")
         result_type = cls.infer(*types, **params)
         properties = {}
         for clause in cls.CLAUSES:
