@@ -39,13 +39,16 @@ class Stage:
 
 @contextmanager
 def profile() -> Iterator[list[Stage]]:
-    """Collect the stages run inside the block, in order, into the list it yields."""
+    """Collect the stages run inside the block, in order, into the list it yields (inside
+    another profile's block, they are that one's stages too)."""
     stages: list[Stage] = []
     token = _STAGES.set(stages)
     try:
         yield stages
     finally:
         _STAGES.reset(token)
+        if (outer := _STAGES.get()) is not None:
+            outer.extend(stages)
 
 
 def profiling() -> bool:

@@ -127,3 +127,14 @@ def test_profile_refuses_what_it_cannot_do():
             tapeml.jit(lambda x: x * 2.0).profile(np.ones(3, np.float32), repeat=repeat)
     with pytest.raises(TypeError, match="static arguments .* must be hashable"):
         tapeml.jit(lambda x, n: x * n[0], static_argnums=1).profile(np.ones(3, np.float32), [3])
+
+
+def test_a_profile_inside_another_gives_its_stages_to_both():
+    """The outer profile's list held nothing when an inner one was active around the compile
+    (each stage went to the innermost list only)."""
+    x = np.ones(3, np.float32)
+    with tapeml.profile() as outer:
+        with tapeml.profile() as inner:
+            tapeml.jit(lambda a: a * 3.0 + 1.0)(x)
+        tapeml.jit(lambda a: a - 2.0)(x)
+    assert inner and len(outer) > len(inner) and outer[:len(inner)] == inner
