@@ -397,3 +397,35 @@ def test_max_and_min_of_booleans_are_any_and_all():
         for axis in (None, 0, 1):
             for run in (f, tapeml.jit(f, static_argnums=1)):
                 assert_same_bits(np.asarray(run(m, axis)), np.asarray(ref(m, axis=axis)))
+
+
+def test_the_fit_check_follows_python_ints_only_and_through_grad_and_programs():
+    """Only a Python int that reaches the int32 conversion must fit: one that feeds a
+    comparison (a where's condition) or a Python float does not (they were refused: a
+    spurious OverflowError); and the check holds through value_and_grad inside jit and a
+    Program replayed inside jit (it was lost there: the int wrapped)."""
+    ids = np.array([1, 2, 3], np.int32)
+    f = tapeml.jit(lambda ids, n: ids + tapeml.where(n > 2**35, 1, 0))
+    assert_same_bits(f(ids, 2**40), ids + 1)
+    g = tapeml.jit(lambda ids, x: ids + tapeml.where(x > 0, 1, 2))
+    assert_same_bits(g(ids, 1e10), ids + 1)
+    w = np.ones(3, np.float32)
+
+    def loss(w, ids, n):
+        return tapeml.sum(w * (ids + n))
+
+    program = tapeml.trace(lambda ids, n: ids + n, ids, 3)
+    for run in (tapeml.jit(lambda w, ids, n: tapeml.value_and_grad(loss)(w, ids, n)[0]),
+                tapeml.jit(lambda w, ids, n: program(ids, n))):
+        with pytest.raises(OverflowError, match="the Python integer 4294967303, does not fit"):
+            run(w, ids, 2**32 + 7)
+
+
+def test_a_program_in_a_trace_refuses_an_array_of_another_dtype():
+    """A numpy array of another dtype given to a Program inside a trace is a TypeError, as the
+    interpreter's check is (it was converted silently: floats truncated into an int32
+    argument)."""
+    program = tapeml.trace(lambda x, y: x + y, np.ones(3, np.float32), np.ones(3, np.int32))
+    with pytest.raises(TypeError, match=r"argument 1 \(`y`\) must have dtype int32, the dtype "
+                                        r"it was traced \(or loaded\) with, got float64"):
+        tapeml.jit(lambda x: program(x, np.array([1.7, 2.7, -3.7])))(np.ones(3, np.float32))

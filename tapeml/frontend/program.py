@@ -294,12 +294,23 @@ class Program:
         ops are valid in their trace as they are."""
         block = self.function.body.block
         return any(isinstance(x, Tracer) for x in leaves) and all(
-            (x.value.type if isinstance(x, Tracer) else
-             tape.tensor_type(np.shape(x), tape.dtype_of(arg.type))) == arg.type
+            x.value.type == arg.type if isinstance(x, Tracer) else
+            np.shape(x) == arg.type.get_shape() and (
+                not isinstance(x, np.ndarray | np.generic)  # a Python number takes its type
+                or x.dtype.newbyteorder("=") == tape.dtype_of(arg.type))
             for arg, x in zip(block.args, leaves, strict=True))
+
+    def _carry_fits(self, leaves: list[Any]) -> None:
+        """A weak leaf given to an argument that must fit a narrower integer (tapeml.fits: the
+        program's ops convert it) must fit it in the leaves' trace too: noted there."""
+        fits = argument_fits(self.function.arg_attrs, len(leaves))
+        for leaf, dtype in zip(leaves, fits, strict=True):
+            if dtype is not None and isinstance(leaf, Tracer) and leaf.weak:
+                leaf.trace.narrowed(leaf.value, np.dtype(dtype))
 
     def _arguments_in(self, trace: Any, leaves: list[Any]) -> dict[SSAValue, SSAValue]:
         """Each argument of the program, mapped to its leaf's value in `trace`."""
+        self._carry_fits(leaves)
         return {arg: trace.operand(leaf if isinstance(leaf, Tracer) else
                                    np.asarray(leaf, dtype=tape.dtype_of(arg.type)))
                 for arg, leaf in zip(self.function.body.block.args, leaves, strict=True)}
@@ -347,6 +358,7 @@ class Program:
         if self._takes_as_it_is(leaves):
             return self._clone_into(trace, leaves)
         leaves = self._checked(leaves)
+        self._carry_fits(leaves)
         env: dict[SSAValue, Any] = {}
         for arg, leaf in zip(block.args, leaves, strict=True):
             env[arg] = leaf if isinstance(leaf, Tracer) else \
@@ -376,6 +388,10 @@ class Program:
                     f"{where} must have shape {arg.type.get_shape()}, the shape it was traced "
                     f"(or loaded) with, got {shape}"))
             dtype = tape.dtype_of(arg.type)
+            if isinstance(leaf, np.ndarray | np.generic) and \
+                    leaf.dtype.newbyteorder("=") != dtype:
+                raise TypeError(at_user_line(f"{where} must have dtype {dtype}, the dtype it was "
+                                             f"traced (or loaded) with, got {leaf.dtype}"))
             if isinstance(leaf, Tracer) and np.dtype(leaf.dtype) != dtype:
                 if not leaf.weak:
                     raise TypeError(at_user_line(f"{where} must have dtype {dtype}, the dtype "

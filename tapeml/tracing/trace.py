@@ -100,8 +100,8 @@ class Trace:
         stack, seen = [value], set()
         while stack:
             v = stack.pop()
-            if v in seen:
-                continue
+            if v in seen or v.type.get_element_type() != value.type.get_element_type():
+                continue  # (a comparison's or a where's condition, a float: no Python int)
             seen.add(v)
             if isinstance(v, BlockArgument) and v.block is self.block:
                 self.fits[v] = dtype

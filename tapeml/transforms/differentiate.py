@@ -238,8 +238,11 @@ def _update_signature(f: func.FuncOp, wrt: list[SSAValue], seeds: list[SSAValue]
         value.name_hint = f"seed{k}"
     own_args = list(block.args)[: len(block.args) - len(seeds)]
     arg_names = value_names(f.arg_attrs, own_args, "arg") + [f"seed{k}" for k in range(len(seeds))]
-    if f.arg_attrs is not None or seeds:
-        f.arg_attrs = _name_attrs(arg_names)
+    if f.arg_attrs is not None or seeds:  # (an argument's other attributes kept: tapeml.fits)
+        kept = [dict(d.data) for d in f.arg_attrs.data] if f.arg_attrs is not None else []
+        f.arg_attrs = ArrayAttr([DictionaryAttr((kept[i] if i < len(kept) else {}) |
+                                                {NAME_ATTR: StringAttr(n)})
+                                 for i, n in enumerate(arg_names)])
     named = dict(zip(block.args, arg_names, strict=True))
     results = list(ret.operands)[: len(ret.operands) - len(wrt)]
     result_names = value_names(f.res_attrs, results, "result")
