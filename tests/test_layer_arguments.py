@@ -209,3 +209,32 @@ def test_norm_params_and_masks_that_broadcast_are_taken():
                                nn.layer_norm(nn.layer_norm_init(8, np.float64), x), rtol=1e-12)
     for mask in (np.tril(np.ones((8, 8), bool)), np.ones((2, 1, 1, 8), bool)):
         assert nn.dot_product_attention(Q, Q, Q, mask=mask).shape == Q.shape
+
+
+def test_integer_and_boolean_pools_and_convolutions_as_eagerly_under_jit():
+    """After a review: a max pool pads an integer input with its least value and a boolean
+    one with False (the -inf padding had become True: every border window of a padded
+    boolean pool was True; an int32 one an OverflowError), and an integer convolution or
+    pool under jit is the idiom's loops (tape-fuse raised it to tape.conv2d / maxpool2d,
+    which take floats: a ShapeError under jit only). A bias of (O, 1, 1) or (1, O, 1, 1) is
+    taken, as torch's and before."""
+    mask = np.zeros((1, 1, 5, 5), bool)
+    mask[0, 0, 2, 2] = True
+    for run in (nn.max_pool2d, tapeml.jit(nn.max_pool2d, static_argnums=(1, 2, 3))):
+        pooled = run(mask, 3, 1, 1)
+        assert pooled.dtype == np.bool_ and pooled.sum() == 9 and pooled[0, 0, 1:4, 1:4].all()
+    ids = np.arange(-8, 8, dtype=np.int32).reshape(1, 1, 4, 4)
+    want = reference.maxpool2d(ids.astype(np.float64), (2, 2), (2, 2), (1, 1, 1, 1))
+    for run in (nn.max_pool2d, tapeml.jit(nn.max_pool2d, static_argnums=(1, 2, 3))):
+        got = run(ids, 2, 2, 1)
+        assert got.dtype == np.int32 and np.array_equal(got, want)
+    x = np.arange(2 * 2 * 5 * 5, dtype=np.int32).reshape(2, 2, 5, 5) % 7 - 3
+    w = (np.arange(3 * 2 * 3 * 3, dtype=np.int32).reshape(3, 2, 3, 3) % 5) - 2
+    eager = nn.conv2d(x, w, padding=1)
+    assert eager.dtype == np.int32
+    np.testing.assert_array_equal(tapeml.jit(lambda x, w: nn.conv2d(x, w, padding=1))(x, w),
+                                  eager)
+    xf, wf = x.astype(np.float32), w.astype(np.float32)
+    base = nn.conv2d(xf, wf, np.arange(3.0, dtype=np.float32))
+    for bias in (np.arange(3.0).reshape(3, 1, 1), np.arange(3.0).reshape(1, 3, 1, 1)):
+        np.testing.assert_array_equal(nn.conv2d(xf, wf, bias.astype(np.float32)), base)

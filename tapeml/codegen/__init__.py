@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Protocol
 
+import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 
@@ -65,7 +66,8 @@ def get_backend(name: str, **options: Any) -> Backend:
         raise TypeError(f"the {name} backend has no option{'s' * (len(unknown) > 1)} "
                         f"{', '.join(unknown)} (its options: {', '.join(known)})")
     for flag in ("fuse", "libm", "emulate"):
-        if flag in options and not isinstance(options[flag], bool):
+        if flag in options and not (isinstance(options[flag], bool | np.bool_)
+                                    or options[flag] in (0, 1)):
             raise TypeError(f"the {name} backend's {flag} must be True or False, got "
                             f"{options[flag]!r}")
     return backend(**options)

@@ -234,8 +234,8 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 
             f"{c // groups} input channels and a multiple of {groups} output channels; got "
             f"input {tuple(x.shape)} and weight {tuple(weight.shape)} (the input is NCHW, the "
             f"weight OIHW: (O, C/groups, KH, KW); transpose an NHWC input or an HWIO weight)"))
-    if bias is not None and tuple(lift(bias).shape) != (o,):
-        raise ShapeError(at_user_line(
+    if bias is not None and [d for d in lift(bias).shape if d != 1] != ([o] if o != 1 else []):
+        raise ShapeError(at_user_line(  # ((O,), or (O, 1, 1) or (1, O, 1, 1) as torch's)
             f"nn.conv2d: bias must be ({o},), one per output channel of weight "
             f"{tuple(weight.shape)}; got {tuple(lift(bias).shape)}"))
     (kh, kw), stride, dilation, padding = _window("conv2d", x, (kh, kw), stride, padding,
@@ -263,12 +263,15 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 
 
 def max_pool2d(x: Any, kernel: int | Sequence[int], stride: int | Sequence[int] | None = None,
                padding: int | str | Sequence[Any] = 0) -> Any:
-    """Max over windows of the last two dims (padding counts as -inf), as unfold + max;
-    `kernel` and `stride` (default: the kernel) an int or a (height, width) pair, `padding`
-    as conv2d's."""
+    """Max over windows of the last two dims (padding counts as -inf: an integer's least
+    value, a boolean's False), as unfold + max; `kernel` and `stride` (default: the kernel)
+    an int or a (height, width) pair, `padding` as conv2d's."""
     x = lift(x)
     kernel, stride, _, padding = _window("max_pool2d", x, kernel, stride, padding)
-    cols = ops.unfold(_pad2d(x, padding, -np.inf), kernel, stride)
+    dtype = np.dtype(x.dtype)
+    least = -np.inf if dtype.kind == "f" else False if dtype == np.bool_ else \
+        int(np.iinfo(dtype).min)
+    cols = ops.unfold(_pad2d(x, padding, least), kernel, stride)
     return ops.max(cols, axis=(-2, -1))
 
 

@@ -377,7 +377,10 @@ def flip(x: Any, axis: int | Sequence[int] | None = None) -> Array:
     """numpy.flip: the elements of each axis given (every axis: None) in reverse order."""
     x = lift(x)
     axes = range(x.ndim) if axis is None else axis if isinstance(axis, tuple | list) else [axis]
-    flipped = {axis_index("flip", a, x.ndim) for a in axes}
+    listed = [axis_index("flip", a, x.ndim) for a in axes]
+    flipped = set(listed)
+    if len(flipped) != len(listed):
+        raise ValueError(at_user_line(f"flip: repeated axis in {axis!r}"))
     return getitem(x, tuple(slice(None, None, -1) if a in flipped else slice(None)
                             for a in range(x.ndim)))
 

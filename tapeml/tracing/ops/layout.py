@@ -116,6 +116,10 @@ def pad(x: Any, pad_width: Any, constant_values: float = 0.0) -> Array:
     x = lift(x)
     widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
     dtype = np.dtype(x.dtype)
+    if dtype.kind != "f" and isinstance(constant_values, float | np.floating) and \
+            not np.isfinite(constant_values):
+        raise ValueError(at_user_line(f"pad: a constant of {constant_values} is no {dtype} "
+                                      "value"))
     value = float(constant_values) if dtype.kind == "f" else \
         to_dtype("pad", constant_values, dtype).item()
     if dtype.kind == "i" and abs(value) > 2**53:  # (tape.pad's value is an f64)

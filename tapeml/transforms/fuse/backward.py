@@ -20,6 +20,7 @@ from tapeml.transforms.fuse.matching import (
     Windows,
     constant_value,
     match_windows,
+    of_floats,
     pool_windows,
     producer,
     single_use,
@@ -96,6 +97,8 @@ class ConvBackwardInput(FusionPattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tape.PadOp | tape.FoldOp, rewriter: PatternRewriter
                           ) -> None:
+        if not of_floats(op):  # (the op an idiom raises to takes floats)
+            return
         if (folded := match_folded(op)) is None:
             return
         moved = producer(folded.value, tape.PermuteOp)
@@ -127,6 +130,8 @@ class ConvBackwardWeight(FusionPattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tape.ReshapeOp, rewriter: PatternRewriter) -> None:
+        if not of_floats(op):  # (the op an idiom raises to takes floats)
+            return
         if len(op.result.type.get_shape()) != 4:
             return
         back = producer(op.input, tape.PermuteOp)
@@ -199,6 +204,8 @@ class MaxPoolBackward(FusionPattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tape.PadOp | tape.FoldOp, rewriter: PatternRewriter
                           ) -> None:
+        if not of_floats(op):  # (the op an idiom raises to takes floats)
+            return
         if (folded := match_folded(op)) is None:
             return
         mul = producer(folded.value, tape.MulOp)
@@ -234,6 +241,8 @@ class AvgPoolBackward(FusionPattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tape.PadOp | tape.FoldOp, rewriter: PatternRewriter
                           ) -> None:
+        if not of_floats(op):  # (the op an idiom raises to takes floats)
+            return
         if (folded := match_folded(op)) is None:
             return
         share = _unreduced(folded.value)

@@ -15,6 +15,7 @@ from tapeml.transforms.fuse.matching import (
     Windows,
     constant_value,
     match_windows,
+    of_floats,
     pool_windows,
     producer,
     single_use,
@@ -34,6 +35,8 @@ class ConvForward(FusionPattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tape.PermuteOp | tape.ReshapeOp,
                           rewriter: PatternRewriter) -> None:
+        if not of_floats(op):  # (the op an idiom raises to takes floats)
+            return
         if isinstance(op, tape.PermuteOp) and op.params["perm"] == (0, 3, 1, 2):
             match = self._grouped_1(op)
         elif isinstance(op, tape.ReshapeOp):
@@ -122,6 +125,8 @@ class MaxPoolForward(FusionPattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tape.MaxOp, rewriter: PatternRewriter) -> None:
+        if not of_floats(op):  # (the op an idiom raises to takes floats)
+            return
         windows = pool_windows(op, -np.inf)
         if windows is None or not single_use(*(o.results[0] for o in windows.ops())):
             return
@@ -137,6 +142,8 @@ class AvgPoolForward(FusionPattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tape.DivOp, rewriter: PatternRewriter) -> None:
+        if not of_floats(op):  # (the op an idiom raises to takes floats)
+            return
         total = producer(op.lhs, tape.SumOp)
         divisor = constant_value(op.rhs)
         windows = total and pool_windows(total, 0.0)
@@ -162,6 +169,8 @@ class ConvScale(FusionPattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tape.MulOp, rewriter: PatternRewriter) -> None:
+        if not of_floats(op):  # (the op an idiom raises to takes floats)
+            return
         for value, other in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
             scale = _per_channel(other, value)
             if scale is None or not value.has_one_use():

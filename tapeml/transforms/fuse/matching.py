@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from xdsl.dialects.builtin import Float32Type, Float64Type
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 
@@ -88,6 +89,13 @@ def pool_windows(reduction: tape.SumOp | tape.MaxOp, pad_value: float) -> Window
     if windows is None or windows.params["dilation"] != (1, 1):
         return None
     return windows
+
+
+def of_floats(op: Operation) -> bool:
+    """`op`'s result holds floats: the ops an idiom is raised to (conv2d, the pools and their
+    gradients) take f32 and f64 only, so an idiom of integers or booleans (unfold and matmul
+    take them too) stays as it is."""
+    return isinstance(op.results[0].type.get_element_type(), Float32Type | Float64Type)
 
 
 class FusionPattern(RewritePattern):
