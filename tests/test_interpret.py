@@ -94,9 +94,19 @@ def test_hex_elements_of_a_float_literal_are_bit_patterns():
     a, b, c = program()
     assert np.isnan(a[0]) and a[1] == 1.0 and a[2] == 1048576.0 and b == -np.inf
     np.testing.assert_array_equal(c, [3.0, -2.0])
-    with pytest.raises(Exception, match="hex literal 0x1FFFFFFFF does not fit in f32's 32 bits"):
-        tapeml.Program.parse("""
-            func.func @f() -> tensor<f32> {
-              %0 = tape.constant dense<0x1FFFFFFFF> : tensor<f32>
-              func.return %0 : tensor<f32>
-            }""")
+    for literal, message in (("0x1FFFFFFFF", "hex literal 0x1FFFFFFFF does not fit in f32's 32 "
+                                             "bits"),
+                             ("-0x7F800000", "hex literal -0x7F800000 of f32 is a bit pattern: "
+                                             "it takes no sign")):
+        with pytest.raises(Exception, match=message):
+            tapeml.Program.parse(f"""
+                func.func @f() -> tensor<f32> {{
+                  %0 = tape.constant dense<{literal}> : tensor<f32>
+                  func.return %0 : tensor<f32>
+                }}""")
+    signed = tapeml.Program.parse("""
+        func.func @f() -> tensor<2xi32> {
+          %0 = tape.constant dense<[-0x10, 0x10]> : tensor<2xi32>
+          func.return %0 : tensor<2xi32>
+        }""")()
+    np.testing.assert_array_equal(signed, [-16, 16])  # (integers' hex literals as they were)

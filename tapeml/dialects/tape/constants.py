@@ -151,7 +151,10 @@ def _hex_elements_as_bits() -> None:
         dtype = _FLOAT_BITS.get(type(t))
         value = self.value
         if dtype is not None and isinstance(value, int) and not isinstance(value, bool) and \
-                self.span.text[:2] in ("0x", "0X"):
+                self.span.text.lstrip("-")[:2] in ("0x", "0X"):
+            if self.span.text.startswith("-"):  # (MLIR's: a bit pattern takes no sign)
+                parser.raise_error(f"hex literal {self.span.text} of {t} is a bit pattern: "
+                                   "it takes no sign", at_position=self.span)
             width = np.dtype(dtype).itemsize * 8
             if not 0 <= value < 2**width:
                 parser.raise_error(f"hex literal {self.span.text} does not fit in {t}'s "
