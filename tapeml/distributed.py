@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tapeml.frontend.jit import Jitted, jit
-from tapeml.tracing.pytree import flatten, unflatten
+from tapeml.tracing.pytree import flatten, leaf_paths, unflatten
 
 
 def _mpi() -> Any:
@@ -81,12 +81,36 @@ def _leaves(tree: Any, what: str) -> tuple[list[np.ndarray], Any]:
     return arrays, treedef
 
 
+def _agree(world: World, what: str, arrays: list[np.ndarray], treedef: Any) -> None:
+    """Every rank passes the same structure, shapes and dtypes, or every rank raises a
+    ValueError naming the first difference (a collective over buffers of unequal sizes would
+    abort MPI or mix the ranks' data). One small `allgather`, so every rank sees all."""
+    layout = [(path, a.dtype.str, a.shape) for path, a in zip(leaf_paths(treedef), arrays,
+                                                              strict=True)]
+    ranks = world.comm.allgather((str(treedef), layout))
+    other = next((r for r, theirs in enumerate(ranks) if theirs != ranks[0]), None)
+    if other is None:
+        return
+    (tree0, layout0), (tree1, layout1) = ranks[0], ranks[other]
+    if tree0 != tree1:
+        said = f"rank 0 has {tree0}, rank {other} {tree1}"
+    else:
+        (path, dtype0, shape0), (_, dtype1, shape1) = next(
+            (a, b) for a, b in zip(layout0, layout1, strict=True) if a != b)
+        name = path or "its array"
+        said = (f"rank 0 has {name} {np.dtype(dtype0)} {shape0}, rank {other} "
+                f"{name} {np.dtype(dtype1)} {shape1}")
+    raise ValueError(f"distributed.{what}: the ranks' trees differ (every rank passes the same "
+                     f"structure, shapes and dtypes): {said}")
+
+
 def all_reduce_mean(tree: Any, world: World | None = None) -> Any:
     """The mean over ranks of every leaf of `tree` (float arrays, the same structure and
     shapes on every rank): the leaves of one dtype packed into one contiguous buffer, one
     `Allreduce` (sum) on it, divided by the number of ranks, unpacked."""
     world = _world(world)
     arrays, treedef = _leaves(tree, "all_reduce_mean")
+    _agree(world, "all_reduce_mean", arrays, treedef)
     out: list[np.ndarray | None] = [None] * len(arrays)
     for dtype in sorted({a.dtype for a in arrays}, key=str):
         members = [i for i, a in enumerate(arrays) if a.dtype == dtype]
@@ -106,10 +130,14 @@ def broadcast(tree: Any, world: World | None = None, root: int = 0) -> Any:
     """Rank `root`'s `tree` on every rank (one `Bcast` per leaf): the same starting
     parameters everywhere."""
     world = _world(world)
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or \
+            not 0 <= root < world.size:
+        raise ValueError(f"distributed.broadcast: root {root!r} is not a rank of {world.size}")
     leaves, treedef = flatten(tree)
+    arrays = [np.array(leaf, order="C") for leaf in leaves]
+    _agree(world, "broadcast", arrays, treedef)
     out = []
-    for leaf in leaves:
-        array = np.ascontiguousarray(leaf).copy()
+    for array in arrays:
         world.comm.Bcast(array, root=root)
         out.append(array)
     return unflatten(treedef, out)

@@ -76,6 +76,12 @@ assert (mean["b"][0] == np.arange(4.0) * 1.5).all()
 same = distributed.broadcast({"w": np.full(3, float(r))}, world)
 assert (same["w"] == 0.0).all()
 assert distributed.shard(np.arange(8), world).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]][r]
+for collective in (distributed.all_reduce_mean, distributed.broadcast):
+    try:  # unequal buffers would abort MPI: every rank raises, and the ranks go on
+        collective({"w": np.zeros(3 + r, np.float32)}, world)
+        raise AssertionError("no error")
+    except ValueError as e:
+        assert "rank 0 has w float32 (3,), rank 1 w float32 (4,)" in str(e), e
 lines = world.comm.gather(f"ok {r} {world.size} {world.threads}", root=0)
 if world.is_root:
     print("\\n".join(lines))
@@ -98,6 +104,20 @@ class RecordingComm:
     def Bcast(self, buffer, root):  # noqa: N802
         self.calls.append(buffer.size)
 
+    def allgather(self, mine):
+        return [mine] * self.size
+
+
+class OtherRankComm(RecordingComm):
+    """Two ranks, the other one passing `theirs` to the collectives' agreement check."""
+
+    def __init__(self, theirs) -> None:
+        super().__init__(2)
+        self.theirs = theirs
+
+    def allgather(self, mine):
+        return [mine, self.theirs]
+
 
 def test_all_reduce_mean_is_one_allreduce_per_dtype_on_one_buffer():
     comm = RecordingComm(4)
@@ -118,6 +138,25 @@ def test_bad_input_is_a_clear_error():
         distributed.shard(np.zeros((8, 2)), world)
     with pytest.raises(TypeError, match="leaf 1 is a int64 array; only float arrays"):
         distributed.all_reduce_mean([np.zeros(2), np.zeros(2, np.int64)], world)
+
+
+@pytest.mark.parametrize("theirs, said", [
+    (("{'w': ...}", [("w", "<f4", (4,))]), "rank 0 has w float32 (3,), rank 1 w float32 (4,)"),
+    (("{'w': ...}", [("w", "<f8", (3,))]), "rank 0 has w float32 (3,), rank 1 w float64 (3,)"),
+    (("{'w': ..., 'x': ...}", [("w", "<f4", (3,)), ("x", "<f4", (3,))]),
+     "rank 0 has {'w': ...}, rank 1 {'w': ..., 'x': ...}"),
+    (("[...]", [("0", "<f4", (3,))]), "rank 0 has {'w': ...}, rank 1 [...]"),
+])
+def test_ranks_that_pass_different_trees_are_told_before_any_data_moves(theirs, said):
+    world = distributed.World(comm := OtherRankComm(theirs), 0, 2, 1)
+    for collective in (distributed.all_reduce_mean, distributed.broadcast):
+        with pytest.raises(ValueError, match=f"distributed.{collective.__name__}: the ranks' "
+                           "trees differ") as error:
+            collective({"w": np.zeros(3, np.float32)}, world)
+        assert said in str(error.value)
+    assert comm.calls == []
+    with pytest.raises(ValueError, match="root 2 is not a rank of 2"):
+        distributed.broadcast({"w": np.zeros(3)}, world, root=2)
 
 
 def test_on_one_rank_data_parallel_is_the_compiled_step(monkeypatch):
