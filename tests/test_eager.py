@@ -182,3 +182,60 @@ def test_astype_refuses_a_dtype_tape_tensors_do_not_hold():
     with pytest.raises(TypeError, match="not float16"):
         tapeml.astype(np.ones(2, np.float32), np.float16)
     assert tapeml.astype(np.array([1.5], np.float32), np.int32).dtype == np.int32
+
+
+INTS = np.array([0, 16777217, 123456789, 2147483647, -2147483648], np.int32)
+WEAK_OPS = {  # an op of an int32 array (or a Python float alone) and a Python float
+    "multiply": lambda i: tapeml.multiply(i, 0.1),
+    "multiply_huge": lambda i: tapeml.multiply(i, 1e300),
+    "remainder": lambda i: tapeml.remainder(i, 2.5),
+    "fmod": lambda i: tapeml.fmod(i, 2.5),
+    "equal": lambda i: tapeml.equal(i, 16777216.0),
+    "less": lambda i: tapeml.less(i, 1e-300),
+    "power": lambda i: tapeml.power(-0.0, i),
+    "divide": lambda i: tapeml.divide(i, 3.0),
+    "where": lambda i: tapeml.where(tapeml.less(i, 5), 0.1, 1e-30),
+}
+
+
+@pytest.mark.parametrize("name", WEAK_OPS)
+def test_an_op_meeting_a_python_float_gives_the_jitted_bits_eagerly(name):
+    """Eagerly as traced, an int32 array meeting a Python float is computed in f64 (its weak
+    type) and leaves as f32: `ids == 16777216.0` was True eagerly (both in f32), False traced;
+    `ids * 1e300` NaN for 0 (1e300 rounded to inf first)."""
+    fn = WEAK_OPS[name]
+    with np.errstate(all="ignore"):
+        eager = fn(INTS)
+    for backend in ("interp", "cpu"):
+        assert_same_bits(eager, tapeml.jit(fn, backend=backend)(INTS))
+    assert eager.dtype == (np.bool_ if name in ("equal", "less") else np.float32)
+
+
+COMPOSITES = {  # ops over a weak (Python float) value: an f32 result, eagerly and traced
+    "fmod": lambda s: tapeml.fmod(s, 1.0),
+    "matmul": lambda s: tapeml.matmul(tapeml.stack([s, s]), tapeml.stack([s, 1.5])),
+    "dot": lambda s: tapeml.dot(tapeml.stack([s, s]), tapeml.stack([s, 1.5])),
+    "einsum": lambda s: tapeml.einsum("i,i->", tapeml.stack([s, s]), tapeml.stack([s, 1.5])),
+    "softmax": lambda s: tapeml.softmax(tapeml.stack([s, 0.1])),
+    "softmax_axis0": lambda s: tapeml.softmax(tapeml.stack([s, 0.1]), axis=0),
+    "log_softmax": lambda s: tapeml.log_softmax(tapeml.stack([s, 0.1])),
+    "logsumexp": lambda s: tapeml.logsumexp(tapeml.stack([s, 0.1])),
+    "mean": lambda s: tapeml.mean(tapeml.stack([s, 0.1])),
+    "var": lambda s: tapeml.var(tapeml.stack([s, 0.1])),
+    "at_set": lambda s: tapeml.at(tapeml.stack([s, s]))[0].set(0.1),
+    "at_add": lambda s: tapeml.at(tapeml.stack([s, s]))[0].add(0.1),
+    "at_2d": lambda s: tapeml.at(tapeml.reshape(tapeml.stack([s, s]), (1, 2)))[0, 1].add(0.1),
+}
+
+
+@pytest.mark.parametrize("name", COMPOSITES)
+def test_an_op_of_weak_values_leaves_as_float32(name):
+    """Ops that dropped the weak mark (a float32 program met their result and became float64
+    under jit): a weak value's result leaves as f32 eagerly and traced, with the same bits,
+    and an f32 array meeting it stays f32."""
+    fn = COMPOSITES[name]
+    eager = fn(2.5)
+    assert eager.dtype == np.float32
+    assert_same_bits(eager, tapeml.jit(fn)(2.5))
+    x = np.ones(2, np.float32)
+    assert tapeml.jit(lambda x, s: x * fn(s))(x, 2.5).dtype == np.float32

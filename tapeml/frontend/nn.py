@@ -22,7 +22,7 @@ from tapeml.tracing.ops import (  # noqa: F401 - re-exported
     softmax,
     tanh,
 )
-from tapeml.tracing.ops.promotion import lift, promote
+from tapeml.tracing.ops.promotion import lift, promote, weakened
 from tapeml.tracing.trace import at_user_line, bind
 
 Params = dict[str, Any]
@@ -366,9 +366,9 @@ def layer_norm(params: Params, x: Any, eps: float = 1e-5) -> Any:
     """(x - mean) / sqrt(var + eps) * scale + bias over the last axis (torch's LayerNorm): one
     `tape.layer_norm` (its gradient one `tape.layer_norm_backward`), then the scale and bias."""
     params = _parameters("layer_norm", params, "layer_norm_init")
-    (x,), _ = promote("nn.layer_norm", x, floating=True)
+    (x,), weak = promote("nn.layer_norm", x, floating=True)
     _widths("layer_norm", params, ("scale", "bias"), x, "layer_norm_init")
-    normed = bind(tape.LayerNormOp, x, eps=float(eps))
+    normed = weakened(bind(tape.LayerNormOp, x, eps=float(eps)), weak)
     return ops.add(ops.multiply(normed, params["scale"]), params["bias"])
 
 

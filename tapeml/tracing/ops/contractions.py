@@ -13,7 +13,14 @@ from tapeml.errors import ShapeError
 from tapeml.interpreters.tape import ieee
 from tapeml.tracing.ops.elementwise import multiply, not_equal
 from tapeml.tracing.ops.layout import reshape, transpose
-from tapeml.tracing.ops.promotion import Array, astype, broadcast_to, lift, promote
+from tapeml.tracing.ops.promotion import (
+    Array,
+    astype,
+    broadcast_to,
+    lift,
+    promote,
+    weakened,
+)
 from tapeml.tracing.ops.reductions import sum
 from tapeml.tracing.trace import at_user_line, bind
 
@@ -33,7 +40,7 @@ def matmul(a: Any, b: Any) -> Array:
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(at_user_line("matmul: operands must have at least one dim, got shapes "
                                       f"{tuple(a.shape)} and {tuple(b.shape)}"))
-    (a, b), _ = promote("matmul", a, b)
+    (a, b), weak = promote("matmul", a, b)
     if np.dtype(a.dtype) == np.bool_:
         return _any_of_products(matmul, (a, b), a.shape[-1])
     a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
@@ -44,7 +51,7 @@ def matmul(a: Any, b: Any) -> Array:
         shape.pop(-1)
     if a.ndim == 1:
         shape.pop(-2 if b.ndim != 1 else -1)
-    return reshape(out, shape)
+    return weakened(reshape(out, shape), weak)
 
 
 def _any_of_products(product: Any, xs: tuple[Array, ...], terms: int) -> Array:
@@ -97,7 +104,7 @@ def einsum(subscripts: str, *operands: Any) -> Array:
     if len(operands) not in (1, 2):
         raise ValueError(at_user_line(f"einsum: one or two operands, got {len(operands)} (chain "
                                       "them: einsum of einsum)"))
-    xs, _ = promote("einsum", *operands)
+    xs, weak = promote("einsum", *operands)
     ins, out = _parse_subscripts(subscripts, xs)
     if np.dtype(xs[0].dtype) == np.bool_:
         sizes = dict(zip("".join(ins), (d for x in xs for d in x.shape), strict=True))
@@ -114,7 +121,7 @@ def einsum(subscripts: str, *operands: Any) -> Array:
             for k, (x, names) in enumerate(zip(xs, ins, strict=True))]
     if len(kept) == 1:
         (x, names), = kept
-        return transpose(x, [names.index(n) for n in out])
+        return weakened(transpose(x, [names.index(n) for n in out]), weak)
     (a, a_names), (b, b_names) = kept
     batch = [n for n in out if n in a_names and n in b_names]
     contracted = [n for n in a_names if n in b_names and n not in out]
@@ -125,7 +132,7 @@ def einsum(subscripts: str, *operands: Any) -> Array:
     product = reshape(bind(tape.MatmulOp, a, b),
                       [sizes[n] for n in (*batch, *left, *right)])
     order = [*batch, *left, *right]
-    return transpose(product, [order.index(n) for n in out])
+    return weakened(transpose(product, [order.index(n) for n in out]), weak)
 
 
 def _parse_subscripts(subscripts: str, xs: list[Array]) -> tuple[list[str], str]:

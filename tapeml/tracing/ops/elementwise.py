@@ -224,7 +224,7 @@ def fmod(x: Any, y: Any) -> Array:
         return _float_fmod(x, y)  # eager, nothing to promote: at once
     (x, y), weak = common("fmod", x, y)
     if np.dtype(x.dtype).kind != "i":
-        return _float_fmod(x, y)
+        return weakened(_float_fmod(x, y), weak)
     r = _int_remainder(x, y)
     differ = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(x, 0)))
     return weakened(where(differ, subtract(r, y), r), weak)

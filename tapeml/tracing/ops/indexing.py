@@ -339,15 +339,15 @@ class _Update:
             else astype(values, x.dtype)
         if (axis := _single_axis(parts)) is not None:
             shape = (*x.shape[:axis], *parts[axis].shape, *x.shape[axis + 1:])
-            return bind(tape.ScatterOp, x, parts[axis], _updates(values, shape), kind=kind,
-                        axis=axis)
+            return weakened(bind(tape.ScatterOp, x, parts[axis], _updates(values, shape),
+                                 kind=kind, axis=axis), is_weak(x))
         plan = _plan(x, parts)
         flat, ok = _flat_positions(x, plan, "drop")
         if ok is not None:
             flat = where(ok, flat, int(np.prod(x.shape, dtype=np.int64)))
         updates = reshape(_updates(values, plan.with_nones), plan.shape)
         out = bind(tape.ScatterOp, reshape(x, (-1,)), flat, updates, kind=kind, axis=0)
-        return reshape(out, x.shape)
+        return weakened(reshape(out, x.shape), is_weak(x))
 
 
 def _updates(values: Array, shape: Any) -> Array:

@@ -8,10 +8,13 @@ only (`Tracer.weak`). A weak type gives way to any non-weak operand it meets (`x
 f32, `ids_i32 + 1` is i32, a Python int too big for it an OverflowError); an integer meeting a
 float becomes that float (i32 and f32 give f32, as in JAX, where numpy would widen to f64).
 
-While tracing, weak values are computed in i64 and f64, so a Python float passed to a jitted
-function keeps all its digits in an f64 program; a weak result leaves the program as i64 or f32
-(a Python int's and a Python float's dtype). Computed at once (no tracer in sight), weak values
-take those dtypes from the start.
+Weak values are computed in i64 and f64, so a Python float passed to a jitted function keeps all
+its digits in an f64 program; a weak result leaves the program as i64 or f32 (a Python int's and
+a Python float's dtype). Computed at once (no tracer in sight), an op does the same: `ids_i32 ==
+16777216.0` compares in f64 and `ids_i32 * 0.1` is the f64 product rounded to f32, the bits a
+jitted call returns. Only a chain differs: eagerly each op's weak result is an f32 array (a
+numpy array cannot carry the weak mark), where a trace keeps it f64 to the end. A lone Python
+number (`lift`) is an array of its weak type's exit dtype from the start.
 """
 
 from __future__ import annotations
@@ -55,12 +58,13 @@ def is_weak(x: Any) -> bool:
 
 def lift(x: Any) -> Array:
     """Tracers and arrays as they are; a Python number or list as an array of its weak type's
-    dtype (i64, f32) or bool."""
+    exit dtype (i64, f32) or bool."""
     if isinstance(x, Tracer):
         return x
     if is_array(x):
         return as_array(x)
-    return common("operand", x)[0][0]
+    dtype, weak = result_type("operand", x)
+    return to_dtype("operand", x, _F32 if weak and dtype == _F64 else dtype)
 
 
 def _rank(name: str, x: Any) -> int:
@@ -90,10 +94,7 @@ def result_type(name: str, *xs: Any, floating: bool = False) -> tuple[np.dtype, 
     rank = max(_rank(name, x) for x in xs)
     if floating and rank < WEAK_FLOAT:
         rank = WEAK_FLOAT if rank == WEAK_INT else _RANK[_F64]
-    weak = rank in (WEAK_INT, WEAK_FLOAT)
-    tracing = any(isinstance(x, Tracer) for x in xs)
-    dtype = _F32 if rank == WEAK_FLOAT and not tracing else _OF_RANK[rank]
-    return dtype, weak
+    return _OF_RANK[rank], rank in (WEAK_INT, WEAK_FLOAT)
 
 
 def to_dtype(name: str, x: Any, dtype: np.dtype) -> Array:
@@ -132,7 +133,7 @@ def promote(name: str, *xs: Any, floating: bool = False) -> tuple[list[Array], b
     if _one_dtype(xs, floating):
         return list(xs), False
     dtype, weak = result_type(name, *xs, floating=floating)
-    return [weakened(to_dtype(name, x, dtype), weak) for x in xs], weak
+    return [_marked(to_dtype(name, x, dtype), weak) for x in xs], weak
 
 
 def common(name: str, *xs: Any, floating: bool = False) -> tuple[list[Array], bool]:
@@ -178,11 +179,19 @@ def broadcast_together(name: str, *xs: Any) -> list[Array]:
     return [broadcast_to(x, shape) for x in lifted]
 
 
+def _marked(x: Array, weak: bool) -> Array:
+    """`x`, a tracer marked weak where `weak` (see `Tracer`)."""
+    if weak and isinstance(x, Tracer):
+        x.weak = True
+    return x
+
+
 def weakened(result: Array, weak: bool) -> Array:
-    """`result`, marked weak when its operands were (see `Tracer`)."""
-    if weak and isinstance(result, Tracer):
-        result.weak = True
-    return result
+    """An op's `result`, weak when its operands were: a tracer marked so, and an array computed
+    at once leaving as the weak type's dtype (f64 as f32: the module doc)."""
+    if weak and type(result) is np.ndarray and result.dtype == _F64:
+        return _cast(result, dtype=_F32)
+    return _marked(result, weak)
 
 
 _cast = ieee(tape.CastOp)

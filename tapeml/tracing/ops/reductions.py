@@ -156,18 +156,18 @@ def cumsum(x: Any, axis: int | None = None, reverse: bool = False) -> Array:
 
 def mean(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:
     """The float mean (integers are averaged in float64, as numpy does)."""
-    (x,), _ = promote("mean", x, floating=True)
+    (x,), weak = promote("mean", x, floating=True)
     count = int(np.prod([x.shape[a] for a in _axes(x, axis)], dtype=np.int64))
-    return divide(sum(x, axis=axis, keepdims=keepdims), float(count))
+    return weakened(divide(sum(x, axis=axis, keepdims=keepdims), float(count)), weak)
 
 
 def var(x: Any, axis: Axis = None, ddof: int = 0, keepdims: bool = False) -> Array:
     """numpy.var: the mean squared deviation from the mean, divided by N - ddof."""
-    (x,), _ = promote("var", x, floating=True)
+    (x,), weak = promote("var", x, floating=True)
     deviation = subtract(x, mean(x, axis=axis, keepdims=True))
     count = int(np.prod([x.shape[a] for a in _axes(x, axis)], dtype=np.int64))
-    return divide(sum(multiply(deviation, deviation), axis=axis, keepdims=keepdims),
-                  float(count - ddof))
+    return weakened(divide(sum(multiply(deviation, deviation), axis=axis, keepdims=keepdims),
+                           float(count - ddof)), weak)
 
 
 def std(x: Any, axis: Axis = None, ddof: int = 0, keepdims: bool = False) -> Array:
@@ -179,13 +179,13 @@ def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:
     """log(sum(exp(x))) along `axis`, shifted by the max so that exp cannot overflow: -inf
     where every term is -inf, inf where one is inf, NaN where one is NaN (as JAX's and
     scipy's)."""
-    (x,), _ = promote("logsumexp", x, floating=True)
+    (x,), weak = promote("logsumexp", x, floating=True)
     # an infinite max shifts by the largest finite value of its sign: -inf - -inf and
     # inf - inf would make the sum NaN
     big = float(np.finfo(x.dtype).max)
     top = stop_gradient(clip(max(x, axis=axis, keepdims=True), -big, big))  # (_SHIFT)
     out = add(log(sum(exp(subtract(x, top)), axis=axis, keepdims=True)), top)
-    return out if keepdims else reshape(out, _reduced_shape(x, axis))
+    return weakened(out if keepdims else reshape(out, _reduced_shape(x, axis)), weak)
 
 
 def _reduced_shape(x: Array, axis: Axis) -> tuple[int, ...]:
@@ -203,16 +203,16 @@ def _reduced_shape(x: Array, axis: Axis) -> tuple[int, ...]:
 def softmax(x: Any, axis: int = -1) -> Array:
     """Along the last axis one tape.softmax (its gradient one tape.softmax_backward, from the
     result alone); along another, the ops written out."""
-    (x,), _ = promote("softmax", x, floating=True)
+    (x,), weak = promote("softmax", x, floating=True)
     rank = x.ndim
     if type(axis) is int and rank and -rank <= axis < rank and axis % rank == rank - 1 and \
             x.shape[-1] > 0:
-        return bind(tape.SoftmaxOp, x)
+        return weakened(bind(tape.SoftmaxOp, x), weak)
     e = exp(subtract(x, stop_gradient(max(x, axis=axis, keepdims=True))))  # (_SHIFT)
-    return divide(e, sum(e, axis=axis, keepdims=True))
+    return weakened(divide(e, sum(e, axis=axis, keepdims=True)), weak)
 
 
 def log_softmax(x: Any, axis: int = -1) -> Array:
-    (x,), _ = promote("log_softmax", x, floating=True)
+    (x,), weak = promote("log_softmax", x, floating=True)
     shifted = subtract(x, stop_gradient(max(x, axis=axis, keepdims=True)))  # (_SHIFT)
-    return subtract(shifted, log(sum(exp(shifted), axis=axis, keepdims=True)))
+    return weakened(subtract(shifted, log(sum(exp(shifted), axis=axis, keepdims=True))), weak)
