@@ -20,6 +20,8 @@ from xdsl.interpreter import Interpreter, InterpreterFunctions, impl, register_i
 from xdsl.interpreters.builtin import scalar_attr
 from xdsl.ir import Attribute, Operation
 
+from tapeml.interpreters import libm
+
 _NP_FLOAT = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 
 
@@ -110,10 +112,8 @@ _FLOAT_OPS: dict[type[Operation], Callable[..., np.floating]] = {
     math.SqrtOp: np.sqrt,
     math.TanhOp: np.tanh,
     math.AbsFOp: np.abs,
-    # on numpy scalars np.power takes a fast path (sqrt for 0.5: pow(-inf, 0.5) NaN, not inf);
-    # one-element f64 arrays take libm's pow (an f32 result is rounded by _float), as the tape
-    # op's semantics does
-    math.PowFOp: lambda a, b: np.power(np.array([a], np.float64), np.array([b], np.float64))[0],
+    # libm's pow, as the tape op's semantics (an f32 result is rounded by _float)
+    math.PowFOp: lambda a, b: libm.power(np.float64(a), np.float64(b))[()],
     math.Exp2Op: np.exp2,
     math.ExpM1Op: np.expm1,
     math.Log2Op: np.log2,

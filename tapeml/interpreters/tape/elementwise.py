@@ -11,6 +11,7 @@ import numpy as np
 
 from tapeml.dialects import tape
 from tapeml.dialects.base import TapeOp
+from tapeml.interpreters import libm
 from tapeml.interpreters.tape.registry import raises_no_flag, semantics
 
 
@@ -71,13 +72,11 @@ def _integers_kept(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarr
 
 
 def power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """C's pow, correctly rounded for f32: numpy takes a fast path (x*x, sqrt, ...) for some
-    exponents given as a broadcast scalar, so contiguous operands pin its general algorithm;
-    and its f32 loop is not correctly rounded on every CPU (AVX512_SPR rounds 3**0.5 up), so
-    f32 is computed in f64 (libm's pow) and rounded once, as libm's powf gives."""
-    if x.dtype == np.float32:
-        return power(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
-    return np.power(np.require(x, requirements="C"), np.require(y, requirements="C"))
+    """C's pow (libm's, tapeml/interpreters/libm.py: numpy's own f64 loop is SVML's on AVX-512
+    CPUs, and its f32 loop is not correctly rounded on every CPU: AVX512_SPR rounds 3**0.5
+    up), f32 computed in f64 and rounded once, as libm's powf gives."""
+    result = libm.power(x.astype(np.float64, copy=False), y.astype(np.float64, copy=False))
+    return result.astype(x.dtype, copy=False)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
