@@ -75,6 +75,21 @@ def at_user_line(message: str) -> str:
     return f"{message}\n  at {where}" if where else message
 
 
+def called_op(default: str) -> str:
+    """The name of the tapeml function the user's line called (the outermost frame inside the
+    package: `softmax` for the max that softmax takes), for a message; `default` where that
+    frame is no public function of its module (jit's machinery, a closure, a lambda)."""
+    frame, outer = sys._getframe(1), None
+    while frame is not None and _in_package(frame.f_code.co_filename):
+        frame, outer = frame.f_back, frame
+    if outer is not None:
+        code = outer.f_code
+        if not code.co_name.startswith("_") and \
+                getattr(outer.f_globals.get(code.co_name), "__code__", None) is code:
+            return code.co_name
+    return default
+
+
 @dataclass(eq=False)
 class Trace:
     """Where recorded ops go (the end of `block`, or before `before`), and which tracers are

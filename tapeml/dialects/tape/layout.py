@@ -300,7 +300,9 @@ class ConcatOp(TapeOp):
     @classmethod
     def normalize(cls, operand_types: Sequence[Attribute], params: dict[str, Any]) -> dict:
         axis = params["axis"]
-        if operand_types and isinstance(operand_types[0], TensorType) and axis < 0:
+        # (an axis out of range stays as given: the shape rule names it)
+        if operand_types and isinstance(operand_types[0], TensorType) and \
+                -operand_types[0].get_num_dims() <= axis < 0:
             axis += operand_types[0].get_num_dims()
         return params | {"axis": axis}
 

@@ -65,7 +65,7 @@ def _install_operators() -> None:
     Tracer.__neg__ = negative  # noqa: F405
     Tracer.__invert__ = invert  # noqa: F405
     Tracer.__abs__ = abs  # noqa: F405
-    Tracer.__pos__ = lambda self: self
+    Tracer.__pos__ = positive  # noqa: F405
     Tracer.T = property(lambda self: transpose(self))  # noqa: F405
     Tracer.reshape = lambda self, *shape: reshape(  # noqa: F405
         self, shape[0] if len(shape) == 1 else shape)

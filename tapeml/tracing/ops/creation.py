@@ -12,7 +12,7 @@ import numpy as np
 
 from tapeml.dialects import tape
 from tapeml.tracing.ops.elementwise import add, equal, less_equal, multiply, where
-from tapeml.tracing.ops.layout import expand_dims
+from tapeml.tracing.ops.layout import axis_index, expand_dims
 from tapeml.tracing.ops.promotion import Array, astype, broadcast_to, lift, user_dtype
 from tapeml.tracing.trace import Tracer, at_user_line, bind
 
@@ -26,12 +26,18 @@ def _shape(shape: Shape) -> tuple[int, ...]:
     return (int(shape),) if isinstance(shape, int | np.integer) else tuple(int(d) for d in shape)
 
 
-def full(shape: Shape, fill_value: Any, dtype: Any = None) -> np.ndarray:
-    """numpy.full: an array (a constant when a traced function uses it). Without `dtype`, a
-    Python float gives float32 and an int int64, as tapeml takes them (promotion.py)."""
+def full(shape: Shape, fill_value: Any, dtype: Any = None) -> Array:
+    """numpy.full: a new array, writable as numpy's (a constant when a traced function uses
+    it); a traced `fill_value` (jnp.full's) gives a tracer, it broadcast to `shape`. Without
+    `dtype`, a Python float gives float32 and an int int64, as tapeml takes them
+    (promotion.py)."""
     shape = _shape(shape)
-    return np.broadcast_to(lift(fill_value) if dtype is None else
-                           np.asarray(fill_value, dtype=user_dtype("full", dtype)), shape)
+    if isinstance(fill_value, Tracer):
+        return broadcast_to(fill_value if dtype is None else
+                            astype(fill_value, user_dtype("full", dtype)), shape)
+    value = lift(fill_value) if dtype is None else \
+        np.asarray(fill_value, dtype=user_dtype("full", dtype))
+    return np.array(np.broadcast_to(value, shape), order="C")  # (the view is read-only)
 
 
 def zeros(shape: Shape, dtype: Any = np.float32) -> np.ndarray:
@@ -46,11 +52,13 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Array:
     """An array shaped like `x` holding `fill_value` (of x's dtype unless `dtype` says). Inside
     a trace it is one scalar constant broadcast, not a constant of x's whole size."""
     x = lift(x)
-    value = np.asarray(fill_value, dtype=x.dtype if dtype is None
-                       else user_dtype("full_like", dtype))
-    if isinstance(x, Tracer):
-        value = Tracer(x.trace.operand(value), x.trace)
-    return broadcast_to(value, x.shape)
+    dtype = x.dtype if dtype is None else user_dtype("full_like", dtype)
+    if isinstance(fill_value, Tracer):  # (jnp.full_like's traced fill)
+        return broadcast_to(astype(fill_value, dtype), x.shape)
+    value = np.asarray(fill_value, dtype=dtype)
+    if not isinstance(x, Tracer):  # eager: a new array, writable as numpy's
+        return np.array(np.broadcast_to(lift(value), x.shape), order="C")
+    return broadcast_to(Tracer(x.trace.operand(value), x.trace), x.shape)
 
 
 def zeros_like(x: Any, dtype: Any = None) -> Array:
@@ -94,7 +102,9 @@ def one_hot(labels: Any, num_classes: int, dtype: Any = np.float32, axis: int = 
     labels = lift(labels)
     if np.dtype(labels.dtype).kind not in "iu":
         raise TypeError(at_user_line(f"one_hot: labels must be integers, got {labels.dtype}"))
-    axis = axis % (labels.ndim + 1)
+    axis = axis_index("one_hot", axis, labels.ndim + 1,
+                      lambda: f"the result: labels of shape {tuple(labels.shape)} and a class "
+                      "dim")
     shape = list(labels.shape)
     shape.insert(axis, num_classes)
     classes = iota(shape, axis=axis, dtype=labels.dtype)

@@ -22,10 +22,11 @@ from tapeml.tracing.ops.promotion import (
     is_array,
     lift,
     plain,
+    result_type,
     to_dtype,
     weakened,
 )
-from tapeml.tracing.trace import at_user_line, bind
+from tapeml.tracing.trace import Tracer, at_user_line, bind
 
 __all__ = [
     "abs", "add", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "ceil", "clip",
@@ -33,8 +34,8 @@ __all__ = [
     "greater_equal", "invert", "isfinite", "isinf", "isnan", "left_shift", "less", "less_equal",
     "log", "logical_and",
     "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "multiply", "negative",
-    "not_equal", "power", "relu", "remainder", "right_shift", "round", "sigmoid", "sign",
-    "sin", "sqrt", "square", "stop_gradient", "subtract", "tanh", "where",
+    "not_equal", "positive", "power", "relu", "remainder", "right_shift", "round", "sigmoid",
+    "sign", "sin", "sqrt", "square", "stop_gradient", "subtract", "tanh", "where",
 ]
 
 
@@ -267,6 +268,15 @@ def abs(x: Any) -> Array:  # noqa: A001 - numpy's name
     return x if np.dtype(x.dtype) == np.bool_ else _abs(x)
 
 
+def positive(x: Any) -> Array:
+    """numpy.positive (`+x`): x as it is; on booleans a TypeError, as numpy's and as `-x`."""
+    x = x if plain(x) else lift(x)
+    if np.dtype(x.dtype) == np.bool_:
+        raise _refuse("positive", np.dtype(np.bool_), " (as numpy's; a boolean is no number "
+                      "with a sign: use x itself, or x.astype(int))")
+    return x
+
+
 sign = _unary(tape.SignOp, "sign")
 floor = _unary(tape.FloorOp, "floor")
 ceil = _unary(tape.CeilOp, "ceil")
@@ -283,13 +293,36 @@ def round(x: Any, decimals: int = 0) -> Array:  # noqa: A001 - numpy's name
 
 
 def clip(x: Any, a_min: Any = None, a_max: Any = None) -> Array:
-    """numpy.clip: minimum(maximum(x, a_min), a_max); NaN stays NaN; either bound may be None."""
+    """numpy.clip: minimum(maximum(x, a_min), a_max); NaN stays NaN; either bound may be None.
+    Given both bounds the value is numpy's clip's, which keeps x where it lies within them
+    (-0.0 too, where maximum and minimum give the bound on a tie): a_min where x < a_min,
+    then a_max where that is > a_max (so a_max where a_min > a_max); NaN bounds give NaN. With
+    one bound it is numpy's maximum or minimum. The gradient is minimum(maximum(...))'s (ties
+    share it in half) everywhere."""
     if a_min is None and a_max is None:
         raise ValueError(at_user_line("clip: give a_min, a_max or both"))
     x = lift(x)
-    if a_min is not None:
-        x = maximum(x, a_min)
-    return x if a_max is None else minimum(x, a_max)
+    for bound in (a_min, a_max):  # (a Python int too big for x: named as clip's)
+        if type(bound) is int:
+            to_dtype("clip", bound, result_type("clip", x, bound)[0])
+    clipped = x if a_min is None else maximum(x, a_min)
+    clipped = clipped if a_max is None else minimum(clipped, a_max)
+    if a_min is None or a_max is None or np.dtype(clipped.dtype).kind != "f" or \
+            (_zero_free(a_min) and _zero_free(a_max)):
+        return clipped
+    # numpy's value differs from `clipped` only in the sign of a zero (a tie with a zero
+    # bound): there, its bits with clipped's gradient, as v - ((clipped - clipped) = +0)
+    low = where(less(x, a_min), a_min, x)
+    value = stop_gradient(where(greater(low, a_max), a_max, low))
+    kept = subtract(value, subtract(stop_gradient(clipped), clipped))
+    return where(equal(clipped, 0), kept, clipped)
+
+
+def _zero_free(bound: Any) -> bool:
+    """A bound known now (no tracer) that holds no zero: a result of zero is then x's own
+    zero, strictly inside the bounds, where maximum and minimum give x's bits as numpy's clip
+    does."""
+    return not isinstance(bound, Tracer) and not np.any(np.asarray(bound) == 0)
 
 
 def _compare(predicate: str, name: str):

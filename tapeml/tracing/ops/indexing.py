@@ -277,6 +277,7 @@ def take(x: Any, indices: Any, axis: int | None = None) -> Array:
     x = lift(x)
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
+    axis = axis_index("take", axis, x.ndim, lambda: f"x of shape {tuple(x.shape)}")
     i = _index_array(indices) if not isinstance(indices, int | np.integer) else lift(
         np.asarray(indices, np.int64))
     if i is None:
@@ -291,7 +292,7 @@ def take_along_axis(x: Any, indices: Any, axis: int) -> Array:
     if indices is None or indices.ndim != x.ndim:
         raise ValueError(at_user_line(f"take_along_axis: indices must be an integer array of "
                                       f"x's rank {x.ndim}"))
-    axis = axis % x.ndim
+    axis = axis_index("take_along_axis", axis, x.ndim, lambda: f"x of shape {tuple(x.shape)}")
     off_axis = [1 if d == axis else n for d, n in enumerate(x.shape)]
     try:
         shape = list(np.broadcast_shapes(tuple(off_axis), tuple(indices.shape)))

@@ -4,12 +4,13 @@ weakness."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from tapeml.dialects import tape
+from tapeml.errors import ShapeError
 from tapeml.tracing.ops.promotion import (
     Array,
     is_weak,
@@ -49,16 +50,12 @@ def squeeze(x: Any, axis: int | Sequence[int] | None = None) -> Array:
     if axis is None:
         axes = {a for a, d in enumerate(x.shape) if d == 1}
     else:
-        axes = {a % x.ndim if -x.ndim <= a < x.ndim else _bad_axis(a, x)
-                for a in ((axis,) if isinstance(axis, int | np.integer) else axis)}
+        axes = {axis_index("squeeze", a, x.ndim, lambda: f"x of shape {tuple(x.shape)}")
+                for a in (axis if isinstance(axis, tuple | list) else (axis,))}
         if any(x.shape[a] != 1 for a in axes):
             raise ValueError(at_user_line(f"squeeze: axis {axis} of an array of shape "
                                           f"{tuple(x.shape)} does not have size 1"))
     return reshape(x, [d for a, d in enumerate(x.shape) if a not in axes])
-
-
-def _bad_axis(axis: int, x: Array) -> int:
-    raise ValueError(at_user_line(f"axis {axis} is out of bounds for an array of rank {x.ndim}"))
 
 
 def transpose(x: Any, axes: Sequence[int] | None = None) -> Array:
@@ -71,13 +68,16 @@ def transpose(x: Any, axes: Sequence[int] | None = None) -> Array:
     return _keep(x, tape.PermuteOp, perm=axes)
 
 
-def axis_index(name: str, axis: Any, ndim: int) -> int:
-    """`axis` of an array of `ndim` dims as a non-negative int, or numpy's errors for `name`."""
+def axis_index(name: str, axis: Any, ndim: int, of: Callable[[], str] | None = None) -> int:
+    """`axis` of an array of `ndim` dims as a non-negative int, or numpy's errors for `name`:
+    a TypeError for no int, a ShapeError (a ValueError, as numpy's AxisError) for an axis out
+    of range, which says what has `ndim` dims where `of` does (made only on failure: "x of
+    shape (2, 3)")."""
     if not isinstance(axis, int | np.integer) or isinstance(axis, bool | np.bool_):
         raise TypeError(at_user_line(f"{name}: an axis is an int, got {axis!r}"))
     if not -ndim <= axis < ndim:
-        raise ValueError(at_user_line(f"{name}: axis {axis} is out of bounds for an array of "
-                                      f"{ndim} dims"))
+        raise ShapeError(at_user_line(f"{name}: axis {axis} is out of bounds for an array of "
+                                      f"{ndim} dims" + (f" ({of()})" if of else "")))
     return int(axis) % ndim
 
 
@@ -138,21 +138,45 @@ def pad2d(x: Any, padding: Sequence[int], value: float) -> Array:
 def concatenate(xs: Sequence[Any], axis: int = 0) -> Array:
     """numpy.concatenate; the arrays promote to one dtype."""
     xs, weak = promote("concatenate", *xs)
+    if xs and xs[0].ndim:  # (no array, or a 0-d one: tape.concat's rule says so)
+        axis = axis_index("concatenate", axis, xs[0].ndim, lambda: _shapes(xs))
     return weakened(bind(tape.ConcatOp, *xs, axis=axis), weak)
 
 
+def _shapes(xs: Sequence[Array]) -> str:
+    """The arrays' shapes for a message: "shapes (2, 3), (3, 2)"."""
+    return "shapes " + ", ".join(str(tuple(x.shape)) for x in xs)
+
+
 def stack(xs: Sequence[Any], axis: int = 0) -> Array:
+    """numpy.stack: arrays of one shape joined along a new `axis` of the result."""
     xs = [lift(x) for x in xs]
-    axis = axis + xs[0].ndim + 1 if axis < 0 else axis
+    if not xs:
+        raise ValueError(at_user_line("stack: needs at least one array"))
+    if any(tuple(x.shape) != tuple(xs[0].shape) for x in xs):
+        raise ShapeError(at_user_line(f"stack: the arrays must have one shape, got "
+                                      f"{_shapes(xs)}"))
+    axis = axis_index("stack", axis, xs[0].ndim + 1,
+                      lambda: f"the result of stacking {_shapes(xs)}")
     return concatenate([expand_dims(x, axis) for x in xs], axis=axis)
 
 
-def expand_dims(x: Any, axis: int) -> Array:
+def expand_dims(x: Any, axis: int | Sequence[int]) -> Array:
+    """numpy.expand_dims: x with a dim of size 1 at each `axis` (an int or a tuple of ints) of
+    the result."""
     x = lift(x)
-    shape = list(x.shape)
-    axis = axis + len(shape) + 1 if axis < 0 else axis
-    shape.insert(axis, 1)
-    return reshape(x, shape)
+    given = list(axis) if isinstance(axis, tuple | list) else [axis]
+    ndim = x.ndim + len(given)
+
+    def result() -> str:
+        return f"the result: x of shape {tuple(x.shape)} and {len(given)} new " + \
+            ("dim" if len(given) == 1 else "dims")
+
+    axes = [axis_index("expand_dims", a, ndim, result) for a in given]
+    if len(set(axes)) != len(axes):
+        raise ValueError(at_user_line(f"expand_dims: repeated axis in {axis!r}"))
+    rest = iter(x.shape)
+    return reshape(x, [1 if d in axes else next(rest) for d in range(ndim)])
 
 
 def unfold(x: Any, kernel: Sequence[int], stride: Sequence[int] | None = None,

@@ -4,12 +4,14 @@ log_softmax. Sums keep an integer dtype (as JAX's) and count booleans in int64 (
 from __future__ import annotations
 
 import builtins
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from tapeml.dialects import tape
+from tapeml.errors import ShapeError
 from tapeml.interpreters.tape import ieee
 from tapeml.tracing.ops.creation import full
 from tapeml.tracing.ops.elementwise import (
@@ -27,7 +29,7 @@ from tapeml.tracing.ops.elementwise import (
 )
 from tapeml.tracing.ops.layout import reshape
 from tapeml.tracing.ops.promotion import Array, astype, is_weak, lift, promote, weakened
-from tapeml.tracing.trace import at_user_line, bind
+from tapeml.tracing.trace import Tracer, at_user_line, bind, called_op
 
 __all__ = ["all", "any", "argmax", "argmin", "cumsum", "log_softmax", "logsumexp", "max", "mean",
            "min", "softmax", "std", "sum", "var"]
@@ -39,21 +41,48 @@ def _axis_ok(a: Any) -> bool:
     return isinstance(a, int | np.integer) and not isinstance(a, bool | np.bool_)
 
 
-def _axes(x: Array, axis: Axis) -> tuple[int, ...]:
-    """`axis` as a tuple of ints (None: every axis); anything else an int or a sequence of
-    ints is a TypeError (numpy's rule: a bool or a float is no axis)."""
+def _axes(x: Array, axis: Axis, name: str | None = None) -> tuple[int, ...]:
+    """`axis` as a tuple of ints in [0, x.ndim) (None: every axis). Anything else an int or a
+    sequence of ints is a TypeError (numpy's rule: a bool or a float is no axis); an axis out
+    of range, or one given twice, a ShapeError worded as tape.sum's. Either names the op the
+    user called (the composite that reduces: softmax, logsumexp, ...; else `name`, by default
+    the function asking)."""
+    def op() -> str:
+        return called_op(name or sys._getframe(2).f_code.co_name)
+
     if axis is None:
         return tuple(range(x.ndim))
     if _axis_ok(axis):
-        return (axis,)
-    if isinstance(axis, tuple | list) and builtins.all(map(_axis_ok, axis)):
-        return tuple(axis)
-    raise TypeError(at_user_line(f"axis must be an int, a tuple of ints or None, got "
-                                 f"{axis!r}"))
+        axes: tuple[int, ...] = (axis,)
+    elif isinstance(axis, tuple | list) and builtins.all(map(_axis_ok, axis)):
+        axes = tuple(axis)
+    else:
+        raise TypeError(at_user_line(f"{op()}: axis must be an int, a tuple of ints or None, "
+                                     f"got {axis!r}"))
+    rank = x.ndim
+    for a in axes:
+        if not -rank <= a < rank:
+            raise ShapeError(at_user_line(f"{op()}: axis {a} is out of range for {_type(x)}"))
+    normal = tuple(int(a) % rank for a in axes)
+    if len(set(normal)) != len(normal):
+        raise ShapeError(at_user_line(f"{op()}: axes {axis} repeat an axis"))
+    return normal
 
 
-def _reduce(op: type[tape.TapeOp], x: Array, axis: Axis, keepdims: bool) -> Array:
-    return weakened(bind(op, x, axes=_axes(x, axis), keepdims=keepdims), is_weak(x))
+def _type(x: Array) -> Any:
+    """x's tensor type, for a message."""
+    return x.value.type if isinstance(x, Tracer) else tape.tensor_type(x.shape, x.dtype)
+
+
+def _nonempty(name: str, x: Array, axes: tuple[int, ...]) -> None:
+    """A max or min over an empty axis has no identity: a ShapeError naming the op called."""
+    if not builtins.all(x.shape[a] for a in axes):
+        raise ShapeError(at_user_line(f"{called_op(name)}: cannot take the {name} over an "
+                                      f"empty axis of {_type(x)} (it has no identity)"))
+
+
+def _reduce(op: type[tape.TapeOp], x: Array, axes: tuple[int, ...], keepdims: bool) -> Array:
+    return weakened(bind(op, x, axes=axes, keepdims=keepdims), is_weak(x))
 
 
 _NUMBERS = frozenset(map(np.dtype, (np.int32, np.int64, np.float32, np.float64)))
@@ -79,9 +108,10 @@ def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A0
     if (out := _at_once(tape.SumOp, x, axis, keepdims)) is not None:
         return out
     x = lift(x)
+    axes = _axes(x, axis, "sum")
     if np.dtype(x.dtype) == np.bool_:
         x = astype(x, np.int64)
-    return _reduce(tape.SumOp, x, axis, keepdims)
+    return _reduce(tape.SumOp, x, axes, keepdims)
 
 
 def max(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
@@ -89,14 +119,17 @@ def max(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A0
     if (out := _at_once(tape.MaxOp, x, axis, keepdims)) is not None:
         return out
     x = lift(x)
+    axes = _axes(x, axis, "max")
     if np.dtype(x.dtype) == np.bool_:
         return astype(max(astype(x, np.int32), axis, keepdims), np.bool_)
-    return _reduce(tape.MaxOp, x, axis, keepdims)
+    _nonempty("max", x, axes)
+    return _reduce(tape.MaxOp, x, axes, keepdims)
 
 
 def min(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
     """-max(-x) for floats (exact); ~max(~x) for integers, where -x would wrap at the minimum."""
     x = lift(x)
+    _nonempty("min", x, _axes(x, axis, "min"))
     flip = negative if np.dtype(x.dtype).kind == "f" else invert
     return flip(max(flip(x), axis=axis, keepdims=keepdims))
 
@@ -114,9 +147,8 @@ def all(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A0
 def _logical(x: Any, axis: Axis, keepdims: bool, reduce: Any, empty: bool) -> Array:
     """max (any) or min (all) of x as booleans; over an axis of no elements, `empty`."""
     x = astype(lift(x), np.bool_)
-    axes = {a % x.ndim if -x.ndim <= a < x.ndim else a for a in _axes(x, axis)}
-    if builtins.all(0 <= a < x.ndim for a in axes) and builtins.any(x.shape[a] == 0
-                                                                      for a in axes):
+    axes = _axes(x, axis, "all" if empty else "any")
+    if builtins.any(x.shape[a] == 0 for a in axes):
         shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdims else \
             [d for i, d in enumerate(x.shape) if i not in axes]
         return full(shape, empty, np.bool_)
@@ -128,7 +160,15 @@ def _arg(op: type[tape.TapeOp], x: Any, axis: int | None, keepdims: bool) -> Arr
     if axis is None:
         out = bind(op, reshape(x, (-1,)), axis=0, keepdims=False)
         return reshape(out, (1,) * x.ndim) if keepdims else out
-    return bind(op, x, axis=int(axis), keepdims=keepdims)
+    return bind(op, x, axis=_axis(x, axis, op.name.removeprefix("tape.")), keepdims=keepdims)
+
+
+def _axis(x: Array, axis: Any, name: str) -> int:
+    """One axis (argmax's, cumsum's) as `_axes` checks it: numpy's TypeError for a tuple."""
+    if not _axis_ok(axis):
+        raise TypeError(at_user_line(f"{called_op(name)}: axis must be an int or None, got "
+                                     f"{axis!r}"))
+    return _axes(x, axis, name)[0]
 
 
 def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Array:
@@ -151,7 +191,8 @@ def cumsum(x: Any, axis: int | None = None, reverse: bool = False) -> Array:
         x = astype(x, np.int64)
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
-    return weakened(bind(tape.CumsumOp, x, axis=int(axis), reverse=reverse), is_weak(x))
+    return weakened(bind(tape.CumsumOp, x, axis=_axis(x, axis, "cumsum"), reverse=reverse),
+                    is_weak(x))
 
 
 def mean(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:
