@@ -33,7 +33,15 @@ from tapeml.transforms.loops.registry import Context, lowering
 @lowering(tape.Conv2dOp, tape.Conv2dBackwardInputOp, tape.Conv2dBackwardWeightOp)
 def lower_convolution(e: Emitter, op: Operation, ins: list[SSAValue], out: SSAValue,
                       cx: Context) -> None:
-    """groups = 1: GEMMs over an im2col matrix; otherwise direct loops."""
+    """groups = 1: GEMMs over an im2col matrix; otherwise direct loops. Over no images the
+    weight's cotangent is zeros (a sum of no terms: the kernels' batch sums and the runs'
+    loops would leave it unwritten) and the other two are empty."""
+    images = shape_of(op.input if isinstance(op, tape.Conv2dBackwardWeightOp)
+                      else op.result)[0]
+    if images == 0:
+        if size := math.prod(shape_of(op.result)):
+            zero(e, out, size, op.result.type.get_element_type())
+        return
     if op.params["groups"] == 1:
         lower_conv2d_gemm(e, op, ins, out, cx.report, cx.weight_runs, cx.image_group,
                           cx.epilogue, cx.out_images, cx.window_convs, cx.pixel_rows,
