@@ -9,12 +9,14 @@ Needs the `iree` extra (`pip install tapeml[iree]`: iree-base-compiler, iree-bas
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from typing import Any
 
 import numpy as np
+from numpy.lib.array_utils import byte_bounds
 from xdsl.dialects.builtin import ModuleOp
 
 from tapeml.codegen import disk_cache
@@ -27,11 +29,25 @@ from tapeml.stablehlo import emit
 from tapeml.transforms.fuse import FusePass
 from tapeml.transforms.pipelines import Step
 
-COMPILE_FLAGS = ["--iree-llvmcpu-target-cpu=host", "--iree-input-demote-f64-to-f32=false",
-                 "--iree-global-opt-use-im2col-for-convs"]
-"""IREE demotes f64 to f32 unless told not to; tape's f64 is f64. Its convolutions as im2col
-and a product: W4's step (bench/iree_steps.py) 124 -> 49 ms on one thread, where its direct
-NCHW convolution took 60 ms for W4's second layer alone (tapeml's CPU backend: 2 ms)."""
+COMPILE_FLAGS = ["--iree-llvmcpu-target-cpu=host", "--iree-input-demote-f64-to-f32=false"]
+"""IREE demotes f64 to f32 unless told not to; tape's f64 is f64."""
+
+IM2COL = "--iree-global-opt-use-im2col-for-convs"
+"""Convolutions as im2col and a product: W4's step (bench/iree_steps.py) 124 -> 49 ms on one
+thread, where IREE's direct NCHW convolution took 60 ms for W4's second layer alone (tapeml's
+CPU backend: 2 ms). Given to every program but one with a depthwise convolution (`_flags`)."""
+
+MODULE = "tapeml_program"
+"""The name of every program's IREE module. IREE's runtime keeps a context's modules by name,
+beside its own (hal, ...): one named after the traced function collides with them (a function
+called `hal` could not be loaded)."""
+
+_CONVOLUTION = re.compile(
+    r"stablehlo\.convolution\(.* dim_numbers = \[([\w, ]+)\]x\[[\w, ]+\]->\[([\w, ]+)\],"
+    r".* feature_group_count = (\d+) : i64\} : \(tensor<([\dx]+)x\w+>, [^)]*\) -> "
+    r"tensor<([\dx]+)x\w+>")
+"""A convolution as tapeml/stablehlo/writer.py writes it: the input's and the result's
+dimension letters, the feature group count, the input's and the result's shapes."""
 
 
 def _iree() -> tuple[Any, Any]:
@@ -75,10 +91,26 @@ class IREECompiled:
         arrays = [checked(leaf, arg, self.name) for leaf, arg in zip(leaves, self.inputs,
                                                                      strict=True)]
         results = self.function(*arrays)
+        if results is None:  # a function of no results
+            return ()
         if not isinstance(results, tuple | list):
             results = (results,)
-        return tuple(np.asarray(r.to_host()) if hasattr(r, "to_host") else np.asarray(r)
-                     for r in results)
+        return _unshared([np.asarray(r.to_host()) if hasattr(r, "to_host") else np.asarray(r)
+                          for r in results])
+
+
+def _unshared(arrays: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """`arrays`, where two share memory one of them copied: IREE returns one buffer for results
+    that are one value (or two equal computations it merged), where every backend returns
+    fresh arrays, one per result. One sweep over their byte ranges, lowest first."""
+    end = 0  # of the kept arrays' bytes so far
+    for i in sorted(range(len(arrays)), key=lambda i: byte_bounds(arrays[i])):
+        start, stop = byte_bounds(arrays[i])
+        if start < end:  # inside a kept array's bytes
+            arrays[i] = arrays[i].copy()
+        else:
+            end = max(end, stop)
+    return tuple(arrays)
 
 
 class IREEBackend:
@@ -95,7 +127,7 @@ class IREEBackend:
         steps = [Step(FusePass(), "fused tape")] if self.fuse else []
         fused, _ = run_pipeline(module, steps, kept, in_place=owned)
         started = time.perf_counter()
-        text = emit(fused)
+        text = emit(fused, module_name=MODULE)
         record("StableHLO", text.count("\n") + 1, started, "(lines)")
         kept.keep("stablehlo", lambda: text)
         started = time.perf_counter()
@@ -107,22 +139,46 @@ class IREEBackend:
         loaded = runtime.VmModule.copy_buffer(context.instance, vmfb)
         context.add_vm_module(loaded)
         record("IREE runtime: loaded", None, started)
-        return IREECompiled(name, inputs, context.modules[loaded.name]["main"], context,
+        return IREECompiled(name, inputs, context.modules[MODULE]["main"], context,
                             kept.texts, origin)
+
+
+def _depthwise(text: str) -> bool:
+    """Whether `text` holds a depthwise convolution: as many groups as input features and as
+    output features, more than one (IREE 3.13's im2col of one of several images fails
+    to compile: "'linalg.batch_matvec' op inferred input/output operand #1 has shape's
+    dimension #0 to be 8, but found 4"; the convolution compiles and runs right without it)."""
+    for line in text.splitlines():
+        match = _CONVOLUTION.search(line) if "stablehlo.convolution(" in line else None
+        if match is None:
+            continue
+        lhs_dims, out_dims, groups, lhs, out = match.groups()
+        feature = [int(lhs.split("x")[lhs_dims.split(", ").index("f")]),
+                   int(out.split("x")[out_dims.split(", ").index("f")])]
+        if int(groups) > 1 and feature == [int(groups)] * 2:
+            return True
+    return False
+
+
+def _flags(text: str) -> list[str]:
+    """iree-compile's flags for `text`: COMPILE_FLAGS, and IM2COL but for a program with a
+    depthwise convolution (its other convolutions go without: one flag covers the program)."""
+    return COMPILE_FLAGS if _depthwise(text) else [*COMPILE_FLAGS, IM2COL]
 
 
 def _compiled(compiler: Any, text: str) -> tuple[bytes, str]:
     """IREE's module for `text` and where it came from: the disk cache (tapeml's, keyed by
     the text, the flags, IREE's version and this CPU), else IREE's compiler (then stored)."""
     cache = disk_cache.default()
-    key = disk_cache.key("iree", text, *COMPILE_FLAGS, version("iree-base-compiler"),
+    flags = _flags(text)
+    key = disk_cache.key("iree", text, *flags, version("iree-base-compiler"),
                          *machine_key()) if cache is not None else ""
     payload = cache.get(key) if cache is not None else None
     if payload is not None:
         return payload, "disk cache"
     try:
         vmfb = bytes(compiler.compile_str(text, target_backends=["llvm-cpu"],
-                                          input_type="stablehlo", extra_args=COMPILE_FLAGS))
+                                          input_type="stablehlo", extra_args=flags))
     except compiler.CompilerToolError as error:
         errors = [line.strip() for line in str(error).splitlines() if "error:" in line]
         raise IREEError("iree-compile could not compile the StableHLO tapeml wrote for this "

@@ -61,17 +61,30 @@ contraction)."""
 
 
 def _symbol(name: str) -> str:
-    return f"@{name}" if re.fullmatch(r"[A-Za-z_][\w$.]*", name) else '@"' + \
-        name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """@name, quoted unless it is an identifier: in MLIR's string escapes, every unprintable
+    character as its UTF-8 bytes, \\XX (MLIR's lexer ends a string at a raw newline)."""
+    if re.fullmatch(r"[A-Za-z_][\w$.]*", name):
+        return f"@{name}"
+    return '@"' + "".join("\\" + c if c in '"\\' else c if c.isprintable() else
+                          "".join(f"\\{b:02X}" for b in c.encode()) for c in name) + '"'
+
+
+def _comment(text: str) -> str:
+    """`text` for a `//` line: a backslash and every unprintable character escaped as Python
+    writes them (a newline or carriage return would end the comment, the rest read as ops)."""
+    return "".join(c if c.isprintable() and c != "\\" else
+                   c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _value(value: SSAValue) -> V:
     return V("", tuple(value.type.get_shape()), tape.dtype_of(value.type))
 
 
-def emit(module: ModuleOp, name: str | None = None) -> str:
+def emit(module: ModuleOp, name: str | None = None, module_name: str | None = None) -> str:
     """The module's tape function (the one called `name`, else the first defined) as a
-    StableHLO module (text)."""
+    StableHLO module (text), the module named `module_name`, by default after the function
+    (a runtime that names its modules after the program's, as IREE's, needs a name of its
+    own: a function called `hal` is no module beside IREE's `hal`)."""
     f = next((op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration
               and name in (None, op.sym_name.data)), None)
     if f is None:
@@ -105,12 +118,14 @@ def emit(module: ModuleOp, name: str | None = None) -> str:
     outputs = value_names(f.res_attrs, list(block.last_op.operands), "result")
     args = ", ".join(f"{values[a].name}: {values[a].type}" for a in block.args)
     types = ", ".join(r.type for r in results)
+    header = f"{f.sym_name.data}({', '.join(inputs)}) -> ({', '.join(outputs)})"
+    returned = f" {', '.join(r.name for r in results)} : {types}" if results else ""
     lines = [
-        f"// @{f.sym_name.data}({', '.join(inputs)}) -> ({', '.join(outputs)}), from tapeml",
-        f"module {_symbol(f.sym_name.data)} {{",
+        f"// @{_comment(header)}, from tapeml",
+        f"module {_symbol(module_name or f.sym_name.data)} {{",
         f"  func.func @main({args}) -> ({types}) {{",
         *w.lines,
-        f"    func.return {', '.join(r.name for r in results)} : {types}",
+        f"    func.return{returned}",
         "  }",
         "}",
     ]

@@ -1,6 +1,10 @@
 """take and scatter in StableHLO: `stablehlo.gather` and `stablehlo.scatter` along one axis,
-after the indices are brought to tape's rule (a negative index counts from the end; take
-clamps the rest into the axis, scatter leaves them out of it, where StableHLO skips them)."""
+after the indices are brought to tape's rule (an index in [-n, 0) counts from the end; take
+clamps any other into the axis, scatter drops the update of any other).
+
+StableHLO leaves a scatter index outside the operand to the implementation: IREE 3.13 skips a
+positive one but writes a negative one out of bounds (over another result's buffer). So every
+index outside [-n, n) is sent to n, where every consumer skips it."""
 
 from __future__ import annotations
 
@@ -9,9 +13,17 @@ from tapeml.stablehlo.registry import V, Writer, emits
 
 
 def _from_end(w: Writer, indices: V, n: int) -> V:
-    """i + n where i < 0."""
+    """i + n where i < 0 (below -n this stays negative: out of range)."""
     negative = w.compare("lt", indices, w.like(0, indices))
     return w.select(negative, w.binary("add", indices, w.like(n, indices)), indices)
+
+
+def _dropped_past_end(w: Writer, indices: V, n: int) -> V:
+    """Each index in [-n, n) in [0, n), every other n: past the end, which consumers skip."""
+    j = _from_end(w, indices, n)
+    past = w.like(n, indices)
+    outside = w.binary("or", w.compare("lt", j, w.like(0, indices)), w.compare("ge", j, past))
+    return w.select(outside, past, j)
 
 
 @emits(tape.TakeOp)
@@ -34,4 +46,4 @@ def scatter(w: Writer, out: V, x: V, indices: V, updates: V, *, kind: str, axis:
         current, update = args
         return [update if kind == "set" else b.binary(_COMBINE[kind], current, update)]
 
-    return w.scatter(x, _from_end(w, indices, x.shape[axis]), updates, axis, combine)
+    return w.scatter(x, _dropped_past_end(w, indices, x.shape[axis]), updates, axis, combine)

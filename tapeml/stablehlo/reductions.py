@@ -11,9 +11,19 @@ from tapeml.dialects import tape
 from tapeml.stablehlo.registry import V, Writer, emits
 
 
-def lowest(dtype: np.dtype) -> float | int:
-    """The identity of maximum: -inf, or the smallest integer."""
+def lowest(dtype: np.dtype) -> float | int | bool:
+    """The identity of maximum: -inf, the smallest integer, or False (a boolean's maximum is
+    its or)."""
+    if dtype.kind == "b":
+        return False
     return -np.inf if dtype.kind == "f" else int(np.iinfo(dtype).min)
+
+
+def highest(dtype: np.dtype) -> float | int | bool:
+    """The identity of minimum: +inf, the largest integer, or True."""
+    if dtype.kind == "b":
+        return True
+    return np.inf if dtype.kind == "f" else int(np.iinfo(dtype).max)
 
 
 def reduce_with(w: Writer, out: V, x: V, axes: Sequence[int], body: str, init: float) -> V:

@@ -10,14 +10,13 @@ from typing import Any
 import numpy as np
 
 from tapeml.dialects import tape
-from tapeml.stablehlo.reductions import lowest
+from tapeml.stablehlo.reductions import highest, lowest
 from tapeml.stablehlo.registry import V, Writer, emits
 
 
 def _arg(w: Writer, out: V, x: V, axis: int, direction: str) -> V:
     index = w.iota(x.shape, np.int64, axis)
-    first = lowest(x.dtype) if direction == "gt" else (
-        np.inf if x.is_float else int(np.iinfo(x.dtype).max))
+    first = lowest(x.dtype) if direction == "gt" else highest(x.dtype)
     last = int(np.iinfo(np.int64).max)  # any element ties with the start and wins by index
 
     def better(b: Writer, args: list[V]) -> list[V]:  # (value, index) twice: StableHLO's order

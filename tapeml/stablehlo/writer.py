@@ -308,7 +308,8 @@ class Writer:
     def scatter(self, x: V, indices: V, updates: V, axis: int,
                 body: Callable[[Writer, list[V]], list[V]]) -> V:
         """x with each update combined (body(writer, [current, update])) at its index along
-        `axis`; an update whose index is outside [0, n) is skipped."""
+        `axis`, for indices in [0, n] (n: skipped; StableHLO leaves other indices outside the
+        operand to the implementation, and IREE writes a negative one out of bounds)."""
         rank_i = len(indices.shape)
         window = [*range(axis), *range(axis + rank_i, len(updates.shape))]
         numbers = (f"#stablehlo.scatter<update_window_dims = {_ints(window)}, "
