@@ -359,8 +359,11 @@ def test_non_ascii_and_numpy_int_keys_round_trip():
 
 
 def test_bad_specs_arguments_and_calls():
-    with pytest.raises(ValueError, match="dims must be >= 0"):
+    with pytest.raises(ValueError, match="Spec: negative dimensions are not allowed"):
         Spec((-1, 3))
+    for shape in ((2.5, True), (2, True), 2.0, "3"):  # (2.5, True) was silently (2, 1)
+        with pytest.raises(TypeError, match="Spec: a shape is an int or a sequence of ints"):
+            Spec(shape)
     with pytest.raises(tapeml.TracingError, match="argument `a` has dtype uint8; tape tensors "
                        "hold bool, int32, int64, float32 or float64"):
         tapeml.trace(lambda a: a, np.ones(3, np.uint8))

@@ -124,8 +124,11 @@ def _differentiated(fn: Callable, args: tuple, kwargs: dict, argnums: int | Sequ
     _check_scalar(program, has_aux, "grad")
     in_tree, out_tree = program.in_tree, program.out_tree
     ranges = _leaf_ranges(args)
-    _check_float_arguments(program, [i for n in nums for i in ranges[n]])
-    differentiate(program.function, wrt=tuple(i for n in nums for i in ranges[n]), of=(0,))
+    wrt = tuple(i for n in nums for i in ranges[n])
+    _check_float_arguments(program, wrt)
+    if wrt:  # (arguments with no leaves, {} or (), have no gradients to append; and
+        # differentiate's empty wrt means every argument)
+        differentiate(program.function, wrt=wrt, of=(0,))
     trees = [flatten(args[n])[1] for n in nums]
     grads_tree = trees[0] if _is_index(argnums) else _tuple_tree(trees)
     program.set_trees(in_tree, _tuple_tree([out_tree, grads_tree]))

@@ -47,7 +47,7 @@ from tapeml.errors import ShapeError, TracingError, a_or_an
 from tapeml.frontend.flops import op_flops
 from tapeml.interpreters import interpret
 from tapeml.profile import count_ops, record
-from tapeml.tracing.ops.promotion import to_dtype
+from tapeml.tracing.ops.promotion import to_dtype, user_shape
 from tapeml.tracing.pytree import LEAF, TreeDef, flatten, leaf_paths, unflatten
 from tapeml.tracing.trace import (
     Tracer,
@@ -68,10 +68,7 @@ class Spec:
     dtype: np.dtype = np.dtype(np.float32)
 
     def __init__(self, shape: Any, dtype: Any = np.float32) -> None:
-        shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
-        if any(int(d) < 0 for d in shape):
-            raise ValueError(f"Spec: dims must be >= 0, got {shape}")
-        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        object.__setattr__(self, "shape", user_shape("Spec", shape))
         object.__setattr__(self, "dtype", np.dtype(dtype))
 
     @classmethod

@@ -13,7 +13,14 @@ import numpy as np
 from tapeml.dialects import tape
 from tapeml.tracing.ops.elementwise import add, equal, less_equal, multiply, where
 from tapeml.tracing.ops.layout import axis_index, expand_dims
-from tapeml.tracing.ops.promotion import Array, astype, broadcast_to, lift, user_dtype
+from tapeml.tracing.ops.promotion import (
+    Array,
+    astype,
+    broadcast_to,
+    lift,
+    user_dtype,
+    user_shape,
+)
 from tapeml.tracing.trace import Tracer, at_user_line, bind
 
 __all__ = ["arange", "full", "full_like", "iota", "one_hot", "ones", "ones_like", "tril",
@@ -22,16 +29,12 @@ __all__ = ["arange", "full", "full_like", "iota", "one_hot", "ones", "ones_like"
 Shape = Sequence[int] | int
 
 
-def _shape(shape: Shape) -> tuple[int, ...]:
-    return (int(shape),) if isinstance(shape, int | np.integer) else tuple(int(d) for d in shape)
-
-
 def full(shape: Shape, fill_value: Any, dtype: Any = None) -> Array:
     """numpy.full: a new array, writable as numpy's (a constant when a traced function uses
     it); a traced `fill_value` (jnp.full's) gives a tracer, it broadcast to `shape`. Without
     `dtype`, a Python float gives float32 and an int int64, as tapeml takes them
     (promotion.py)."""
-    shape = _shape(shape)
+    shape = user_shape("full", shape)
     if isinstance(fill_value, Tracer):
         return broadcast_to(fill_value if dtype is None else
                             astype(fill_value, user_dtype("full", dtype)), shape)
@@ -71,7 +74,8 @@ def ones_like(x: Any, dtype: Any = None) -> Array:
 
 def iota(shape: Shape, axis: int = 0, dtype: Any = np.int64) -> Array:
     """Each element's index along `axis` (jax.lax.broadcasted_iota): tape.iota in a trace."""
-    return bind(tape.IotaOp, shape=_shape(shape), axis=axis, dtype=user_dtype("iota", dtype))
+    return bind(tape.IotaOp, shape=user_shape("iota", shape), axis=axis,
+                dtype=user_dtype("iota", dtype))
 
 
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Array:

@@ -59,9 +59,10 @@ def _index_array(i: Any) -> Array | None:
     return None
 
 
-def _parts(x: Array, index: Any) -> list[Any]:
+def _parts(x: Array, index: Any, name: str) -> list[Any]:
     """The index as one entry per component: None, a slice, an int or an index array, with
-    `...` expanded and constant boolean masks as their positions (numpy's nonzero)."""
+    `...` expanded and constant boolean masks as their positions (numpy's nonzero), each
+    mask checked against the dims of x it covers (`name`, the op, for the message)."""
     index = index if isinstance(index, tuple) else (index,)
     parts: list[Any] = []
     for i in index:
@@ -71,7 +72,10 @@ def _parts(x: Array, index: Any) -> list[Any]:
                 "use tapeml.where(mask, x, fill) instead"))
         if isinstance(i, np.ndarray | list) and np.asarray(i).dtype == np.bool_ and \
                 np.asarray(i).ndim > 0:
-            parts += [lift(p) for p in np.nonzero(np.asarray(i))]
+            parts.append(np.asarray(i))  # (its positions once `...` has its place: below)
+        elif isinstance(i, slice) and i.step == 0:
+            raise ValueError(at_user_line(f"{name}: slice step cannot be zero (indexing x of "
+                                          f"shape {tuple(x.shape)} with {i})"))
         elif isinstance(i, bool | np.bool_):
             raise IndexError(at_user_line("a boolean scalar is not an index (numpy's adds a "
                                           "dim; write None and a where)"))
@@ -86,11 +90,44 @@ def _parts(x: Array, index: Any) -> list[Any]:
     ellipses = [k for k, i in enumerate(parts) if i is Ellipsis]
     if len(ellipses) > 1:
         raise IndexError(at_user_line("an index can only have a single ellipsis ('...')"))
-    used = builtins.sum(1 for i in parts if i is not None and i is not Ellipsis)
+    used = builtins.sum(_dims_covered(i) for i in parts)
     if used > x.ndim:
         raise IndexError(at_user_line(f"too many indices for an array of shape {tuple(x.shape)}"))
     at_ = ellipses[0] if ellipses else len(parts)
-    return [*parts[:at_], *(_FULL,) * (x.ndim - used), *parts[at_ + 1:]]
+    return _mask_positions(x, [*parts[:at_], *(_FULL,) * (x.ndim - used), *parts[at_ + 1:]],
+                           name)
+
+
+def _is_mask(i: Any) -> bool:
+    return isinstance(i, np.ndarray) and i.dtype == np.bool_
+
+
+def _dims_covered(i: Any) -> int:
+    """How many dims of x an index part indexes: a mask its rank, None and `...` none."""
+    return i.ndim if _is_mask(i) else int(i is not None and i is not Ellipsis)
+
+
+def _mask_positions(x: Array, parts: list[Any], name: str) -> list[Any]:
+    """`parts` with each boolean mask as its positions, one index array per dim it covers.
+    A mask's shape must be the shape of those dims (numpy's IndexError, and JAX's): its
+    positions alone would silently pick other elements or repeat some."""
+    out: list[Any] = []
+    dim = 0
+    for i in parts:
+        if _is_mask(i):
+            covered = tuple(x.shape[dim:dim + i.ndim])
+            for k, (size, length) in enumerate(zip(covered, i.shape, strict=True)):
+                if size != length:
+                    raise IndexError(at_user_line(
+                        f"{name}: boolean index did not match indexed array along axis "
+                        f"{dim + k}; size of axis is {size} but size of corresponding boolean "
+                        f"axis is {length} (a mask of shape {i.shape} indexing x of shape "
+                        f"{tuple(x.shape)})"))
+            out += [lift(p) for p in np.nonzero(i)]
+        else:
+            out.append(i)
+        dim += _dims_covered(i)
+    return out
 
 
 def _checked_int(i: Any, size: int, dim: int) -> int:
@@ -227,10 +264,10 @@ def getitem(x: Any, index: Any) -> Array:
                      and all(type(i) in _BASIC for i in index)):
         try:  # eager, ints, slices and None: numpy's basic indexing is the semantics
             return np.asarray(x[index])
-        except (IndexError, TypeError):  # said below, with the user's line
+        except (IndexError, TypeError, ValueError):  # said below, with the user's line
             pass
     x = lift(x)
-    parts = _parts(x, index)
+    parts = _parts(x, index, "getitem")
     if (axis := _single_axis(parts)) is not None:
         return weakened(bind(tape.TakeOp, x, parts[axis], axis=axis), is_weak(x))
     if not any(_is_array(i) for i in parts):
@@ -333,7 +370,7 @@ class _Update:
 
     def _scatter(self, kind: str, values: Any) -> Array:
         x = self.x
-        parts = _parts(x, self.index)
+        parts = _parts(x, self.index, "at[...]")
         # a Python number as x's dtype, an int that does not fit an OverflowError (as x + it);
         # arrays cast, as JAX's
         values = to_dtype("at[...]", values, np.dtype(x.dtype)) if is_weak_scalar(values) \

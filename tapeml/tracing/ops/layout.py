@@ -114,7 +114,7 @@ def pad(x: Any, pad_width: Any, constant_values: float = 0.0) -> Array:
     per dim; negative amounts crop. Any dtype: `constant_values` is converted to x's, as
     numpy's (an int that does not fit is an OverflowError)."""
     x = lift(x)
-    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    widths = _pad_widths(pad_width, x)
     dtype = np.dtype(x.dtype)
     if dtype.kind != "f" and isinstance(constant_values, float | np.floating) and \
             not np.isfinite(constant_values):
@@ -129,16 +129,33 @@ def pad(x: Any, pad_width: Any, constant_values: float = 0.0) -> Array:
                  high=tuple(int(w) for w in widths[:, 1]), value=float(value))
 
 
+def _pad_widths(pad_width: Any, x: Array) -> np.ndarray:
+    """`pad_width` as one (before, after) row per dim of x, numpy's broadcast; widths that do
+    not broadcast so (3 pairs for 2 dims) are a ShapeError naming pad, not numpy's internal
+    one."""
+    try:
+        return np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    except ValueError:
+        raise ShapeError(at_user_line(
+            f"pad: pad widths {pad_width!r} do not fit x of shape {tuple(x.shape)}: give an "
+            f"int, a (before, after) pair or {x.ndim} pairs, one per dim")) from None
+
+
 def pad2d(x: Any, padding: Sequence[int], value: float) -> Array:
     """`pad` over the two spatial dims of an NCHW array: `padding` is (top, left, bottom, right)."""
     top, left, bottom, right = padding
     return pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], value)
 
 
-def concatenate(xs: Sequence[Any], axis: int = 0) -> Array:
-    """numpy.concatenate; the arrays promote to one dtype."""
+def concatenate(xs: Sequence[Any], axis: int | None = 0) -> Array:
+    """numpy.concatenate; the arrays promote to one dtype. With `axis=None` they are
+    flattened first, as numpy's."""
+    if len(xs) == 0:
+        raise ValueError(at_user_line("concatenate: needs at least one array"))
     xs, weak = promote("concatenate", *xs)
-    if xs and xs[0].ndim:  # (no array, or a 0-d one: tape.concat's rule says so)
+    if axis is None:
+        xs, axis = [reshape(x, (-1,)) for x in xs], 0
+    if xs[0].ndim:  # (a 0-d array: tape.concat's rule says so)
         axis = axis_index("concatenate", axis, xs[0].ndim, lambda: _shapes(xs))
     return weakened(bind(tape.ConcatOp, *xs, axis=axis), weak)
 

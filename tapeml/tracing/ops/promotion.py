@@ -27,7 +27,14 @@ import numpy as np
 from tapeml.dialects import tape
 from tapeml.errors import ShapeError
 from tapeml.interpreters.tape import ieee
-from tapeml.tracing.trace import Tracer, as_array, at_user_line, bind, canonical_dtype
+from tapeml.tracing.trace import (
+    Tracer,
+    as_array,
+    at_user_line,
+    bind,
+    called_op,
+    canonical_dtype,
+)
 
 __all__ = ["astype", "broadcast_to"]
 
@@ -206,6 +213,23 @@ def user_dtype(name: str, dtype: Any) -> np.dtype:
         raise TypeError(at_user_line(f"{name}: {error}")) from None
 
 
+def user_shape(name: str, shape: Any) -> tuple[int, ...]:
+    """`shape` (an int or a sequence of ints) as a tuple of ints, or numpy's errors at the
+    user's line, naming the op the user called (else `name`): a TypeError for a dim that is
+    no integer (a float or a bool would otherwise become a dim silently: int(2.5) is 2,
+    True is 1), a ValueError for a negative one."""
+    dims = (shape,) if isinstance(shape, int | np.integer) else shape
+    if not isinstance(dims, Sequence | np.ndarray) or not all(
+            isinstance(d, int | np.integer) and not isinstance(d, bool | np.bool_)
+            for d in dims):
+        raise TypeError(at_user_line(f"{called_op(name)}: a shape is an int or a sequence of "
+                                     f"ints, got {shape!r}"))
+    if any(d < 0 for d in dims):
+        raise ValueError(at_user_line(f"{called_op(name)}: negative dimensions are not "
+                                      f"allowed, got shape {shape!r}"))
+    return tuple(int(d) for d in dims)
+
+
 def astype(x: Any, dtype: Any) -> Array:
     """`x` converted to `dtype` (bool, int32, int64, float32 or float64) by numpy's `astype`
     rules, except that float to integer truncates toward zero and saturates (NaN gives 0),
@@ -225,8 +249,11 @@ def astype(x: Any, dtype: Any) -> Array:
     return bind(tape.CastOp, x, dtype=dtype)
 
 
-def broadcast_to(x: Any, shape: Sequence[int]) -> Array:
+def broadcast_to(x: Any, shape: Sequence[int] | int) -> Array:
+    """numpy.broadcast_to; an int shape is a 1-d one, as numpy's."""
     x = lift(x)
+    if isinstance(shape, int | np.integer):
+        shape = (int(shape),)
     if tuple(x.shape) == tuple(shape):
         return x
     return weakened(bind(tape.BroadcastOp, x, shape=tuple(shape)), is_weak(x))

@@ -224,7 +224,7 @@ def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> Array:
     # an infinite max shifts by the largest finite value of its sign: -inf - -inf and
     # inf - inf would make the sum NaN
     big = float(np.finfo(x.dtype).max)
-    top = stop_gradient(clip(max(x, axis=axis, keepdims=True), -big, big))  # (_SHIFT)
+    top = stop_gradient(clip(_shift(x, axis), -big, big))  # (_SHIFT)
     out = add(log(sum(exp(subtract(x, top)), axis=axis, keepdims=True)), top)
     return weakened(out if keepdims else reshape(out, _reduced_shape(x, axis)), weak)
 
@@ -241,6 +241,16 @@ def _reduced_shape(x: Array, axis: Axis) -> tuple[int, ...]:
 # core, 2-3% of its time.
 
 
+def _shift(x: Array, axis: Axis) -> Array:
+    """x's max along `axis`, kept as dims of 1: the shift of (_SHIFT). Over an empty axis there
+    is no max and nothing to shift: 0 (so, as JAX's, softmax and log_softmax of an empty axis
+    are empty and logsumexp over one is log(0) = -inf)."""
+    axes = _axes(x, axis, "max")
+    if builtins.all(x.shape[a] for a in axes):
+        return max(x, axis=axis, keepdims=True)
+    return full([1 if i in axes else d for i, d in enumerate(x.shape)], 0, x.dtype)
+
+
 def softmax(x: Any, axis: int = -1) -> Array:
     """Along the last axis one tape.softmax (its gradient one tape.softmax_backward, from the
     result alone); along another, the ops written out."""
@@ -249,11 +259,11 @@ def softmax(x: Any, axis: int = -1) -> Array:
     if type(axis) is int and rank and -rank <= axis < rank and axis % rank == rank - 1 and \
             x.shape[-1] > 0:
         return weakened(bind(tape.SoftmaxOp, x), weak)
-    e = exp(subtract(x, stop_gradient(max(x, axis=axis, keepdims=True))))  # (_SHIFT)
+    e = exp(subtract(x, stop_gradient(_shift(x, axis))))  # (_SHIFT)
     return weakened(divide(e, sum(e, axis=axis, keepdims=True)), weak)
 
 
 def log_softmax(x: Any, axis: int = -1) -> Array:
     (x,), weak = promote("log_softmax", x, floating=True)
-    shifted = subtract(x, stop_gradient(max(x, axis=axis, keepdims=True)))  # (_SHIFT)
+    shifted = subtract(x, stop_gradient(_shift(x, axis)))  # (_SHIFT)
     return weakened(subtract(shifted, log(sum(exp(shifted), axis=axis, keepdims=True))), weak)
