@@ -1,10 +1,12 @@
 """The persistent compilation cache: compiled programs' object code on disk, as JAX's and torch
 inductor's are, so that a new process running a program compiled before skips the compile.
 
-    where     $TAPEML_CACHE_DIR; else $XDG_CACHE_HOME/tapeml; else ~/.cache/tapeml
+    where     $TAPEML_CACHE_DIR; else $XDG_CACHE_HOME/tapeml; else ~/.cache/tapeml (a
+              leading ~ expanded in each)
     off       TAPEML_CACHE=0 (or off, false, no)
-    bound     TAPEML_CACHE_MAX_BYTES (default 2 GiB): after each write the least recently used
-              entries are deleted until the rest fit
+    bound     TAPEML_CACHE_MAX_BYTES (default 2 GiB; a whole number of bytes: 2147483648, 2e9,
+              500M, 2GiB): after each write the least recently used entries are deleted until
+              the rest fit
     key       a sha256 of everything that determines the code (`key()`); the backend names
               the parts: its input program (`program_text()`) and options, the target CPU and
               its features, tapeml's own sources (`sources_digest()`, so an edited checkout
@@ -16,8 +18,10 @@ inductor's are, so that a new process running a program compiled before skips th
               corrupted, another format) is deleted and read as a miss: it is never loaded.
     recency   a hit sets the entry's modification time to now, and eviction goes oldest first
 
-A cache that cannot be written (a read-only or full disk) warns once and compiles as if it
-were off: it never fails a compile.
+A cache that cannot be written (a read-only or full disk), a bound that cannot be read, or a
+source of tapeml's that cannot be read (its key would not say which compiler wrote an entry)
+warns once and compiles as if it were off (for the bound, with the default bound): a cache
+problem never fails a compile.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import struct
 import tempfile
 import warnings
+from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,6 +43,11 @@ _HEADER = struct.Struct("<Q32s")  # the payload's length and sha256
 SUFFIX = ".tapeml"
 DEFAULT_MAX_BYTES = 2 << 30
 _WARNED: set[Path] = set()  # the folders that could not be written, warned about
+_WARNED_BOUNDS: set[str] = set()  # the TAPEML_CACHE_MAX_BYTES values warned about
+_BOUND = re.compile(r"\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d{1,3})?)\s*([kmgt]?)(i?)b?\s*",
+                    re.IGNORECASE)
+"""A size: a number (a sign, digits, a fraction, an exponent of up to 3 digits) and a unit,
+K, M, G or T (a power of 1000; KiB, MiB, GiB, TiB: of 1024), with a B after it or none."""
 
 
 class DiskCache:
@@ -126,21 +137,50 @@ def _payload(data: bytes) -> bytes | None:
 
 
 def default() -> DiskCache | None:
-    """The cache the environment asks for (read on each call), or None where it is off."""
+    """The cache the environment asks for (read on each call), or None where it is off (or
+    tapeml's sources cannot be read: `sources_digest`)."""
     if os.environ.get("TAPEML_CACHE", "1").strip().lower() in ("0", "off", "false", "no"):
+        return None
+    if _package_digest()[1] is not None:
         return None
     directory = os.environ.get("TAPEML_CACHE_DIR")
     if not directory:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
-                                                                  ".cache")
+        base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
         directory = os.path.join(base, "tapeml")
-    bound = os.environ.get("TAPEML_CACHE_MAX_BYTES")
-    try:
-        max_bytes = int(bound) if bound else DEFAULT_MAX_BYTES
-    except ValueError:
-        raise ValueError(f"TAPEML_CACHE_MAX_BYTES must be a number of bytes, got {bound!r}"
-                         ) from None
-    return DiskCache(Path(directory), max_bytes)
+    # (a leading ~ expanded here: os.environ, a Dockerfile's ENV or a .env file has no shell)
+    return DiskCache(Path(os.path.expanduser(directory)),
+                     max_bytes(os.environ.get("TAPEML_CACHE_MAX_BYTES")))
+
+
+def max_bytes(text: str | None) -> int:
+    """TAPEML_CACHE_MAX_BYTES as a number of bytes (`_size`); unset, the default. A value that
+    is no size, or a negative one, warns (once per value) and gives the default: a mistyped
+    bound must neither fail the program's compiles nor, read as below zero, empty the cache."""
+    if text is None or not text.strip():
+        return DEFAULT_MAX_BYTES
+    size = _size(text)
+    if size is not None and size >= 0:
+        return size
+    if text not in _WARNED_BOUNDS:
+        _WARNED_BOUNDS.add(text)
+        problem = "is negative" if size is not None else "is not a number of bytes"
+        warnings.warn(f"tapeml: TAPEML_CACHE_MAX_BYTES={text!r} {problem} (a whole number of "
+                      "bytes: 2147483648, 2e9, 500M, 2GiB); the compilation cache keeps to the "
+                      "default bound, 2 GiB", RuntimeWarning, stacklevel=2)
+    return DEFAULT_MAX_BYTES
+
+
+def _size(text: str) -> int | None:
+    """`text` as `_BOUND` reads it, where that is a whole number of bytes (1.5G is, 1.5 is
+    not: exact, as a Fraction); else None."""
+    found = _BOUND.fullmatch(text)
+    if found is None:
+        return None
+    number, unit, binary = found.groups()
+    if binary and not unit:  # (5iB)
+        return None
+    size = Fraction(number) * (1024 if binary else 1000) ** " kmgt".index(unit.lower() or " ")
+    return int(size) if size.denominator == 1 else None
 
 
 def key(*parts: str | bytes) -> str:
@@ -166,21 +206,48 @@ def xdsl_version() -> str:
     return str(xdsl.__version__)
 
 
-@lru_cache(maxsize=1)
 def sources_digest() -> str:
-    """A sha256 of every Python source of the tapeml package, by relative path (in the
-    order of their parts). Once per process, in every first call: os.walk and plain
-    strings, not pathlib's rglob and relative_to (5.8 -> 3.0 ms of a warm start's 43)."""
+    """A sha256 of every Python source of the tapeml package (`source_digest`): a key's part,
+    so that an edited checkout never loads code an older compiler wrote. Once per process."""
+    return _package_digest()[0]
+
+
+@lru_cache(maxsize=1)
+def _package_digest() -> tuple[str, str | None]:
+    """The tapeml package's `source_digest`, warned about (once: cached) where a source cannot
+    be read; `default()` is then None: a key that cannot tell this compiler from another must
+    not load or store an entry."""
     root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    sources = [[*folder[len(root) + 1:].split(os.sep), name] if folder != root else [name]
-               for folder, _, names in os.walk(root) for name in names if name.endswith(".py")]
+    digest, problem = source_digest(root)
+    if problem is not None:
+        warnings.warn(f"tapeml: {problem}; compiling without the compilation cache",
+                      RuntimeWarning, stacklevel=2)
+    return digest, problem
+
+
+def source_digest(root: str) -> tuple[str, str | None]:
+    """A sha256 of the modules under the package folder `root`, by relative path (in the
+    order of their parts), and what could not be read (None where all was). A module is a
+    file, or a link to one, named as Python imports it (`jit.py`): an editor's lock file
+    (emacs's `.#jit.py`, a link to nowhere) or a copy (`jit copy.py`) is none, nor is what
+    a folder that is no package's name holds. os.walk and plain strings, not pathlib's
+    rglob and relative_to (5.8 -> 3.0 ms of a warm start's 43)."""
+    sources = []
+    for folder, folders, names in os.walk(root):
+        folders[:] = [name for name in folders if name.isidentifier()]
+        parts = folder[len(root) + 1:].split(os.sep) if folder != root else []
+        sources += [[*parts, name] for name in names if name.endswith(".py")
+                    and name[:-3].isidentifier() and os.path.isfile(os.path.join(folder, name))]
     digest = hashlib.sha256()
     for parts in sorted(sources):
         digest.update("/".join(parts).encode() + b"\0")
-        with open(os.path.join(root, *parts), "rb") as source:
-            digest.update(source.read())
-    return digest.hexdigest()
-
+        path = os.path.join(root, *parts)
+        try:
+            with open(path, "rb") as source:
+                digest.update(source.read())
+        except OSError as error:
+            return digest.hexdigest(), f"tapeml's source {path} cannot be read ({error})"
+    return digest.hexdigest(), None
 
 
 def _attr_text(attr: Any) -> str:

@@ -16,7 +16,7 @@ no op), found before anything is lowered.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,11 +33,9 @@ class BatchSizes:
     """The batch-generic programs of one jitted function, by the structure of its arguments
     with the batch left out (None: the function makes none; each batch compiles apart)."""
 
-    def __init__(self, argnums: int | Sequence[int]) -> None:
-        numbers = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-        if not all(isinstance(i, int) and not isinstance(i, bool) for i in numbers):
-            raise TypeError(f"jit: batch_argnums must be ints, got {argnums!r}")
-        self.argnums = numbers
+    def __init__(self, argnums: tuple[int, ...]) -> None:
+        self.argnums = argnums
+        """batch_argnums, as jit's `_argnums` reads them (the one reading static_argnums has)."""
         self.programs: dict[tuple, Any] = {}
         """A family's GenericProgram, or None where it makes none."""
         self.outlines: dict[tuple, tuple] = {}
@@ -45,6 +43,12 @@ class BatchSizes:
         a batch size that traces to other ops (at batch 1 a broadcast of a bias over the
         batch is none) is no instance, and is compiled on its own without being lowered for
         the comparison first."""
+        self.borrowed: dict[tuple, int] = {}
+        """The families whose program came from the disk cache with their first batch size's
+        instance, by that size. The instance is keyed by the program traced at that size
+        alone, so its program may be another function's that traced alike there (and made a
+        constant of a value this one's batch changes): the first batch size that lowers
+        otherwise makes the family's own, as an empty cache would have (`_own`)."""
 
     def batch_leaves(self, args: tuple, static: tuple[int, ...], dynamic: tuple
                      ) -> set[int]:
@@ -97,39 +101,83 @@ class BatchSizes:
         found = GenericProgram.cached(key, *signature(traced.module)[1:],
                                       program=program or None)
         if found is not None:  # (seen at this batch size by another process)
-            self.programs[family] = found[0]
-            self.outlines.setdefault(family, outline)
+            if program is False:  # (a family's program is its own once it has one)
+                self.programs[family], self.borrowed[family] = found[0], size
+                self.outlines[family] = outline
             return (traced.out_tree, found[1]), (f"batch-generic: batch size {size} from the "
                                                  "disk cache")
         lowered = Lowered.of(backend, traced.module, threads, key)
+        at = _AtSizes(backend, fn, args, tree, leaves, batch, threads)
         if program is False:
-            why = "its lowerings at other batch sizes differ beyond their values"
-            given = flatten(args)[0]  # (a Python number as it came: weak, as traced above)
-            for other in _second_sizes(size):
-                at = unflatten(tree, [Spec((other, *np.shape(x)[1:]), x.dtype)
-                                      if i in batch else given[i] for i, x in enumerate(leaves)])
-                try:
-                    second = trace(fn, *at[0], **at[1])
-                except (ShapeError, TracingError) as error:  # (a batch size written in `fn`)
-                    why = f"it does not trace at batch size {other}: {error}"
-                    program = None
-                    break
-                program = GenericProgram.compile(
-                    lowered, Lowered.of(backend, second.module, threads, key=""))
-                if program is not None:
-                    break
+            program, how = _template(lowered, size, at)
             self.programs[family] = program
             self.outlines[family] = outline
             if program is None:
-                return None, f"batch-generic: none, {why.splitlines()[0]}"
-            how = f"batch-generic: compiled at batch sizes {size} and {other}"
+                return None, f"batch-generic: none, {how.splitlines()[0]}"
         else:
-            how = f"batch-generic: batch size {size} an instance of the compiled program"
+            how = f"batch size {size} an instance of the compiled program"
         native = program.instance(lowered)
+        if native is None and family in self.borrowed:
+            native, how = self._own(family, program, lowered, size, at)
         if native is None:
             return None, (f"batch-generic: batch size {size} lowers otherwise than the compiled "
                           "program; compiled on its own")
-        return (traced.out_tree, native), how
+        return (traced.out_tree, native), "batch-generic: " + how
+
+    def _own(self, family: tuple, program: Any, lowered: Any, size: int, at: _AtSizes
+             ) -> tuple[Any, str]:
+        """Where `lowered` (at `size`) is no instance of `program`, the one the disk cache gave
+        the family with its first batch size, the family's own program, made as an
+        empty cache would have made it (at that first size and a second), if it is another;
+        then the instance of it at `size` and how it was made, else (None, "")."""
+        from tapeml.codegen.batch_generic import Lowered
+
+        first = self.borrowed.pop(family)
+        own, how = _template(Lowered.of(at.backend, at.trace(first).module, at.threads, ""),
+                             first, at)
+        if own is None or own.key == program.key:  # (the disk cache's was this family's)
+            return None, ""
+        self.programs[family] = own
+        return own.instance(lowered), (f"batch size {size} an instance of the program "
+                                       f"{how}; the disk cache's program for batch size "
+                                       f"{first}, another function's that traces alike at "
+                                       f"{first}, lowers otherwise")
+
+
+class _AtSizes:
+    """One call's function and arguments, traced at other batch sizes: its batch arguments'
+    arrays as Specs of that leading axis, the rest as they came (a Python number weak)."""
+
+    def __init__(self, backend: Any, fn: Callable, args: tuple[tuple, dict], tree: TreeDef,
+                 leaves: list[Any], batch: set[int], threads: int) -> None:
+        self.backend, self.fn, self.args, self.tree = backend, fn, args, tree
+        self.leaves, self.batch, self.threads = leaves, batch, threads
+
+    def trace(self, size: int) -> Any:
+        """The function traced at batch size `size`."""
+        given = flatten(self.args)[0]
+        at = unflatten(self.tree, [Spec((size, *np.shape(x)[1:]), x.dtype)
+                                   if i in self.batch else given[i]
+                                   for i, x in enumerate(self.leaves)])
+        return trace(self.fn, *at[0], **at[1])
+
+
+def _template(lowered: Any, size: int, at: _AtSizes) -> tuple[Any, str]:
+    """The batch-generic program of `lowered` (at batch size `size`) and the function's
+    lowering at a second size (`_second_sizes`, in turn) and how it was made ("compiled at
+    batch sizes 16 and 33"), or None and why there is none."""
+    from tapeml.codegen.batch_generic import GenericProgram, Lowered
+
+    for other in _second_sizes(size):
+        try:
+            second = at.trace(other)
+        except (ShapeError, TracingError) as error:  # (a batch size written in `fn`)
+            return None, f"it does not trace at batch size {other}: {error}"
+        program = GenericProgram.compile(
+            lowered, Lowered.of(at.backend, second.module, at.threads, key=""))
+        if program is not None:
+            return program, f"compiled at batch sizes {size} and {other}"
+    return None, "its lowerings at other batch sizes differ beyond their values"
 
 
 def _second_sizes(size: int) -> tuple[int, ...]:

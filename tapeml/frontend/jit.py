@@ -18,6 +18,7 @@ import functools
 import gc
 import inspect
 import threading
+import types
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -99,7 +100,8 @@ def _static_key(x: Any) -> Any:
 
 
 def _argnums(name: str, argnums: Any) -> tuple[int, ...]:
-    """static_argnums or batch_argnums as a tuple of ints (numpy integers too; None: none)."""
+    """static_argnums or batch_argnums as a tuple of ints (numpy integers too; None: none),
+    each once, as JAX's (an argument named twice is one argument)."""
     if argnums is None:
         return ()
     numbers = (argnums,) if isinstance(argnums, int | np.integer) else argnums
@@ -107,10 +109,12 @@ def _argnums(name: str, argnums: Any) -> tuple[int, ...]:
         numbers = tuple(numbers)
     except TypeError:
         numbers = (argnums,)
-    if not all(isinstance(i, int | np.integer) and not isinstance(i, bool | np.bool_)
-               for i in numbers):
-        raise TypeError(f"jit: {name} must be an int or a sequence of ints, got {argnums!r}")
-    return tuple(int(i) for i in numbers)
+    for i in numbers:
+        if not isinstance(i, int | np.integer) or isinstance(i, bool | np.bool_):
+            raise TypeError(f"jit: {name} must be an int or a sequence of ints, got "
+                            f"{argnums!r} (argument positions must be ints, not "
+                            f"{type(i).__name__})")
+    return tuple(dict.fromkeys(int(i) for i in numbers))
 
 
 def _spec_text(spec: tuple) -> str:
@@ -187,10 +191,12 @@ class Jitted:
         self.backend = get_backend(backend, **options)
         if batch_argnums is not None and backend != "cpu":
             raise ValueError(f"jit: batch_argnums is the cpu backend's, not {backend}'s")
-        self.batch = None if batch_argnums is None else BatchSizes(batch_argnums)
+        self.batch = (None if batch_argnums is None
+                      else BatchSizes(_argnums("batch_argnums", batch_argnums)))
         """batch_argnums' programs (tapeml/frontend/batch_sizes.py), if it was given."""
         self.static_argnums = _argnums("static_argnums", static_argnums)
-        """As given; negative ones count from the end of each call's positional arguments."""
+        """As given, each once; negative ones count from the end of each call's positional
+        arguments."""
         if not isinstance(cache_size, int) or cache_size < 1:
             raise ValueError(f"jit: cache_size must be a positive int, got {cache_size!r}")
         self.cache_size = cache_size
@@ -210,6 +216,12 @@ class Jitted:
         # (jit(step, backend=...) of a jitted step compiled with step's options)
         functools.update_wrapper(self, fn, updated=())
 
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        """As a function's: on an instance, a method calling this with the instance first
+        (`@tapeml.jit` on a method; `self` is then an argument like any other: a pytree of
+        arrays, or static with static_argnums=0); on the class, this."""
+        return self if instance is None else types.MethodType(self, instance)
+
     def _static_positions(self, count: int) -> tuple[int, ...]:
         """`static_argnums` as positions in a call with `count` positional arguments."""
         if all(0 <= i < count for i in self.static_argnums):
@@ -220,7 +232,7 @@ class Jitted:
                                 f"{count} positional argument{'s' if count != 1 else ''} "
                                 "(static arguments are found by position: pass them "
                                 "positionally, not by keyword)")
-        return tuple(i % count for i in self.static_argnums)
+        return tuple(dict.fromkeys(i % count for i in self.static_argnums))  # (1 and -1: one)
 
     def _split(self, args: tuple) -> tuple[tuple, tuple, tuple[int, ...]]:
         positions = self._static_positions(len(args))
@@ -228,14 +240,20 @@ class Jitted:
         dynamic = tuple(a for i, a in enumerate(args) if i not in positions)
         return static, dynamic, positions
 
+    def _hashed_static(self, static: tuple) -> Any:
+        """`_static_key` of the static arguments; a TypeError where one is not hashable."""
+        try:
+            return _static_key(static)
+        except TypeError:
+            raise TypeError(f"jit: static arguments {self.static_argnums} must be hashable, "
+                            f"got {static!r} (an instance of your own class is where the class "
+                            "defines both __eq__ and __hash__, or neither; a dataclass where it "
+                            "is frozen=True)") from None
+
     def _entry(self, args: tuple, kwargs: dict
                ) -> tuple[tuple, list[Any], tuple[TreeDef, Compiled]]:
         static, dynamic, positions = self._split(args)
-        try:
-            static_key = _static_key(static)
-        except TypeError:
-            raise TypeError(f"jit: static arguments {self.static_argnums} must be hashable, "
-                            f"got {static!r}") from None
+        static_key = self._hashed_static(static)
         arrays = not kwargs and all(type(a) is np.ndarray for a in dynamic)
         if arrays:  # the common call, arrays only: the same key, without walking a pytree
             leaves: list[Any] = list(dynamic)
@@ -243,7 +261,7 @@ class Jitted:
             specs = tuple((a.shape, a.dtype) for a in leaves)
         else:
             leaves, tree = flatten((dynamic, kwargs))
-            specs = self._leaf_keys(leaves, dynamic, kwargs)
+            specs = self._leaf_keys(leaves, args, kwargs, static, positions)
             leaves = [runtime_leaf(x) for x in leaves]
         key = (tree, specs, static_key)
         if (entry := self.cache.get(key)) is not None:
@@ -296,18 +314,36 @@ class Jitted:
                 self._fast = {**self._fast, fast_key: (key, *entry)}
             return dynamic, leaves, entry
 
-    def _leaf_keys(self, leaves: list[Any], dynamic: tuple, kwargs: dict) -> tuple:
+    def _leaf_keys(self, leaves: list[Any], args: tuple, kwargs: dict, static: tuple,
+                   positions: tuple[int, ...]) -> tuple:
         """Each leaf's key; a leaf that is no array, number or device array is a TypeError
-        naming its argument."""
+        naming its argument (`args`: the call's, `static` at `positions`)."""
         keys = []
         for i, x in enumerate(leaves):
             if not isinstance(x, np.ndarray | np.generic | int | float | Spec) and \
                     not is_device_array(x):
-                path = argument_paths(self.fn, dynamic, kwargs)[i]
-                raise TypeError(f"jit: argument `{path}` is {a_or_an(type(x).__name__)}; arguments "
-                                "are arrays, numbers or pytrees (tuples, lists, dicts) of them")
+                raise TypeError(self._not_an_array(i, x, args, kwargs, static, positions))
             keys.append(_leaf_key(x))
         return tuple(keys)
+
+    def _not_an_array(self, i: int, x: Any, args: tuple, kwargs: dict, static: tuple,
+                      positions: tuple[int, ...]) -> str:
+        """What to say of leaf `i`, `x`, which jit cannot take: where it is a positional
+        argument of its own (a method's `self`: jit binds it as a function is bound), that
+        static_argnums would compile it in; where it is a namedtuple, that it is no pytree."""
+        dynamic = tuple(a for p, a in enumerate(args) if p not in positions)
+        path = argument_paths(self._with_static(static, positions), dynamic, kwargs)[i]
+        text = f"jit: argument `{path}` is {a_or_an(type(x).__name__)}"
+        if isinstance(x, tuple):  # (a namedtuple: flatten takes only plain tuples apart)
+            return (f"{text}, a namedtuple, which jit does not take apart as it does a tuple: "
+                    f"pass it as a tuple (tuple({path})) or a dict ({path}._asdict())")
+        text += "; arguments are arrays, numbers or pytrees (tuples, lists, dicts) of them"
+        arguments = _leaf_arguments(args, positions)
+        if i < len(arguments) and args[arguments[i]] is x:
+            text += (f"; to compile it in as a constant (a method's `self`, a configuration), "
+                     f"make it static: jit(..., static_argnums={arguments[i]}); it must then be "
+                     "hashable")
+        return text
 
     def _with_static(self, static: tuple, positions: tuple[int, ...]) -> Callable:
         if not positions:
@@ -399,11 +435,7 @@ class Jitted:
             raise ValueError(f"profile: repeat (profile's own keyword: how many calls are "
                              f"timed) must be an int of at least 1, got {repeat!r}")
         static, dynamic, positions = self._split(args)
-        try:
-            _static_key(static)
-        except TypeError:
-            raise TypeError(f"jit: static arguments {self.static_argnums} must be hashable, "
-                            f"got {static!r}") from None
+        self._hashed_static(static)
         program = trace(self._with_static(static, positions), *dynamic, **kwargs)
         native = self.backend.compile(program.module, profile=True)
         return native.profile([runtime_leaf(x) for x in flatten((dynamic, kwargs))[0]], repeat)
