@@ -36,6 +36,7 @@ def import_graph(graph: Graph, input_shapes: Mapping[str, Any] | None = None,
                             f"{sorted(known_inputs)})")
     inputs = [i for i in graph.inputs if i.name not in constants]
     specs = [_spec(i, (input_shapes or {}).get(i.name)) for i in inputs]
+    _check_symbols(inputs, specs)
     trained = _trainable(graph) if params else {}
     fixed = {name: v for name, v in graph.initializers.items() if name not in trained}
     fixed.update(constants)
@@ -84,7 +85,7 @@ def _spec(i: Input, given: Any) -> Spec:
         raise OnnxError(f"onnx: input '{i.name}' is of type {i.type_name}, not one tape tensors "
                         "hold (bool, int32, int64, float32 (ONNX float), float64 (double))")
     if given is not None:
-        dims = tuple(given)
+        dims = _given_dims(i, given)
         if not all(isinstance(d, int | np.integer) and d >= 0 for d in dims):
             raise OnnxError(f"onnx: input_shapes gives '{i.name}' the shape {dims}: dims are "
                             "integers, 0 or more")
@@ -105,18 +106,68 @@ def _spec(i: Input, given: Any) -> Spec:
     return Spec(i.dims, i.dtype)
 
 
+def _given_dims(i: Input, given: Any) -> tuple[Any, ...]:
+    """input_shapes' entry for `i` as a tuple: an int is a 1-D shape, as tapeml.Spec reads
+    one."""
+    if isinstance(given, int | np.integer):
+        return (given,)
+    try:
+        return tuple(given)
+    except TypeError:
+        raise OnnxError(f"onnx: input_shapes gives '{i.name}' {given!r}, not a shape (a tuple "
+                        "of dims)") from None
+
+
+def _check_symbols(inputs: list[Input], specs: list[Spec]) -> None:
+    """A dim symbol the model writes in several inputs ('N' in a's (N, 3) and b's (N, 3))
+    stands for one size, as ONNX's IR says of a dim_param: input_shapes may not bind it to
+    two."""
+    bound: dict[str, tuple[int, str]] = {}
+    for i, spec in zip(inputs, specs, strict=True):
+        for symbol, size in zip(i.dims or (), spec.shape, strict=False):
+            if not isinstance(symbol, str):
+                continue
+            first, where = bound.setdefault(symbol, (size, i.name))
+            if first != size:
+                raise OnnxError(f"onnx: input_shapes makes the dim '{symbol}' {first} in input "
+                                f"'{where}' and {size} in input '{i.name}': the model names "
+                                "one size by it")
+
+
 def _dims_text(dims: tuple[Any, ...]) -> str:
     return "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
 
 
+_SHAPE_ONLY = {"Shape", "Size"}
+"""Ops whose result is known at import whatever their input holds: they read its shape."""
+
+
 def _trainable(graph: Graph) -> dict[str, np.ndarray]:
-    """The initializers `params=True` makes arguments: floating ones, unless a node reads one
-    where a value must be known at import (a Resize's scales)."""
-    static = {node.inputs[i] for node in graph.nodes if node.op_type in CONVERTERS
-              for i in CONVERTERS[node.op_type].static if i < len(node.inputs)}
+    """The initializers `params=True` makes arguments: floating ones, unless a value a node
+    must know at import (a Resize's scales) is computed from one (see `_known_at_import`)."""
+    static = _known_at_import(graph)
     return {name: v for name, v in graph.initializers.items()
             if v.dtype.kind == "f" and name not in static
             and name not in graph.unsupported_initializers}
+
+
+def _known_at_import(graph: Graph) -> set[str]:
+    """The values that must be known at import: the inputs nodes take as `static`, and back
+    through the nodes computing them everything they are computed from (a Resize's scales
+    from Mul(s0, two): s0 and two), except through Shape and Size, which read only a shape."""
+    producers = {name: node for node in graph.nodes for name in node.outputs if name}
+    pending = [node.inputs[i] for node in graph.nodes if node.op_type in CONVERTERS
+               for i in CONVERTERS[node.op_type].static if i < len(node.inputs)]
+    needed: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if not name or name in needed:
+            continue
+        needed.add(name)
+        producer = producers.get(name)
+        if producer is not None and producer.op_type not in _SHAPE_ONLY:
+            pending.extend(producer.inputs)
+    return needed
 
 
 def _run_node(graph: Graph, node: Node, values: dict[str, Any]) -> None:

@@ -22,7 +22,6 @@ except ImportError as error:  # pragma: no cover - the onnx extra is not install
         from error
 
 
-
 def model_proto(model: Any, source: str | None = None) -> tuple[Any, str]:
     """The ModelProto `model` is (a path, bytes, or one already) and where it came from
     (`source`, if given: the file the bytes were read from)."""
@@ -38,15 +37,29 @@ def model_proto(model: Any, source: str | None = None) -> tuple[Any, str]:
     if not path.is_file():
         raise OnnxError(f"onnx: no such file: {path}")
     try:
-        return onnx.load(str(path)), str(path)
+        proto = onnx.load(str(path), load_external_data=False)
     except Exception as error:  # noqa: BLE001
         raise OnnxError(f"onnx: {path} is not an ONNX model ({error})") from None
+    _read_external_data(proto, path)
+    return proto, str(path)
+
+
+def _read_external_data(proto: Any, path: Path) -> None:
+    """The tensors the model at `path` keeps in files beside it, read into `proto` (as
+    onnx.load does), so that a missing or short data file is said to be one: the model
+    itself was read."""
+    try:
+        onnx.load_external_data_for_model(proto, str(path.parent))
+    except Exception as error:  # noqa: BLE001 (FileNotFoundError, onnx's ValidationError...)
+        raise OnnxError(f"onnx: {path}: its external data cannot be read ({error})") from None
 
 
 def read(model: Any, source: str | None = None) -> Graph:
     """The main graph of `model` (a path, bytes or a ModelProto; `source`: where it came
     from, for messages and locations)."""
     proto, source = model_proto(model, source)
+    if not proto.HasField("graph"):  # protobuf reads an empty file as an empty message
+        raise OnnxError(f"onnx: {source} holds no graph (an empty file, or not an ONNX model)")
     opsets = {(o.domain or "ai.onnx"): o.version for o in proto.opset_import}
     opset = opsets.get("ai.onnx", 1)
     g = proto.graph

@@ -3,18 +3,40 @@ activations, Cast, Clip, Where, Dropout at inference."""
 
 from __future__ import annotations
 
+import math
 from functools import reduce
 from typing import Any
 
 import numpy as np
 
-from tapeml.onnx.convert import converts, element_type, known, present
+from tapeml.onnx.convert import axis_of, converts, element_type, known, present
 from tapeml.onnx.graph import Node
 from tapeml.tracing import ops
 
 
 def _binary(fn: Any) -> Any:
-    return lambda node, ins: fn(ins[0], ins[1])
+    return lambda node, ins: fn(ins[0], _legacy_aligned(node, ins[0], ins[1]))
+
+
+def _legacy_aligned(node: Node, a: Any, b: Any) -> Any:
+    """B as ONNX's binary ops before opset 7 broadcast it with broadcast=1 and an `axis`: its
+    dims line up with A's from `axis` on (Add-6: A (2, 3, 4, 5) and B (3, 4) with axis=1), so B
+    is given trailing 1s; a 1 among them stretches as numpy's (ONNX's own test data,
+    operator_add_size1_broadcast, holds one). Without `axis` (suffix matching), or of one
+    element, numpy's rule is the same. From opset 7 the ops broadcast as numpy's, and have
+    no such attributes."""
+    if node.opset >= 7 or not node.attr("broadcast", 0) or node.attr("axis") is None:
+        return b
+    if math.prod(b.shape) == 1:
+        return b
+    rank = len(a.shape)
+    axis = axis_of(node, node.attr("axis"), rank)
+    lined_up = a.shape[axis:axis + len(b.shape)]
+    if len(lined_up) < len(b.shape) or any(d not in (1, n) for d, n in
+                                             zip(b.shape, lined_up, strict=False)):
+        raise node.fail(f"B {tuple(b.shape)} does not line up with the dims of A "
+                        f"{tuple(a.shape)} from axis {axis} (broadcast=1 before opset 7)")
+    return ops.reshape(b, (*b.shape, *[1] * (rank - axis - len(b.shape))))
 
 
 for _name, _fn in {"Add": ops.add, "Sub": ops.subtract, "Mul": ops.multiply,
@@ -38,7 +60,7 @@ for _name, _fn in _UNARY.items():
 @converts("Div")
 def div(node: Node, ins: list[Any]) -> Any:
     """Floats divide; integers truncate toward zero (C's, ONNX's reference)."""
-    a, b = ins
+    a, b = ins[0], _legacy_aligned(node, *ins)
     if np.dtype(a.dtype).kind == "f":
         return ops.divide(a, b)
     quotient = ops.floor_divide(a, b)
@@ -64,7 +86,7 @@ def mod(node: Node, ins: list[Any]) -> Any:
 def power(node: Node, ins: list[Any]) -> Any:
     """x ** y in x's type. An integer base: by repeated multiplication for one known
     non-negative integer exponent, else in float64 and truncated back (ONNX's reference)."""
-    x, y = ins
+    x, y = ins[0], _legacy_aligned(node, *ins)
     if np.dtype(x.dtype).kind == "f":
         return ops.power(x, ops.astype(y, x.dtype))
     if isinstance(y, np.ndarray) and y.size == 1 and y.dtype.kind in "iu" and int(y.flat[0]) >= 0:
@@ -223,22 +245,34 @@ def cast_like(node: Node, ins: list[Any]) -> Any:
     return ops.astype(ins[0], ins[1].dtype)
 
 
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
 @converts("Clip")
 def clip(node: Node, ins: list[Any]) -> Any:
-    """Bounds as attributes before opset 11, optional inputs from it; min > max gives max."""
+    """tapeml.clip (numpy.clip: min > max gives max, NaN stays NaN) between the node's
+    bounds."""
     x = ins[0]
-    if node.opset < 11:
-        lo, hi = node.attr("min"), node.attr("max")
-    else:
-        lo = ins[1] if len(ins) > 1 and present(ins[1]) else None
-        hi = ins[2] if len(ins) > 2 and present(ins[2]) else None
+    lo, hi = _clip_bounds(node, ins)
     if lo is None and hi is None:
         return x
-    if lo is not None:
-        x = ops.maximum(x, ops.astype(lo, x.dtype) if not isinstance(lo, float) else lo)
-    if hi is not None:
-        x = ops.minimum(x, ops.astype(hi, x.dtype) if not isinstance(hi, float) else hi)
-    return x
+    return ops.clip(x, _in_type_of(x, lo), _in_type_of(x, hi))
+
+
+def _in_type_of(x: Any, bound: Any) -> Any:
+    """A tensor bound in x's type (an attribute's Python float is weak: it takes x's)."""
+    return bound if bound is None or isinstance(bound, float) else ops.astype(bound, x.dtype)
+
+
+def _clip_bounds(node: Node, ins: list[Any]) -> tuple[Any, Any]:
+    """(min, max), None where there is none: attributes before opset 11 (Clip-6's default to
+    -/+FLT_MAX, so an infinity clips to FLT_MAX, as onnxruntime and onnx.reference; Clip-1's
+    have no default), optional inputs from it."""
+    if node.opset < 6:
+        return node.attr("min"), node.attr("max")
+    if node.opset < 11:
+        return node.attr("min", -_FLT_MAX), node.attr("max", _FLT_MAX)
+    return tuple(ins[k] if len(ins) > k and present(ins[k]) else None for k in (1, 2))
 
 
 @converts("Dropout")

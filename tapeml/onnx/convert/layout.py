@@ -197,9 +197,12 @@ def space_to_depth(node: Node, ins: list[Any]) -> Any:
 
 @converts("Concat")
 def concat(node: Node, ins: list[Any]) -> Any:
+    """Along `axis`: required from opset 4, 1 where Concat-1 leaves it out."""
     xs = [x for x in ins if x is not None]
-    rank = len(xs[0].shape)
-    return ops.concatenate(xs, axis=axis_of(node, node.attr("axis"), rank))
+    axis = node.attr("axis", 1 if node.opset < 4 else None)
+    if axis is None:
+        raise node.fail("it has no axis attribute (required from opset 4)")
+    return ops.concatenate(xs, axis=axis_of(node, axis, len(xs[0].shape)))
 
 
 @converts("Split", static=(1,))
@@ -228,7 +231,11 @@ def split(node: Node, ins: list[Any]) -> Any:
 
 @converts("Slice", static=(1, 2, 3, 4))
 def slice_(node: Node, ins: list[Any]) -> Any:
-    """Bounds clamped as ONNX's: into [0, dim] stepping forward, [-1, dim - 1] backward."""
+    """Bounds clamped as Slice's spec text says: start and end into [0, dim] stepping forward;
+    stepping backward, start into [0, dim - 1] and end into [-1, dim - 1] (-1: past the first
+    element). The spec is followed where the references differ: a start below -dim stepping
+    backward is 0, so the slice holds x[0], as onnxruntime's (numpy and onnx.reference give an
+    empty one)."""
     x = ins[0]
     if node.opset < 10:
         starts, ends = list(node.attr("starts")), list(node.attr("ends"))
@@ -250,7 +257,7 @@ def slice_(node: Node, ins: list[Any]) -> Any:
         if step > 0:
             start, end = min(max(start, 0), dim), min(max(end, 0), dim)
         else:
-            start, end = min(max(start, -1), dim - 1), min(max(end, -1), dim - 1)
+            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
         index[axis] = slice(start, None if end < 0 else end, step)
     return ops.getitem(x, tuple(index))
 

@@ -424,50 +424,93 @@ def resize(node: Node, ins: list[Any]) -> Any:
         raise node.fail(f"mode {mode!r} is not one ONNX defines")
     if node.attr("antialias", 0):
         raise node.fail("antialias is not imported")
-    policy = node.attr("keep_aspect_ratio_policy", "stretch")
-    if policy not in ("stretch", "not_larger", "not_smaller"):
-        raise node.fail(f"keep_aspect_ratio_policy {policy!r} is not one ONNX defines")
     axes = [axis_of(node, a, rank) for a in node.attr("axes", range(rank))]
     default = "asymmetric" if node.op_type == "Upsample" or node.opset < 11 else "half_pixel"
     transform = node.attr("coordinate_transformation_mode", default)
-    scales = sizes = None
-    if node.op_type == "Upsample" and node.opset < 9:
-        scales = list(node.attr("scales"))
-    elif node.op_type == "Upsample" or node.opset < 11:
-        scales = known(node, ins[1], "scales").reshape(-1).tolist()
-    else:
-        if len(ins) > 2 and present(ins[2]):
-            scales = known(node, ins[2], "scales").reshape(-1).tolist()
-        if len(ins) > 3 and present(ins[3]):
-            sizes = known(node, ins[3], "sizes").reshape(-1).tolist()
-    given = scales if sizes is None else sizes
-    if given is None or len(given) != len(axes):
-        raise node.fail(f"give scales or sizes for each of the {len(axes)} resized axes")
-    if sizes is not None and policy != "stretch":  # one scale for all, the sizes its bound
-        ratios = [target / x.shape[a] for a, target in zip(axes, sizes, strict=True)]
-        common = min(ratios) if policy == "not_larger" else max(ratios)
-        sizes = given = [int(math.floor(common * x.shape[a] + 0.5)) for a in axes]
-    for axis, value in zip(axes, given, strict=True):
+    dtype = x.dtype
+    if mode != "nearest" and np.dtype(dtype).kind != "f":
+        x = ops.astype(x, np.float64)  # weights of 0 in an integer type: see _rounded_back
+    for axis, out, scale in _resized_axes(node, x.shape, axes, ins):
         size = x.shape[axis]
-        out = int(value) if sizes is not None else int(math.floor(size * value))
-        scale = out / size if sizes is not None else float(value)
         if out == size and scale == 1.0:
             continue
         coords = _source(node, transform, out, size, scale)
         if mode == "nearest":
             x = ops.take(x, _nearest(node, coords, size), axis=axis)
-            continue
-        shape = [out if a == axis else 1 for a in range(rank)]
-        if mode == "cubic":
-            taps, weights = _cubic(node, coords, size)
-            terms = [ops.multiply(ops.take(x, taps[:, k], axis=axis),
-                                  weights[:, k].astype(x.dtype).reshape(shape)) for k in range(4)]
-            x = ops.add(ops.add(terms[0], terms[1]), ops.add(terms[2], terms[3]))
-            continue
-        coords = np.clip(coords, 0, size - 1)
-        low = np.floor(coords).astype(np.int64)
-        high = np.minimum(low + 1, size - 1)
-        weight = (coords - low).astype(x.dtype).reshape(shape)
-        x = ops.add(ops.multiply(ops.take(x, low, axis=axis), 1 - weight),
-                    ops.multiply(ops.take(x, high, axis=axis), weight))
-    return x
+        elif mode == "cubic":
+            x = _cubic_along(node, x, axis, coords)
+        else:
+            x = _linear_along(x, axis, coords)
+    return _rounded_back(x, dtype)
+
+
+def _resized_axes(node: Node, shape: tuple[int, ...], axes: list[int], ins: list[Any]
+                  ) -> list[tuple[int, int, float]]:
+    """(axis, output length, the scale its coordinates are mapped with) per resized axis.
+    Scales given: floor(length * scale) and the scale. Sizes given: the size and size /
+    length; with a keep_aspect_ratio_policy, one scale for every axis (the least of the
+    sizes / lengths for not_larger, the greatest for not_smaller), round(scale * length)
+    long: that common scale, not each axis's size / length, maps the coordinates (the
+    spec's, as onnxruntime and onnx.reference)."""
+    scales, sizes = _scales_or_sizes(node, ins)
+    given = scales if sizes is None else sizes
+    if given is None or len(given) != len(axes):
+        raise node.fail(f"give scales or sizes for each of the {len(axes)} resized axes")
+    if sizes is None:
+        return [(a, int(math.floor(shape[a] * s)), float(s))
+                for a, s in zip(axes, scales, strict=True)]
+    policy = node.attr("keep_aspect_ratio_policy", "stretch")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise node.fail(f"keep_aspect_ratio_policy {policy!r} is not one ONNX defines")
+    if policy == "stretch":
+        return [(a, int(n), int(n) / shape[a]) for a, n in zip(axes, sizes, strict=True)]
+    ratios = [n / shape[a] for a, n in zip(axes, sizes, strict=True)]
+    common = min(ratios) if policy == "not_larger" else max(ratios)
+    return [(a, int(math.floor(common * shape[a] + 0.5)), common) for a in axes]
+
+
+def _scales_or_sizes(node: Node, ins: list[Any]) -> tuple[list[float] | None,
+                                                           list[int] | None]:
+    """The scales and the sizes the node gives (None for the one it leaves out), from where
+    its op and opset keep them."""
+    if node.op_type == "Upsample" and node.opset < 9:
+        return list(node.attr("scales")), None
+    if node.op_type == "Upsample" or node.opset < 11:
+        return known(node, ins[1], "scales").reshape(-1).tolist(), None
+    scales = known(node, ins[2], "scales").reshape(-1).tolist() \
+        if len(ins) > 2 and present(ins[2]) else None
+    sizes = known(node, ins[3], "sizes").reshape(-1).tolist() \
+        if len(ins) > 3 and present(ins[3]) else None
+    return scales, sizes
+
+
+def _along(x: Any, axis: int, weights: np.ndarray) -> Any:
+    """A column of per-output-position weights shaped to broadcast along `axis` of x."""
+    shape = [len(weights) if a == axis else 1 for a in range(len(x.shape))]
+    return weights.astype(x.dtype).reshape(shape)
+
+
+def _linear_along(x: Any, axis: int, coords: np.ndarray) -> Any:
+    size = x.shape[axis]
+    coords = np.clip(coords, 0, size - 1)
+    low = np.floor(coords).astype(np.int64)
+    high = np.minimum(low + 1, size - 1)
+    weight = _along(x, axis, coords - low)
+    return ops.add(ops.multiply(ops.take(x, low, axis=axis), 1 - weight),
+                   ops.multiply(ops.take(x, high, axis=axis), weight))
+
+
+def _cubic_along(node: Node, x: Any, axis: int, coords: np.ndarray) -> Any:
+    taps, weights = _cubic(node, coords, x.shape[axis])
+    terms = [ops.multiply(ops.take(x, taps[:, k], axis=axis), _along(x, axis, weights[:, k]))
+             for k in range(4)]
+    return ops.add(ops.add(terms[0], terms[1]), ops.add(terms[2], terms[3]))
+
+
+def _rounded_back(x: Any, dtype: np.dtype) -> Any:
+    """An integer input interpolated in float64 back to its type: rounded half to even and
+    saturated, as onnx.reference (onnxruntime, whose one integer interpolation is int32
+    linear, truncates instead; the reference is followed)."""
+    if np.dtype(x.dtype) == np.dtype(dtype):
+        return x
+    return ops.astype(ops.round(x), dtype)

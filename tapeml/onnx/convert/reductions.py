@@ -32,12 +32,19 @@ def _reduction(node: Node, ins: list[Any]) -> tuple[Any, tuple[int, ...] | None,
     return x, axes, keepdims
 
 
-def _reduce(fn: Any, empty: float | None = None) -> Any:
-    """A reduction; over an empty axis, `empty` (a max's -inf) where there is no identity."""
+def _same(x: Any) -> Any:
+    return x
+
+
+def _reduce(fn: Any, empty: float | None = None, unreduced: Any = _same) -> Any:
+    """A reduction; over an empty axis, `empty` (a max's -inf) where there is no identity.
+    `unreduced` is what it computes where noop_with_empty_axes reduces no axis: ONNX defines
+    ReduceSumSquare, ReduceL1, ReduceL2 and ReduceLogSum as functions of ReduceSum, so their
+    elementwise part still applies (x * x, |x|, sqrt(x * x), log x)."""
     def convert(node: Node, ins: list[Any]) -> Any:
         x, axes, keepdims = _reduction(node, ins)
         if axes is None:
-            return x
+            return unreduced(x)
         if empty is not None and any(x.shape[a] == 0 for a in axes):
             shape = [1 if a in axes else d for a, d in enumerate(x.shape)
                      if keepdims or a not in axes]
@@ -103,15 +110,16 @@ converts("ReduceMax", static=(1,))(_reduce(_max, -np.inf))
 converts("ReduceMin", static=(1,))(_reduce(_min, np.inf))
 converts("ReduceLogSumExp", static=(1,))(
     _reduce(lambda x, a, k: ops.logsumexp(x, axis=a, keepdims=k), -np.inf))
-for _name, _fn in {
-        "ReduceSum": lambda x, a, k: ops.sum(x, axis=a, keepdims=k),
-        "ReduceMean": _mean,
-        "ReduceSumSquare": _sum_square,
-        "ReduceL1": lambda x, a, k: ops.sum(ops.abs(x), axis=a, keepdims=k),
-        "ReduceL2": lambda x, a, k: ops.sqrt(_sum_square(x, a, k)),
-        "ReduceLogSum": lambda x, a, k: ops.log(ops.sum(x, axis=a, keepdims=k)),
-        "ReduceProd": _prod}.items():
-    converts(_name, static=(1,))(_reduce(_fn))
+for _name, _fn, _unreduced in (
+        ("ReduceSum", lambda x, a, k: ops.sum(x, axis=a, keepdims=k), _same),
+        ("ReduceMean", _mean, _same),
+        ("ReduceSumSquare", _sum_square, lambda x: ops.multiply(x, x)),
+        ("ReduceL1", lambda x, a, k: ops.sum(ops.abs(x), axis=a, keepdims=k), ops.abs),
+        ("ReduceL2", lambda x, a, k: ops.sqrt(_sum_square(x, a, k)),
+         lambda x: ops.sqrt(ops.multiply(x, x))),
+        ("ReduceLogSum", lambda x, a, k: ops.log(ops.sum(x, axis=a, keepdims=k)), ops.log),
+        ("ReduceProd", _prod, _same)):
+    converts(_name, static=(1,))(_reduce(_fn, unreduced=_unreduced))
 
 
 def _arg(fn: Any) -> Any:
@@ -142,7 +150,7 @@ def _softmax(fn: Any) -> Any:
             return fn(x, axis=axis_of(node, node.attr("axis", -1), rank))
         axis = axis_of(node, node.attr("axis", 1), rank) if rank else 0
         flat = ops.reshape(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
-        return ops.reshape(fn(flat, axis=-1), x.shape)
+        return ops.reshape(fn(flat, axis=1), x.shape)
     return convert
 
 
@@ -185,7 +193,9 @@ def matmul(node: Node, ins: list[Any]) -> Any:
 
 @converts("Gemm")
 def gemm(node: Node, ins: list[Any]) -> Any:
-    """alpha * A' @ B' + beta * C, A' and B' transposed where transA, transB say."""
+    """alpha * A' @ B' + beta * C, A' and B' transposed where transA, transB say; with
+    beta = 0 C is not read (BLAS's rule, onnxruntime's: an infinite C adds nothing, not
+    NaN as onnx.reference's 0 * inf)."""
     a, b = ins[0], ins[1]
     if node.attr("transA", 0):
         a = ops.transpose(a)
@@ -195,7 +205,7 @@ def gemm(node: Node, ins: list[Any]) -> Any:
     alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
     if alpha != 1.0:
         y = ops.multiply(y, alpha)
-    if len(ins) > 2 and present(ins[2]):
+    if beta != 0.0 and len(ins) > 2 and present(ins[2]):
         c = ins[2] if beta == 1.0 else ops.multiply(ins[2], beta)
         y = ops.add(y, c)
     return y
@@ -203,4 +213,37 @@ def gemm(node: Node, ins: list[Any]) -> Any:
 
 @converts("Einsum")
 def einsum(node: Node, ins: list[Any]) -> Any:
-    return ops.einsum(node.attr("equation").replace(" ", ""), *ins)
+    equation = node.attr("equation").replace(" ", "")
+    return ops.einsum(equation, *_ellipsis_broadcast(node, equation, ins))
+
+
+def _ellipsis_broadcast(node: Node, equation: str, xs: list[Any]) -> list[Any]:
+    """The operands with the dims `...` stands for broadcast to one shape, aligned from the
+    right (ONNX's Einsum broadcasts them as numpy's does: a 1 against a 5; tapeml's einsum
+    wants them equal)."""
+    terms = equation.partition("->")[0].split(",")
+    if "..." not in equation or len(terms) != len(xs):
+        return xs  # (a miscount is einsum's error)
+    # (an operand of fewer dims than its term has letters: einsum's error)
+    spans = {k: _ellipsis_span(term, len(x.shape))
+             for k, (term, x) in enumerate(zip(terms, xs, strict=True))
+             if "..." in term and len(x.shape) >= len(term) - 3}
+    under = [tuple(xs[k].shape[span]) for k, span in spans.items()]
+    try:
+        common = np.broadcast_shapes(*under)
+    except ValueError:
+        raise node.fail(f"the dims '...' stands for in {equation!r}, "
+                        f"{', '.join(map(str, under))}, do not broadcast together") from None
+    out = list(xs)
+    for k, span in spans.items():
+        shape = list(xs[k].shape)
+        shape[span] = common[len(common) - (span.stop - span.start):]
+        if tuple(shape) != tuple(xs[k].shape):
+            out[k] = ops.broadcast_to(xs[k], tuple(shape))
+    return out
+
+
+def _ellipsis_span(term: str, rank: int) -> slice:
+    """Where the dims `...` stands for are in an operand of `rank` dims named by `term`."""
+    start = term.index("...")
+    return slice(start, start + rank - (len(term) - 3))
