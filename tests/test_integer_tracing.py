@@ -306,7 +306,11 @@ def test_grad_refuses_integer_arguments_and_results():
                                         "with respect to float arguments only"):
         tapeml.grad(lambda x, ids: tapeml.sum(x * ids), argnums=1)(x, ids)
     with pytest.raises(TypeError, match="must return a float scalar"):
-        tapeml.grad(lambda ids: tapeml.sum(ids))(ids)
+        tapeml.grad(lambda x, ids: tapeml.sum(ids))(x, ids)
+    for fn, arg in ((lambda ids: tapeml.sum(ids), ids), (lambda n: n * n, 3)):
+        # an integer argument makes an integer result: the argument is named, not the result
+        with pytest.raises(TypeError, match="grad: argument `.*` is int64; gradients are taken"):
+            tapeml.grad(fn)(arg)
 
 
 def test_integer_intermediates_stop_cotangents():

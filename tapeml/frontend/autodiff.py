@@ -121,11 +121,11 @@ def _differentiated(fn: Callable, args: tuple, kwargs: dict, argnums: int | Sequ
     # under another trace, its ops join that one (call_once) and are verified there
     nested = any(isinstance(x, Tracer) for x in flatten((args, kwargs))[0])
     program = trace_with(fn, args, kwargs, verify=not nested)
-    _check_scalar(program, has_aux, "grad")
     in_tree, out_tree = program.in_tree, program.out_tree
     ranges = _leaf_ranges(args)
     wrt = tuple(i for n in nums for i in ranges[n])
-    _check_float_arguments(program, wrt)
+    _check_float_arguments(program, wrt)  # (first: an integer argument makes the result one)
+    _check_scalar(program, has_aux, "grad")
     if wrt:  # (arguments with no leaves, {} or (), have no gradients to append; and
         # differentiate's empty wrt means every argument)
         differentiate(program.function, wrt=wrt, of=(0,))

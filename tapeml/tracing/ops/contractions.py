@@ -4,6 +4,7 @@ products)."""
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import numpy as np
@@ -113,9 +114,13 @@ def einsum(subscripts: str, *operands: Any) -> Array:
     sizes: dict[str, int] = {}
     for names, x in zip(ins, xs, strict=True):
         for name, size in zip(names, x.shape, strict=True):
-            if sizes.setdefault(name, size) != size:
-                raise ShapeError(at_user_line(f"einsum: index {name!r} is {sizes[name]} in one "
+            seen = sizes.setdefault(name, size)
+            if seen != size and 1 not in (seen, size):
+                raise ShapeError(at_user_line(f"einsum: index {name!r} is {seen} in one "
                                               f"operand and {size} in another ({subscripts})"))
+            sizes[name] = builtins.max(seen, size)
+    # an index of size 1 in one operand is broadcast to its size in the other (numpy's)
+    xs = [broadcast_to(x, [sizes[n] for n in names]) for names, x in zip(ins, xs, strict=True)]
     # indices no one else needs are summed out of their operand first
     kept = [_sum_out(x, names, set(out).union(*(ins[:k] + ins[k + 1:])))
             for k, (x, names) in enumerate(zip(xs, ins, strict=True))]
