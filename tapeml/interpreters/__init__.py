@@ -31,6 +31,7 @@ from tapeml.interpreters.gpu import GPUFunctions
 from tapeml.interpreters.kernel import KernelFunctions
 from tapeml.interpreters.scalars import ScalarFunctions
 from tapeml.interpreters.scf import ParallelFunctions
+from tapeml.interpreters.stores import BooleanStores
 from tapeml.interpreters.tape import TapeFunctions
 
 
@@ -41,6 +42,7 @@ def make_interpreter(module: ModuleOp, ctx: Context | None = None) -> Interprete
     for functions in (TapeFunctions(), ScalarFunctions(), ParallelFunctions(),
                       KernelFunctions(), GPUFunctions()):
         interpreter.register_implementations(functions)
+    interpreter.register_implementations(BooleanStores(), override=True)  # (xDSL's memref's)
     return interpreter
 
 
