@@ -199,6 +199,30 @@ def test_a_jitted_method_binds_self_and_says_to_make_it_static():
         tapeml.jit(lambda s, x, k: x, static_argnums=0)(1, x, model)
 
 
+class _Static:
+    @tapeml.jit
+    @staticmethod
+    def inner(v):
+        return v + 1.0
+
+    @staticmethod
+    @tapeml.jit
+    def outer(v):
+        return v + 2.0
+
+
+def test_a_jitted_staticmethod_binds_nothing_and_a_bound_one_lowers_with_self():
+    """jit over a staticmethod bound the instance as its first argument (it worked before
+    jit bound methods); a bound jitted method's lower and profile dropped `self`."""
+    x = np.ones(3, np.float32)
+    for holder in (_Static, _Static()):
+        np.testing.assert_array_equal(holder.inner(x), x + 1)
+        np.testing.assert_array_equal(holder.outer(x), x + 2)
+    model = _Model(3.0)
+    assert "tape" in model.static_forward.lower(x)
+    assert model.static_forward.profile(x, repeat=1) is not None
+
+
 def test_a_namedtuple_argument_is_said_to_be_no_pytree():
     """A namedtuple argument was "a P; arguments are arrays, numbers or pytrees (tuples, ...)",
     though a P is a tuple: it is said that jit does not take namedtuples apart, and how to

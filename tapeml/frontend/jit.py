@@ -18,7 +18,6 @@ import functools
 import gc
 import inspect
 import threading
-import types
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -217,10 +216,13 @@ class Jitted:
         functools.update_wrapper(self, fn, updated=())
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        """As a function's: on an instance, a method calling this with the instance first
-        (`@tapeml.jit` on a method; `self` is then an argument like any other: a pytree of
-        arrays, or static with static_argnums=0); on the class, this."""
-        return self if instance is None else types.MethodType(self, instance)
+        """As a function's (and jax.jit's): on an instance, this bound to it, the instance the
+        first argument (`@tapeml.jit` on a method; `self` is then an argument like any other:
+        a pytree of arrays, or static with static_argnums=0); on the class, or where it
+        wraps a staticmethod, this."""
+        if instance is None or isinstance(self.fn, staticmethod):
+            return self
+        return _Bound(self, instance)
 
     def _static_positions(self, count: int) -> tuple[int, ...]:
         """`static_argnums` as positions in a call with `count` positional arguments."""
@@ -461,3 +463,24 @@ def jit(fn: Callable | None = None, *, backend: str = "cpu",
     if fn is None:
         return lambda f: Jitted(f, backend, static_argnums, cache_size, options, batch_argnums)
     return Jitted(fn, backend, static_argnums, cache_size, options, batch_argnums)
+
+
+class _Bound:
+    """A Jitted bound to an instance (`Jitted.__get__`): calling it, `lower` and `profile` pass
+    the instance first; the rest (`explain`, `cache`) is the Jitted's."""
+
+    def __init__(self, jitted: Jitted, instance: Any) -> None:
+        self.__func__, self.__self__ = jitted, instance
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__func__(self.__self__, *args, **kwargs)
+
+    def lower(self, *args: Any, **kwargs: Any) -> dict[str, str]:
+        return self.__func__.lower(self.__self__, *args, **kwargs)
+
+    def profile(self, *args: Any, **kwargs: Any) -> KernelProfile:
+        return self.__func__.profile(self.__self__, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__func__, name)
+
