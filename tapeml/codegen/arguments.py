@@ -52,7 +52,7 @@ def checked(value: Any, arg: Argument, name: str) -> np.ndarray:
     something else."""
     if (type(value) is np.ndarray and value.dtype == arg.dtype and value.shape == arg.shape
             and (flags := value.flags).c_contiguous and flags.aligned):
-        return value if value.dtype != _BOOL else _canonical_bools(value)  # the common case
+        return value if value.dtype != _BOOL else canonical_bools(value)  # the common case
     expected = f"{arg.dtype} array of shape {arg.shape}"
     if isinstance(value, np.ma.MaskedArray):  # its masked elements would be read as values
         raise TypeError(f"@{name}: argument `{arg.name}` must be a {expected}, got a masked "
@@ -78,16 +78,24 @@ def checked(value: Any, arg: Argument, name: str) -> np.ndarray:
         raise OverflowError(f"@{name}: argument `{arg.name}`, the Python integer {int(array)}, "
                             f"does not fit in {arg.fits}, the dtype it meets")
     array = np.require(array, arg.dtype, ["C_CONTIGUOUS", "ALIGNED"])
-    return array if array.dtype != _BOOL else _canonical_bools(array)
+    return array if array.dtype != _BOOL else canonical_bools(array)
 
 
 _BOOL = np.dtype(np.bool_)
 
 
-def _canonical_bools(array: np.ndarray) -> np.ndarray:
-    """A boolean array whose every byte is 0 or 1, as compiled code reads it (astype, sum and
-    ~ read the byte as a number; a select tests its low bit): `array`, or where a byte is
-    another non-zero value (numpy's True, made by a view of other bytes), `array != 0`."""
-    if array.size == 0 or array.view(np.uint8).max() <= 1:
+def canonical_bools(array: np.ndarray) -> np.ndarray:
+    """A (C-contiguous) boolean array whose every byte is 0 or 1, as compiled code reads it
+    (astype, sum and ~ read the byte as a number; a select tests its low bit): `array`, or
+    where a byte is another non-zero value (numpy's True, made by a view of other bytes),
+    `array != 0`. A small array's bytes are checked as bytes (0.2 us; numpy's max costs 1.5 us
+    on any array)."""
+    if array.size <= SMALL_BOOLS:
+        if not array.tobytes().translate(None, b"\x00\x01"):
+            return array
+    elif array.view(np.uint8).max() <= 1:
         return array
     return array.view(np.uint8) != 0
+
+
+SMALL_BOOLS = 4096

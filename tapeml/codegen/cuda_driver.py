@@ -19,6 +19,8 @@ import numpy as np
 from cuda.bindings import driver as cu
 from cuda.pathfinder import DynamicLibNotFoundError
 
+from tapeml.codegen.arguments import canonical_bools
+
 _SUCCESS = cu.CUresult.CUDA_SUCCESS
 _NEEDS = "backend='cuda' needs an NVIDIA GPU and its driver: "
 _JIT_LOG_BYTES = 16384
@@ -316,6 +318,8 @@ class DeviceArray:
     def from_numpy(cls, a: Any) -> DeviceArray:
         """Copy an array (anything numpy can make one of) to the device (needs a GPU)."""
         a = np.asarray(a, order="C")  # keeps 0-d arrays 0-d, unlike np.ascontiguousarray
+        if a.dtype == np.bool_:  # its bytes 0 or 1, as kernels read them (no call checks it)
+            a = canonical_bools(a)
         out = cls.empty(a.shape, a.dtype)
         out.buffer.copy_from(a)
         return out
