@@ -9,9 +9,12 @@ by op, dominance included, so the first failure is reported at its line.
 from __future__ import annotations
 
 import math
+import os
 import re
+import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 
 from xdsl.dialects.builtin import (
@@ -269,3 +272,39 @@ def fail(tool: str, message: str) -> int:
     """Print a diagnostic on stderr; the exit status for a user's mistake."""
     print(message if ": error: " in message else f"{tool}: error: {message}", file=sys.stderr)
     return 1
+
+
+BROKEN_PIPE = 128 + signal.SIGPIPE
+"""The exit status when stdout's reader has gone (`tapeml-opt f.mlir | head -1`): 141, what the
+shell reports for cat or grep, which SIGPIPE ends, quietly. Not 0: under `set -o pipefail` the
+output was cut short (LLVM's tools, mlir-opt's, exit quietly with another non-zero status, 74).
+Python ignores SIGPIPE, and raises a BrokenPipeError instead."""
+
+
+def broken_pipe() -> int:
+    """Quiet the exit after a BrokenPipeError on stdout; its exit status."""
+    discard_stdout()
+    return BROKEN_PIPE
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null: what Python holds for it, which could not be written, would
+    fail again as Python flushes it at exit (a message, and exit status 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+@contextmanager
+def writing(name: str) -> Iterator[None]:
+    """Writes to `name` (stdout, or the output file): a failed one is a UserError that names it,
+    which the OSError of a write does not (`cannot write out.mlir: No space left on device`).
+    A BrokenPipeError goes through: the reader has gone, and broken_pipe ends quietly."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        if name == "stdout":
+            discard_stdout()
+        raise UserError(f"cannot write {name}: {error.strerror}") from None

@@ -3,7 +3,9 @@
 Unlike stock xdsl-opt, a mistake in the input (malformed IR, an unknown op, pass or option, a
 verifier failure) is reported as a located diagnostic on stderr with exit status 1, never as a
 Python traceback. `--verify-diagnostics` / `--parsing-diagnostics` keep xDSL's behaviour for
-FileCheck tests: the (located) diagnostic goes to stdout and the exit status is 0.
+FileCheck tests: the (located) diagnostic goes to stdout and the exit status is 0. FILE `-`, or
+none, is stdin; a write that fails names stdout or the -o file, and a reader that has gone from
+stdout (`| head`) ends it quietly, with status 141.
 """
 
 from __future__ import annotations
@@ -31,11 +33,14 @@ from tapeml.tools.diagnostics import (
     LocatedParseError,
     LocatingParser,
     UserError,
+    broken_pipe,
     fail,
     format_parse_error,
     holds_nothing,
+    located,
     require_utf8,
     verify_located,
+    writing,
 )
 from tapeml.tools.help import tapeml_help
 
@@ -48,6 +53,8 @@ class TapeOptMain(xDSLOptMain):
         self.spans: dict[Operation, Span] = {}
         self.names: dict[SSAValue, str] = {}
         super().__init__(description, args)
+        if self.args.input_file == "-":  # stdin, as for mlir-opt: what xDSL reads for no file
+            self.args.input_file = None
 
     def register_all_dialects(self) -> None:
         super().register_all_dialects()  # includes ours when the entry point is installed
@@ -132,6 +139,9 @@ class TapeOptMain(xDSLOptMain):
         stream, extension = super().get_input_stream()
         return stream, self.args.frontend or extension
 
+    def prepare_output(self) -> NamedOutput:
+        return NamedOutput(super().prepare_output(), self.args.output_file or "stdout")
+
     def prepare_input(self) -> tuple[list[tuple[IO[bytes], int]], str]:
         try:
             return super().prepare_input()
@@ -141,7 +151,20 @@ class TapeOptMain(xDSLOptMain):
     def apply_passes(self, prog: ModuleOp) -> None:
         if not self.args.disable_verify:
             verify_located(prog, self.spans, self.names, self.get_input_name())
-        super().apply_passes(prog)
+        try:
+            super().apply_passes(prog)
+        except DiagnosticException as error:
+            raise self.located_pass_error(error) from None
+
+    def located_pass_error(self, error: DiagnosticException) -> DiagnosticException:
+        """A pass's `error` at the source line of the op it names (a LoweringErrorAt's), where
+        the input has it; else `error` itself. (A DiagnosticException still, which
+        --verify-diagnostics prints.)"""
+        from tapeml.transforms.to_loops import LoweringErrorAt  # (only once a pass failed)
+
+        if isinstance(error, LoweringErrorAt) and error.op in self.spans:
+            return DiagnosticException(located(self.spans[error.op], str(error)))
+        return error
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
         check_target_input(self.args.target, prog)
@@ -155,6 +178,30 @@ class TapeOptMain(xDSLOptMain):
             hint = (" (targets take the llvm dialect: lower first, e.g. -p tape-to-llvm)"
                     if self.args.target in ("llvm", "host-asm") else "")
             raise UserError(f"-t {self.args.target}: {error}{hint}") from None
+
+
+class NamedOutput:
+    """The output stream, stdout or -o's file, under its name: a failed write names it
+    (`writing`). xDSL writes, flushes and closes it (one that is not sys.stdout): stdout is
+    flushed, not closed."""
+
+    def __init__(self, stream: IO[str], name: str) -> None:
+        self.stream, self.name = stream, name
+
+    def write(self, text: str) -> int:
+        with writing(self.name):
+            return self.stream.write(text)
+
+    def flush(self) -> None:
+        with writing(self.name):
+            self.stream.flush()
+
+    def close(self) -> None:
+        with writing(self.name):
+            if self.stream is sys.stdout:
+                self.stream.flush()
+            else:
+                self.stream.close()
 
 
 _ASSEMBLY_TARGETS = ("arm-asm", "riscv-asm", "x86-asm")
@@ -236,6 +283,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("tapeml-opt", str(error))
     try:
         tool.run()
+        with writing("stdout"):  # what xDSL printed (--verify-diagnostics' diagnostics)
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return broken_pipe()
     except UserError as error:
         return fail("tapeml-opt", str(error))
     except ParseError as error:

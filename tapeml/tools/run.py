@@ -1,11 +1,11 @@
 """`tapeml-run FILE [--symbol f] [--args A ...]`: interpret a function on given inputs.
 
-Each argument is an MLIR literal (`'dense<[1.0, 2.0]> : tensor<2xf32>'`, `'2.5 : f32'`, `true`)
-or the path of a `.npy` file. Results are printed one per line as MLIR literals, then, for a
-function on buffers (memref arguments, as `-p tape-to-loops` writes it), the output buffers it
-wrote in place: those named out.*, or every memref argument where none is. A mistake in the file
-or the arguments, or an op the interpreter fails on, is a located diagnostic on stderr and exit
-status 1.
+FILE `-` is stdin. Each argument is an MLIR literal (`'dense<[1.0, 2.0]> : tensor<2xf32>'`,
+`'2.5 : f32'`, `true`) or the path of a `.npy` file. Results are printed one per line as MLIR
+literals, then, for a function on buffers (memref arguments, as `-p tape-to-loops` writes it),
+the output buffers it wrote in place: those named out.*, or every memref argument where none
+is. A mistake in the file or the arguments, or an op the interpreter fails on, is a located
+diagnostic on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.lib.format import MAGIC_PREFIX
 from xdsl.context import Context
-from xdsl.dialects import func
+from xdsl.dialects import func, llvm
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     Float16Type,
@@ -49,12 +50,14 @@ from tapeml.errors import InterpretError
 from tapeml.tools.diagnostics import (
     LocatingParser,
     UserError,
+    broken_pipe,
     fail,
     format_parse_error,
     holds_nothing,
     located,
     require_utf8,
     verify_located,
+    writing,
 )
 
 TOOL = "tapeml-run"
@@ -70,9 +73,9 @@ def _context() -> Context:
 
 def _load_module(ctx: Context, path: str, spans: dict[Operation, Span] | None = None
                  ) -> ModuleOp:
-    """The verified module in the file at `path`; `spans`, where given, gets its ops' source."""
-    with open(path, "rb") as f:
-        text = f.read()
+    """The verified module in the file at `path` (stdin for `-`); `spans`, where given, gets
+    its ops' source."""
+    text, path = _read(path)
     require_utf8(text, path)
     if holds_nothing(text):  # (tapeml-opt reads it as an empty module)
         raise UserError(f"{path}: the file holds no function to run (it is empty)")
@@ -89,13 +92,20 @@ def _load_module(ctx: Context, path: str, spans: dict[Operation, Span] | None = 
     return module
 
 
+def _read(path: str) -> tuple[bytes, str]:
+    """The program's text and its name in messages: `-` is stdin, as for tapeml-opt."""
+    if path == "-":
+        return sys.stdin.buffer.read(), "stdin"
+    with open(path, "rb") as f:
+        return f.read(), path
+
+
 def _parse_arg(ctx: Context, text: str, index: int) -> Any:
     if text.endswith(".npy"):
-        try:
-            return np.load(text, allow_pickle=False)
-        except (ValueError, EOFError) as error:  # EOFError: an empty file
-            raise InterpretError(f"argument {index}: {text} is not a numeric .npy file "
-                                 f"({error})") from None
+        return _load_npy(text, index)
+    if text.endswith(".npz"):  # (else read as a literal: "attribute expected")
+        raise InterpretError(f"argument {index}: {text}: tapeml-run takes one array per .npy "
+                             "file, not an .npz archive of several")
     parser = LocatingParser(ctx, text, f"argument {index}")
     attr = parser.parse_attribute()
     if parser._current_token.kind != MLIRTokenKind.EOF:
@@ -114,6 +124,23 @@ def _parse_arg(ctx: Context, text: str, index: int) -> Any:
                          f"file, got {text!r}")
 
 
+def _load_npy(path: str, index: int) -> np.ndarray:
+    """The array of the .npy file at `path`, in this machine's byte order (a big-endian file's
+    values are the same numbers, of the dtype the function takes)."""
+    with open(path, "rb") as f:
+        start = f.read(len(MAGIC_PREFIX))
+        if start and start != MAGIC_PREFIX:  # numpy reads it as a pickle, which it refuses
+            raise InterpretError(f"argument {index}: {path} is not an .npy file (it does not "
+                                 "start as one does)")
+        f.seek(0)
+        try:
+            array = np.load(f, allow_pickle=False)
+        except (ValueError, EOFError) as error:  # EOFError: an empty file
+            raise InterpretError(f"argument {index}: {path} is not a numeric .npy file "
+                                 f"({error})") from None
+    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+
+
 def _scalar_dtype(t: Attribute) -> np.dtype | None:
     """The numpy dtype of a number of type `t` (i1 is bool, as in a tensor), if it has one."""
     if t == i1:
@@ -126,6 +153,42 @@ def _scalar_dtype(t: Attribute) -> np.dtype | None:
     if isinstance(t, Float16Type | Float32Type | Float64Type):
         return np.dtype(f"float{t.bitwidth}")
     return None
+
+
+def _argument(f: func.FuncOp, index: int) -> str:
+    """How messages name @f's argument `index` (as tapeml.interpret's do)."""
+    arg = f.body.blocks[0].args[index]
+    name = f" (%{arg.name_hint})" if arg.name_hint else ""
+    return f"argument {index}{name} of @{f.sym_name.data}"
+
+
+def _number(value: Any, t: Attribute, where: str) -> Any:
+    """`value` for an argument of type `t` where that is a number, checked: it must be of
+    that type (interpret checks a float's width, but takes any integer for an integer
+    argument: '4294967295 : i64' for an i32 was -1). An i1 is passed as an integer (a
+    tensor<i1> as bools); a rank-0 array (an .npy file's) as its number. Tensors go through."""
+    wanted = _scalar_dtype(t)
+    if wanted is None:
+        return value
+    if np.ndim(value) != 0:
+        raise UserError(f"{where} must be {t}, got an array of shape {np.shape(value)}")
+    given = np.asarray(value).dtype
+    if given != wanted:
+        article = "an" if given.name.startswith("int") else "a"
+        raise UserError(f"{where} must be {t}, got {article} {given.name} value")
+    number = np.asarray(value)[()]
+    return int(number) if t == i1 else number
+
+
+def _check_sizes(f: func.FuncOp, spans: dict[Operation, Span]) -> None:
+    """A UserError, at its op (the function, for an argument), for a tensor of more elements
+    than an index counts, which no array holds (its literal was said to hold too large a
+    value)."""
+    from tapeml.transforms.to_loops import oversized
+
+    if (found := oversized(f)) is not None:
+        op, message = found
+        raise UserError(located(spans[op], message) if op in spans else message)
 
 
 def _format_result(value: Any, t: Attribute) -> str:
@@ -153,12 +216,20 @@ def _default_symbol(module: ModuleOp) -> str:
 
 def _function(module: ModuleOp, symbol: str) -> func.FuncOp | None:
     """@symbol (None where there is none: interpret names those there are); a UserError when it
-    is only declared: there is nothing to run."""
-    for op in module.walk():
-        if isinstance(op, func.FuncOp) and op.sym_name.data == symbol:
+    is only declared: there is nothing to run, or is an llvm.func (or the module has only
+    those): the interpreter runs no llvm dialect."""
+    functions = [op for op in module.walk() if isinstance(op, func.FuncOp)]
+    for op in functions:
+        if op.sym_name.data == symbol:
             if not op.body.blocks:
                 raise UserError(f"@{symbol} is only declared: it has no body to run")
             return op
+    lowered = [op.sym_name.data for op in module.walk() if isinstance(op, llvm.FuncOp)]
+    if symbol in lowered or (lowered and not functions):
+        name = symbol if symbol in lowered else lowered[0]
+        raise UserError(f"the module holds llvm.func @{name}: "
+                        "tapeml-run runs tape and func programs (tapeml-opt's before "
+                        "convert-loops-to-llvm), not the llvm dialect")
     return None
 
 
@@ -191,7 +262,7 @@ def _failure(error: Exception, spans: dict[Operation, Span]) -> str | None:
 
 def run(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=TOOL, description=__doc__.split("\n\n")[0])
-    parser.add_argument("input_file", help="an .mlir file")
+    parser.add_argument("input_file", help="an .mlir file (- reads stdin)")
     parser.add_argument("--symbol", help="the function to run (default: the only one, or main)")
     parser.add_argument("--args", nargs="*", default=[], metavar="ARG",
                         help="inputs: MLIR literals or .npy files")
@@ -199,13 +270,15 @@ def run(argv: Sequence[str] | None = None) -> int:
     ctx = _context()
     spans: dict[Operation, Span] = {}
     module = _load_module(ctx, args.input_file, spans)
-    inputs = [_parse_arg(ctx, a, i) for i, a in enumerate(args.args)]
     symbol = args.symbol or _default_symbol(module)
     f = _function(module, symbol)
+    if f is not None:
+        _check_sizes(f, spans)
+    inputs = [_parse_arg(ctx, a, i) for i, a in enumerate(args.args)]
     types = list(f.function_type.inputs) if f else []
-    # a scalar i1 takes an integer (a tensor<i1> a bool)
-    inputs = [int(v) if t == i1 and isinstance(v, np.bool_) else v
-              for v, t in zip(inputs, types, strict=False)] + inputs[len(types):]
+    where = [_argument(f, i) for i in range(len(types))] if f else []
+    inputs = [_number(v, t, w) for v, t, w in zip(inputs, types, where, strict=False)
+              ] + inputs[len(types):]
     from tapeml.interpreters import interpret  # here: a mistake in the input is found sooner
 
     try:
@@ -215,16 +288,20 @@ def run(argv: Sequence[str] | None = None) -> int:
             raise
         raise UserError(message) from None
     assert f is not None  # (else interpret said there is no @symbol)
-    for value, t in zip(results, f.function_type.outputs, strict=True):
-        print(_format_result(value, t))
-    for i in _output_buffers(f):  # written in place
-        print(_format_result(inputs[i], types[i]))
+    with writing("stdout"):  # flushed here: a failed write is reported, not Python's at exit
+        for value, t in zip(results, f.function_type.outputs, strict=True):
+            print(_format_result(value, t))
+        for i in _output_buffers(f):  # written in place
+            print(_format_result(inputs[i], types[i]))
+        sys.stdout.flush()
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(argv)
+    except BrokenPipeError:
+        return broken_pipe()
     except ParseError as error:
         return fail(TOOL, format_parse_error(error))
     except (DiagnosticException, InterpretError, UserError) as error:

@@ -9,6 +9,9 @@ allocates device buffers and launches kernels, and the kernels, outlined into on
     kernel.gemm                  the tiled GEMM kernel for its parameters (gemm_gpu.py), one per
                                  distinct kernel.gemm
     memref.alloc / dealloc       gpu.alloc / gpu.dealloc: intermediates live on the device
+    func.call                    stays on the host: the function it calls (a nest that
+                                 merge-loop-nests or tape-to-loops{share=true} outlined) is
+                                 a host function of launches too
     any other run of ops         one kernel of one thread, the ops in order: the loops whose
                                  iterations add into shared elements (fold, the pools'
                                  backward, ...) and sums to a scalar
@@ -235,7 +238,7 @@ def outline_function(f: func.FuncOp, module: ModuleOp, block: int = BLOCK,
             Rewriter.replace_op(op, alloc, [alloc.result])
         elif isinstance(op, memref.DeallocOp):  # amid a serial run, it ends after its launch
             Rewriter.replace_op(op, gpu.DeallocOp(op.memref))
-        elif isinstance(op, func.ReturnOp):
+        elif isinstance(op, func.ReturnOp | func.CallOp):  # a call launches its own kernels
             flush()
         elif isinstance(op, scf.ParallelOp):
             flush()
@@ -256,10 +259,26 @@ def outline_function(f: func.FuncOp, module: ModuleOp, block: int = BLOCK,
 def outline_module(module: ModuleOp, block: int = BLOCK, gemm_tile: int = GEMM_TILE) -> None:
     """`convert-loops-to-gpu` on every defined function of `module`, in place."""
     check_options(block, gemm_tile)
+    check_no_thread_pool(module)
     functions = [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]
     for f in functions:
         outline_function(f, module, block, gemm_tile)
     module.attributes["gpu.container_module"] = UnitAttr()
+
+
+def check_no_thread_pool(module: ModuleOp) -> None:
+    """A LoweringError for a kernel.parallel_for: outline-parallel-loops made its loop a
+    function of a range of iterations for the CPU's thread pool, which the GPU does not run
+    (the function it calls is not in the loop form: it takes the range's bounds)."""
+    for op in module.walk():
+        if isinstance(op, kernel.ParallelForOp):
+            caller = op.parent_op()
+            where = f"@{caller.sym_name.data}: " if isinstance(caller, func.FuncOp) else ""
+            raise LoweringError(f"convert-loops-to-gpu: {where}kernel.parallel_for "
+                                f"@{op.callee.root_reference.data} runs a loop on the CPU's "
+                                "thread pool (outline-parallel-loops), which the GPU does not "
+                                "take: leave outline-parallel-loops out (each scf.parallel "
+                                "becomes a kernel)")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,6 +43,7 @@ from xdsl.dialects.builtin import (
     FunctionType,
     MemRefType,
     ModuleOp,
+    ShapedType,
     StringAttr,
     TensorType,
 )
@@ -124,6 +125,52 @@ def _shared(block: Block, views: dict[SSAValue, list[int]],
     return {op: key for op, key in keys.items() if counts[key] > 1}
 
 
+MAX_ELEMENTS = 2**63 - 1
+"""The most elements a buffer holds: its loops count them in an index, a signed 64-bit integer
+once lowered to LLVM."""
+
+
+class LoweringErrorAt(LoweringError):
+    """A LoweringError about one op of the input (a function, for its argument), which a tool
+    that knows where the op came from (tapeml-opt) prints at its source line."""
+
+    def __init__(self, message: str, op: Operation) -> None:
+        super().__init__(message)
+        self.op = op
+
+
+def oversized(f: func.FuncOp) -> tuple[Operation, str] | None:
+    """The first argument or op result of `f` with more than MAX_ELEMENTS elements: where it
+    is (the function for an argument, else the op) and what it is. Verified IR bounds each dim,
+    not their product: such a buffer's size, an index constant, failed the LLVM lowering with
+    neither a location nor the tensor."""
+    for where, i, value in _values(f):
+        if not isinstance(t := value.type, ShapedType):
+            continue
+        if (count := math.prod(t.get_shape())) > MAX_ELEMENTS:
+            return where, (f"{_described(f, where, i, value)}, {t}, has too many elements: "
+                           f"{count}, more than an index counts (2^63 - 1)")
+    return None
+
+
+def _values(f: func.FuncOp) -> Iterator[tuple[Operation, int, SSAValue]]:
+    """`f`'s arguments, then its ops' results, each with the op it is at and its number."""
+    for i, arg in enumerate(f.body.blocks[0].args if f.body.blocks else ()):
+        yield f, i, arg
+    for op in f.walk():
+        for i, result in enumerate(op.results):
+            yield op, i, result
+
+
+def _described(f: func.FuncOp, where: Operation, i: int, value: SSAValue) -> str:
+    """`_values`' value `i` at `where`, for a message: "@f's argument 0 (%a)", "tape.add's
+    result"."""
+    if where is f:
+        return f"@{f.sym_name.data}'s argument {i}" + (
+            f" (%{value.name_hint})" if value.name_hint else "")
+    return f"{where.name}'s result" + (f" {i}" if len(where.results) > 1 else "")
+
+
 def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                    libm: bool = False, row_reductions: bool = False,
                    share: bool = False, profile: bool = False, weight_runs: bool = True,
@@ -146,6 +193,8 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                 raise LoweringError(f"tape-to-loops: @{f.sym_name.data}'s {what} {i} is "
                                     f"{value.type}: a function of tape ops takes and returns "
                                     "tensors")
+    if (found := oversized(f)) is not None:
+        raise LoweringErrorAt(f"tape-to-loops: {found[1]}", found[0])
     new_block = Block(arg_types=[buffer_type(a.type) for a in block.args]
                       + [buffer_type(r.type) for r in ret.arguments])
     for old, new in zip(block.args, new_block.args, strict=False):
