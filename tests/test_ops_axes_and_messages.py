@@ -256,3 +256,15 @@ def test_a_booleans_unary_plus_is_refused_as_its_minus():
     # int* (the README's lattice), leaving as int64: as b + 1, b * 2 and b ** 3 in numpy
     for got in (tapeml.power(b, 2), tapeml.jit(lambda b: b ** 2)(b)):
         assert_same_bits(got, (b ** 3).astype(np.int64))
+
+
+def test_an_op_handed_to_a_transform_is_named_in_its_errors():
+    """called_op named the outermost tapeml frame: `trace: axis must be...` for
+    trace(tapeml.softmax, x, 3), `eval_shape:` likewise, `max:` under jit."""
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(tapeml.ShapeError, match="softmax: axis 3 is out of range"):
+        tapeml.jit(tapeml.softmax, static_argnums=1)(x, 3)
+    with pytest.raises(TypeError, match="^logsumexp: axis must be"):
+        tapeml.eval_shape(tapeml.logsumexp, x, 5)
+    with pytest.raises(TypeError, match="^Spec: a shape is an int"):
+        tapeml.Spec((2.5,))

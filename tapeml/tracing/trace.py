@@ -76,18 +76,23 @@ def at_user_line(message: str) -> str:
 
 
 def called_op(default: str) -> str:
-    """The name of the tapeml function the user's line called (the outermost frame inside the
-    package: `softmax` for the max that softmax takes), for a message; `default` where that
-    frame is no public function of its module (jit's machinery, a closure, a lambda)."""
-    frame, outer = sys._getframe(1), None
-    while frame is not None and _in_package(frame.f_code.co_filename):
-        frame, outer = frame.f_back, frame
-    if outer is not None:
-        code = outer.f_code
-        if not code.co_name.startswith("_") and \
-                getattr(outer.f_globals.get(code.co_name), "__code__", None) is code:
-            return code.co_name
-    return default
+    """The name of the op the user's line called, for a message: of the frames inside the
+    package, the outermost that is a public function of an ops module (tapeml/tracing/ops/,
+    nn.py): `softmax` for the max that softmax takes, also where softmax was handed to trace,
+    jit or eval_shape; `default` where there is none. The function asking is not counted
+    (user_shape, asking for zeros or Spec)."""
+    frame, named = sys._getframe(2), default
+    while frame is not None and _in_package(filename := frame.f_code.co_filename):
+        code = frame.f_code
+        if filename.startswith(_OPS_FILES) and not code.co_name.startswith("_") and \
+                getattr(frame.f_globals.get(code.co_name), "__code__", None) is code:
+            named = code.co_name
+        frame = frame.f_back
+    return named
+
+
+_OPS_FILES = (os.path.join(_PACKAGE_DIR, "tracing", "ops") + os.sep,
+              os.path.join(_PACKAGE_DIR, "frontend", "nn.py"))
 
 
 @dataclass(eq=False)
