@@ -88,3 +88,13 @@ def test_update_says_which_argument_is_wrong_eager_and_jitted(opt, grads, state,
     for update in (opt.update, tapeml.jit(lambda p, g, s: opt.update(p, g, s))):
         with pytest.raises(ValueError, match=rf"^{message}.*\n  at .*test_optim_errors.py"):
             update(P, grads, state)
+
+
+def test_sgd_refuses_another_optimizers_state():
+    """sgd keeps no state and took any, handing another optimizer's back unused (the README
+    says a state not structured as update needs is a ValueError)."""
+    p = {"w": np.ones(2, np.float32)}
+    for other in (optim.adam(0.1), optim.momentum(0.1)):
+        with pytest.raises(ValueError, match=r"sgd.update: state is not what sgd.init makes"):
+            optim.sgd(0.1).update(p, p, other.init(p))
+    assert optim.sgd(0.1).update(p, p, optim.sgd(0.1).init(p))[1] == ()

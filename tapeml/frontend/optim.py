@@ -73,6 +73,9 @@ def sgd(learning_rate: float) -> Optimizer:
 
     def update(params: Any, grads: Any, state: Any) -> tuple[Any, Any]:
         p, g, treedef = _flat("sgd", params, grads)
+        if flatten(state)[0]:  # (another optimizer's state: sgd would hand it back unused)
+            raise _mismatch("sgd.update: state is not what sgd.init makes (sgd keeps no state: "
+                            "())", flatten(())[1], flatten(state)[1])
         return unflatten(treedef, [ops.subtract(p, ops.multiply(g, learning_rate))
                                    for p, g in zip(p, g, strict=True)]), state
 
