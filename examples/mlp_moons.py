@@ -4,11 +4,12 @@ decision surface it learned.
     .venv/bin/python examples/mlp_moons.py [--steps N] [--out PATH]
 
 The model is a 2-16-16-1 MLP with tanh hidden layers whose output is the logit of class 1; the
-loss is binary cross-entropy, written with tapeml ops. `tapeml.jit(tapeml.value_and_grad(loss))`
-traces the loss once, appends its gradient, and compiles both into one function for this CPU;
-Adam (`tapeml.optim`) updates the parameters between calls. The trained model is then evaluated
-by a compiled forward pass over a grid: the decision surface is saved as a PNG (default
-`mlp_moons.png`) and printed as text ('.' class 0, '#' class 1, 'o'/'x' some training points).
+loss is binary cross-entropy, written with tapeml ops. One `tapeml.jit` step holds
+`value_and_grad(loss)` and Adam's update (`tapeml.optim`): traced once and compiled for this CPU
+as one program, it takes the parameters and Adam's state and returns the new ones and the loss.
+The trained model is then evaluated by a compiled forward pass over a grid: the decision surface
+is saved as a PNG (default `mlp_moons.png`) and printed as text ('.' class 0, '#' class 1,
+'o'/'x' some training points).
 """
 
 from __future__ import annotations
