@@ -53,16 +53,20 @@ def test_an_arena_too_large_is_a_memory_error_on_the_first_call():
 
 def test_a_result_or_arena_past_numpys_largest_array_is_a_memory_error():
     """Past numpy's largest array np.empty raises a ValueError ('Maximum allowed dimension
-    exceeded'), which reached the user from inside tapeml; it is the MemoryError naming the
-    arena or the result's shape, as a merely too large one is."""
+    exceeded'), which reached the user from inside tapeml; past what an index counts
+    (2^63 - 1 elements) the compile already refuses the tensor, naming it, and it is a
+    MemoryError too, as a merely too large one is; below, the arena or the result is."""
     f = tapeml.jit(lambda a: ops.sum(ops.broadcast_to(a, (4_000_000_000, 4_000_000_000))))
-    with pytest.raises(MemoryError, match=r"intermediates \(its arena\) takes "
-                                          r"64,000,000,000,000,000,000 bytes"):
+    with pytest.raises(MemoryError, match=r"tape.broadcast's result, "
+                                          r"tensor<4000000000x4000000000xf32>, has too many"):
         f(np.float32(1))
     g = tapeml.jit(lambda a: ops.broadcast_to(a, (1 << 40, 1 << 40)))
-    with pytest.raises(MemoryError, match=r"a result of shape \(1099511627776, 1099511627776\) "
-                                          "and dtype float32 takes"):
+    with pytest.raises(MemoryError, match=r"tensor<1099511627776x1099511627776xf32>, has too"):
         g(np.float32(1))
+    h = tapeml.jit(lambda a: ops.sum(ops.broadcast_to(a, (1 << 31, 1 << 31))))  # 2^62: counted
+    with pytest.raises(MemoryError, match=r"intermediates \(its arena\) takes "
+                                          r"18,446,744,073,709,551,616 bytes"):
+        h(np.float32(1))
 
 
 def test_a_caller_refused_heap_scratch_waits_for_the_kept_one():

@@ -139,6 +139,11 @@ class LoweringErrorAt(LoweringError):
         self.op = op
 
 
+class TooManyElements(LoweringErrorAt, MemoryError):
+    """A tensor no index counts the elements of: a located error to tapeml-opt, and to a
+    compiled call what any allocation past this machine's memory is, a MemoryError."""
+
+
 def oversized(f: func.FuncOp) -> tuple[Operation, str] | None:
     """The first argument or op result of `f` with more than MAX_ELEMENTS elements: where it
     is (the function for an argument, else the op) and what it is. Verified IR bounds each dim,
@@ -194,7 +199,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                                     f"{value.type}: a function of tape ops takes and returns "
                                     "tensors")
     if (found := oversized(f)) is not None:
-        raise LoweringErrorAt(f"tape-to-loops: {found[1]}", found[0])
+        raise TooManyElements(f"tape-to-loops: {found[1]}", found[0])
     new_block = Block(arg_types=[buffer_type(a.type) for a in block.args]
                       + [buffer_type(r.type) for r in ret.arguments])
     for old, new in zip(block.args, new_block.args, strict=False):
