@@ -13,22 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_cli_errors import _file, _run  # (the CLI tests' helpers)
 
 from tapeml.tools import opt, run
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
-
-def _run(tool, argv: list[str], capsys) -> tuple[int, str, str]:
-    rc = tool.main(argv)
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def _file(tmp_path: Path, text: str, name: str = "f.mlir") -> str:
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
 
 
 SCALARS = """func.func @f(%a: i32, %b: f32) -> (i32, f32) {
