@@ -72,14 +72,13 @@ def _world(world: World | None) -> World:
     return init() if world is None else world
 
 
-def _leaves(tree: Any, what: str) -> tuple[list[np.ndarray], Any]:
-    leaves, treedef = flatten(tree)
-    arrays = [np.asarray(leaf) for leaf in leaves]
+def _floats(arrays: list[np.ndarray], what: str) -> None:
+    """Only float arrays are averaged. Checked after the ranks agree on the layout (_agree),
+    so that every rank raises: a rank raising alone left the others in the collective."""
     for i, a in enumerate(arrays):
         if a.dtype.kind != "f":
             raise TypeError(f"distributed.{what}: leaf {i} is a {a.dtype} array; only float "
                             "arrays are averaged")
-    return arrays, treedef
 
 
 def _agree(world: World, what: str, arrays: list[np.ndarray], treedef: Any) -> None:
@@ -131,8 +130,10 @@ def all_reduce_mean(tree: Any, world: World | None = None) -> Any:
     shapes on every rank): the leaves of one dtype packed into one contiguous buffer, one
     `Allreduce` (sum) on it, divided by the number of ranks, unpacked."""
     world = _world(world)
-    arrays, treedef = _leaves(tree, "all_reduce_mean")
+    leaves, treedef = flatten(tree)
+    arrays = [np.asarray(leaf) for leaf in leaves]
     _agree(world, "all_reduce_mean", arrays, treedef)
+    _floats(arrays, "all_reduce_mean")
     out: list[np.ndarray | None] = [None] * len(arrays)
     for dtype in sorted({a.dtype for a in arrays}, key=str):
         members = [i for i, a in enumerate(arrays) if a.dtype == dtype]

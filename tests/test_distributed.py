@@ -84,6 +84,11 @@ for collective in (distributed.all_reduce_mean, distributed.broadcast):
         raise AssertionError("no error")
     except ValueError as e:
         assert "rank 0 has w float32 (3,), rank 1 w float32 (4,)" in str(e), e
+try:  # an integer leaf on one rank: it raised alone, and the other waited in the collective
+    distributed.all_reduce_mean({"w": np.zeros(3, [np.float32, np.int32][r])}, world)
+    raise AssertionError("no error")
+except ValueError as e:
+    assert "rank 0 has w float32 (3,), rank 1 w int32 (3,)" in str(e), e
 lines = world.comm.gather(f"ok {r} {world.size} {world.threads}", root=0)
 if world.is_root:
     print("\\n".join(lines))
