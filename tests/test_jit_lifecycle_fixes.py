@@ -253,3 +253,23 @@ def test_a_batch_generic_program_another_function_stored_does_not_stop_sharing(c
     assert "batch size 2 an instance of the program compiled at batch sizes 16 and 33" \
         in log[1], log
     assert all("an instance of the compiled program" in line for line in log[2:]), log
+
+
+def test_a_bound_jitted_method_copies_and_describes_itself_as_a_bound_method():
+    """The bound form recursed forever in copy.copy (its __getattr__ asked for __func__
+    before it was set) and deep-copying a holder of it copied compiled code; its doc, module
+    and signature were its own, not the method's."""
+    import copy
+    import inspect
+
+    model = _Model(3.0)
+    x = np.ones(3, np.float32)
+    bound = model.static_forward
+    np.testing.assert_array_equal(bound(x), x * 3)  # (compiled: deepcopy must not copy it)
+    assert copy.copy(bound) == bound and bound == model.static_forward
+    held = copy.deepcopy({"callback": bound})["callback"]
+    assert held.__self__ is not model and held.__self__.scale == 3.0
+    np.testing.assert_array_equal(held(x), x * 3)
+    assert str(inspect.signature(bound)) == "(x)"
+    assert (bound.__name__, bound.__module__) == ("static_forward", __name__)
+    assert "explain" in dir(bound)

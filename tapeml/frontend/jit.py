@@ -466,11 +466,16 @@ def jit(fn: Callable | None = None, *, backend: str = "cpu",
 
 
 class _Bound:
-    """A Jitted bound to an instance (`Jitted.__get__`): calling it, `lower` and `profile` pass
-    the instance first; the rest (`explain`, `cache`) is the Jitted's."""
+    """A Jitted bound to an instance (`Jitted.__get__`), as a bound method is: calling it,
+    `lower` and `profile` pass the instance first; its name, doc, module and signature (less
+    the instance) are the function's; copied, pickled or compared as a bound method is; the
+    rest (`explain`, `cache`) is the Jitted's."""
 
     def __init__(self, jitted: Jitted, instance: Any) -> None:
         self.__func__, self.__self__ = jitted, instance
+        for name in ("__doc__", "__module__", "__name__", "__qualname__", "__wrapped__"):
+            if hasattr(jitted, name):
+                setattr(self, name, getattr(jitted, name))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.__func__(self.__self__, *args, **kwargs)
@@ -482,5 +487,24 @@ class _Bound:
         return self.__func__.profile(self.__self__, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or "__func__" not in self.__dict__:  # (copy's probes)
+            raise AttributeError(name)
         return getattr(self.__func__, name)
 
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *dir(self.__func__)})
+
+    def __reduce__(self) -> tuple:
+        return getattr, (self.__self__, self.__func__.__name__)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Bound) and other.__func__ is self.__func__ and \
+            other.__self__ is self.__self__
+
+    def __hash__(self) -> int:
+        return hash((id(self.__func__), id(self.__self__)))
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        signature = inspect.signature(self.__func__)
+        return signature.replace(parameters=list(signature.parameters.values())[1:])
