@@ -113,7 +113,7 @@ _FLOAT_OPS: dict[type[Operation], Callable[..., np.floating]] = {
     math.TanhOp: np.tanh,
     math.AbsFOp: np.abs,
     # libm's pow, as the tape op's semantics (an f32 result is rounded by _float)
-    math.PowFOp: lambda a, b: libm.power(np.float64(a), np.float64(b))[()],
+    math.PowFOp: lambda a, b: libm.power(np.asarray(a), np.asarray(b))[()],  # (powf of f32)
     math.Exp2Op: np.exp2,
     math.ExpM1Op: np.expm1,
     math.Log2Op: np.log2,

@@ -72,11 +72,10 @@ def _integers_kept(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarr
 
 
 def power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """C's pow (libm's, tapeml/interpreters/libm.py: numpy's own f64 loop is SVML's on AVX-512
-    CPUs, and its f32 loop is not correctly rounded on every CPU: AVX512_SPR rounds 3**0.5
-    up), f32 computed in f64 and rounded once, as libm's powf gives."""
-    result = libm.power(x.astype(np.float64, copy=False), y.astype(np.float64, copy=False))
-    return result.astype(x.dtype, copy=False)
+    """C's pow and powf (libm's, tapeml/interpreters/libm.py: numpy's own f64 loop is SVML's
+    on AVX-512 CPUs, and its f32 loop is not correctly rounded on every CPU: AVX512_SPR rounds
+    3**0.5 up), what the compiled code calls."""
+    return libm.power(x, y)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
