@@ -239,3 +239,16 @@ def test_opt_reads_the_program_from_stdin_for_a_dash(capsys, monkeypatch):
     rc, out, err = _run(opt, ["-"], capsys)
     assert (rc, out) == (1, "")  # located in stdin, as with no file
     assert err.startswith("stdin:2:15: error: use of undefined value %b\n")
+
+
+@pytest.mark.parametrize("dims", ["?x?", "?x3"])
+def test_opt_locates_a_dynamic_dim_tape_to_loops_does_not_lower(tmp_path, capsys, dims):
+    # `?` reads as -2^63: two made "too many elements", one a negative buffer size, silently
+    text = (f"func.func @f(%x: tensor<{dims}xf32>) -> tensor<{dims}xf32> {{\n"
+            f"  func.return %x : tensor<{dims}xf32>\n}}\n")
+    path = _file(tmp_path, text)
+    rc, out, err = _run(opt, [path, "-p", "tape-to-loops"], capsys)
+    assert (rc, out) == (1, "")
+    assert err.startswith(f"{path}:1:1: error: tape-to-loops: @f's argument 0 (%x), "
+                          f"tensor<{dims}xf32>, has a dynamic dim: tape-to-loops lowers "
+                          "static shapes only\n")

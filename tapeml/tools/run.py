@@ -184,10 +184,10 @@ def _check_sizes(f: func.FuncOp, spans: dict[Operation, Span]) -> None:
     """A UserError, at its op (the function, for an argument), for a tensor of more elements
     than an index counts, which no array holds (its literal was said to hold too large a
     value)."""
-    from tapeml.transforms.to_loops import oversized
+    from tapeml.transforms.to_loops import TooManyElements, oversized
 
-    if (found := oversized(f)) is not None:
-        op, message = found
+    if isinstance(found := oversized(f), TooManyElements):  # (a dynamic dim: the interpreter's)
+        op, message = found.op, str(found).removeprefix("tape-to-loops: ")
         raise UserError(located(spans[op], message) if op in spans else message)
 
 

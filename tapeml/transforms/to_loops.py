@@ -144,17 +144,23 @@ class TooManyElements(LoweringErrorAt, MemoryError):
     compiled call what any allocation past this machine's memory is, a MemoryError."""
 
 
-def oversized(f: func.FuncOp) -> tuple[Operation, str] | None:
-    """The first argument or op result of `f` with more than MAX_ELEMENTS elements: where it
-    is (the function for an argument, else the op) and what it is. Verified IR bounds each dim,
-    not their product: such a buffer's size, an index constant, failed the LLVM lowering with
-    neither a location nor the tensor."""
+def oversized(f: func.FuncOp) -> LoweringErrorAt | None:
+    """The error for the first argument or op result of `f` with a dynamic dim (hand-written
+    IR: `?` reads as -2^63, and the product's sign decided what followed) or more than
+    MAX_ELEMENTS elements (TooManyElements), at the function for an argument, else at the op.
+    Verified IR bounds each dim, not their product: such a buffer's size, an index constant,
+    failed the LLVM lowering with neither a location nor the tensor."""
     for where, i, value in _values(f):
         if not isinstance(t := value.type, ShapedType):
             continue
+        if any(d < 0 for d in t.get_shape()):  # (a dynamic dim: refused as such)
+            return LoweringErrorAt(f"tape-to-loops: {_described(f, where, i, value)}, {t}, "
+                                   "has a dynamic dim: tape-to-loops lowers static shapes "
+                                   "only", where)
         if (count := math.prod(t.get_shape())) > MAX_ELEMENTS:
-            return where, (f"{_described(f, where, i, value)}, {t}, has too many elements: "
-                           f"{count}, more than an index counts (2^63 - 1)")
+            return TooManyElements(f"tape-to-loops: {_described(f, where, i, value)}, {t}, "
+                                   f"has too many elements: {count}, more than an index "
+                                   "counts (2^63 - 1)", where)
     return None
 
 
@@ -199,7 +205,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
                                     f"{value.type}: a function of tape ops takes and returns "
                                     "tensors")
     if (found := oversized(f)) is not None:
-        raise TooManyElements(f"tape-to-loops: {found[1]}", found[0])
+        raise found
     new_block = Block(arg_types=[buffer_type(a.type) for a in block.args]
                       + [buffer_type(r.type) for r in ret.arguments])
     for old, new in zip(block.args, new_block.args, strict=False):
