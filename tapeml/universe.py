@@ -67,6 +67,12 @@ def _plan_arena() -> type[ModulePass]:
     return PlanArenaPass
 
 
+def _bound_arguments() -> type[ModulePass]:
+    from tapeml.transforms.bound_arguments import LoopBoundsAsArgumentsPass
+
+    return LoopBoundsAsArgumentsPass
+
+
 def _merge_nests() -> type[ModulePass]:
     from tapeml.transforms.merge_nests import MergeLoopNestsPass
 
@@ -99,6 +105,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "convert-loops-to-gpu": _to_gpu,
     "outline-parallel-loops": _outline_parallel,
     "plan-arena": _plan_arena,
+    "loop-bounds-as-arguments": _bound_arguments,
     "merge-loop-nests": _merge_nests,
     "convert-loops-to-llvm": _to_llvm,
     "tape-to-llvm": _tape_to_llvm,

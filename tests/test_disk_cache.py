@@ -291,10 +291,11 @@ def test_two_processes_compiling_one_program_at_once_both_succeed(cache_dir):
     assert loaded.origin == "disk cache"
     # the program, the thread pool where its code runs on more than one thread (a process
     # pinned to one core compiles none), its GEMM kernels' modules (a kernel, the tiles of
-    # each height: cpu.kernel_modules), and no temporary file
+    # each height: cpu.kernel_modules), its shared functions' module, and no temporary file
     entries = list(cache_dir.iterdir())
     modules = {prefix for v in loaded.variants for prefix in (v.symbol, v.tiles)}
-    assert loaded.variants and len(entries) == 1 + loaded.pooled + len(modules)
+    shared = set(loaded.shared.values())
+    assert loaded.variants and len(entries) == 1 + loaded.pooled + len(modules) + len(shared)
     assert {p.suffix for p in entries} == {disk_cache.SUFFIX}
     assert b"".join(np.asarray(o).tobytes() for o in _run(program, loaded, args)).hex() in bits
 

@@ -43,6 +43,7 @@ from tapeml.codegen import (
     marks,
     perf_map,
     pool,
+    shared_code,
     split,
 )
 from tapeml.codegen.arguments import Argument, checked, signature
@@ -69,6 +70,7 @@ from tapeml.dialects.kernel import GemmSpec, declared_kernels
 from tapeml.profile import KernelProfile, KernelTime, profiling, record
 from tapeml.transforms import per_example
 from tapeml.transforms.arena import ALIGN
+from tapeml.transforms.bound_arguments import SHARED_CODE_ATTR
 from tapeml.transforms.merge_nests import MAY_ALIAS_ATTR
 from tapeml.transforms.pipelines import cpu_pipeline
 from tapeml.transforms.to_llvm import SYMBOL_PREFIX
@@ -93,12 +95,25 @@ def optimize_program(parsed: Any, machine: llvm_binding.TargetMachine) -> None:
 def lowered(module: Any, machine: llvm_binding.TargetMachine, detached: Sequence[str] = ()
             ) -> tuple[str, Any]:
     """`optimize`'s module before LLVM's passes: its text (`llvm_ir_text`), and parsed,
-    verified, its repeated loop nests merged (merge_loop_nests)."""
+    verified, its repeated loop nests merged (`parsed_program`)."""
     text = llvm_ir_text(module, machine.triple, str(machine.target_data), detached)
+    return text, parsed_program(text, machine)
+
+
+def parsed_program(text: str, machine: llvm_binding.TargetMachine) -> Any:
+    """A program's LLVM IR `text` parsed, verified, its repeated loop nests merged
+    (merge_loop_nests)."""
     parsed = llvm_binding.parse_assembly(text)
     parsed.verify()
     merge_loop_nests(parsed, machine)
-    return text, parsed
+    return parsed
+
+
+def shared_names(module: Any) -> set[str]:
+    """The functions of the llvm-dialect `module` marked as code to share
+    (loop-bounds-as-arguments': tapeml/codegen/shared_code.py)."""
+    return {op.sym_name.data for op in module.ops
+            if isinstance(op, llvm.FuncOp) and SHARED_CODE_ATTR in op.attributes}
 
 
 def llvm_ir_text(module: Any, triple: str, data_layout: str, detached: Sequence[str] = (),
@@ -498,6 +513,66 @@ class Share:
         return Share(parsed, names, text) if names else None
 
 
+class SharedCode:
+    """The shared functions a program calls (tapeml/codegen/shared_code.py): those this
+    process has not loaded read from the disk cache, or compiled as one module as the program
+    is, by llvm_worker's process where there is a second core (while this one optimizes the
+    program), else here when they are needed (`load`)."""
+
+    def __init__(self, split: shared_code.Split) -> None:
+        self.split, self.text = split, split.group()
+        self.code: bytes | None = None
+        self.origin, self.key = "loaded", ""
+        self.thread: threading.Thread | None = None
+        if self.text is None:
+            return
+        cache = disk_cache.default()
+        self.key = disk_cache.key("shared code", self.text, disk_cache.sources_digest(),
+                                  *machine_key())
+        self.code = cache.get(self.key) if cache is not None else None
+        if self.code is not None:
+            self.origin = "disk cache"
+        elif cores() > 1:
+            self.thread = threading.Thread(target=self._compile, daemon=True,
+                                           name="tapeml-shared-code")
+            self.thread.start()
+
+    def _compile(self) -> None:
+        self.code = llvm_worker.in_worker(self.text, PROGRAM_LEVEL, strength_reduction=False)
+        self.origin = "compiled in a worker process"
+
+    def load(self) -> dict[str, str]:
+        """The new functions loaded and published (compiled here if need be, stored in the
+        disk cache); the disk cache key of the module of each shared function the program
+        calls, by symbol."""
+        started = time.perf_counter()
+        if self.text is not None:
+            if self.thread is not None:
+                self.thread.join()
+            for attempt in range(2):
+                if self.code is None:
+                    self.code = llvm_worker.object_code(self.text, PROGRAM_LEVEL,
+                                                        strength_reduction=False)
+                    self.origin = "compiled"
+                if shared_code.POOL in self.text:
+                    load_pool()
+                if shared_code.publish(object_engine(self.code), self.split.new, self.key):
+                    break
+                cache = disk_cache.default()  # a whole entry without them: never trusted
+                if attempt or cache is None or self.origin != "disk cache":
+                    raise RuntimeError("tapeml: the shared functions' object code does not "
+                                       "define them")  # (a bug of tapeml's)
+                cache.discard(self.key)
+                self.code = None
+            stored((self.code, self.origin, self.key))
+        if profiling():
+            new = len(self.split.new)
+            record("shared code", len(self.split.modules), started,
+                   f"(functions shared among programs) {len(self.split.modules) - new} loaded "
+                   f"already" + (f", {new} {self.origin}" if new else ""))
+        return {symbol: shared_code.key_of(symbol) for symbol in self.split.modules}
+
+
 def _has_attribute(function: Any, attribute: bytes) -> bool:
     """`function` (llvmlite's) has the enum attribute: llvmlite gives a function's attributes
     as one entry, spaced (`noinline "prefer-vector-width"="512"`)."""
@@ -718,6 +793,9 @@ class Native:
         """Compiled to be profiled: what each entry of the marks' table counts."""
         self.pooled = True
         """Its code calls the thread pool (loaded before it is: `_compile`, `_load`)."""
+        self.shared: dict[str, str] = {}
+        """The shared functions it calls (tapeml/codegen/shared_code.py), each with the disk
+        cache key of its module."""
         self.arena_bytes = arena_bytes
         self.stages = stages or {}
         self._arenas: list[int] = []  # the addresses of the arenas no call holds
@@ -873,6 +951,7 @@ class CPUBackend:
                                   "transposed": [dataclasses.astuple(v)
                                                  for v in native.transposed],
                                   "pool": native.pooled,
+                                  "shared": _by_module(native.shared),
                                   "data": data.store(cache, native.data)},
                                  objects))
             record("disk cache: stored", None, started, str(cache.path(key)))
@@ -921,9 +1000,14 @@ class CPUBackend:
         with LLVM_LOCK:
             started = time.perf_counter()
             machine = target_machine()
-            ir_text, parsed = lowered(module, machine, list(detached))
+            ir_text = llvm_ir_text(module, machine.triple, str(machine.target_data),
+                                   list(detached))
+            shared = (SharedCode(shared_code.split(ir_text, shared_names(module)))
+                      if not (kept.wanted or profile) else None)
+            program_text = ir_text if shared is None else shared.split.program
+            parsed = parsed_program(program_text, machine)
             idle = not (prefetch and prefetch[0].busy())
-            share = (Share.start(parsed, SYMBOL_PREFIX + name, ir_text.count("\n"), idle)
+            share = (Share.start(parsed, SYMBOL_PREFIX + name, program_text.count("\n"), idle)
                      if cores() > 1 and not (kept.wanted or profile) else None)
             optimize_program(parsed, machine)
             if profiling():
@@ -950,6 +1034,7 @@ class CPUBackend:
             pooled = any(f.name == POOL for f in parsed.functions)
             if pooled:  # its parallel loops or GEMM callers pass work to the thread pool (on
                 load_pool()  # more than one thread; after the kernels: a Prefetch loads both)
+            used = shared.load() if shared is not None else {}
             engine = object_engine(*objects)
             address = engine.get_function_address(SYMBOL_PREFIX + name)
             scratch = bind_scratch(engine, kernels)
@@ -961,6 +1046,7 @@ class CPUBackend:
                         bound=bound)
         native.profile_labels = labels if profile else None
         native.pooled = pooled
+        native.shared = used
         return native, objects
 
 
@@ -996,6 +1082,34 @@ def unpack(payload: bytes) -> tuple[dict[str, Any], list[bytes]] | None:
     return (meta, objects) if start == len(payload) else None
 
 
+def _by_module(shared: dict[str, str]) -> list[list[Any]]:
+    """A program's shared functions (symbol -> key) as [key, [symbols]] per module."""
+    modules: dict[str, list[str]] = {}
+    for symbol, key in shared.items():
+        modules.setdefault(key, []).append(symbol)
+    return [[key, symbols] for key, symbols in modules.items()]
+
+
+def _load_shared(modules: Any, cache: Any) -> dict[str, str] | None:
+    """The shared functions a cache entry's program calls ([key, [symbols]] per module), each
+    module not loaded yet read from `cache` and published; their keys by symbol, or None if
+    one is not there (or not whole: then deleted)."""
+    used: dict[str, str] = {}
+    for key, symbols in modules:
+        key, symbols = str(key), [str(s) for s in symbols]
+        if not all(shared_code.loaded(s) for s in symbols):
+            code = cache.get(key)
+            if code is None:
+                return None
+            if shared_code.POOL.encode() in code:
+                load_pool()
+            if not shared_code.publish(object_engine(code), symbols, key):
+                cache.discard(key)
+                return None
+        used.update((s, shared_code.key_of(s)) for s in symbols)
+    return used
+
+
 def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argument],
           cache: Any) -> Native | None:
     """A cache entry's program, linked into a new engine; None if it is not `name`'s (or its
@@ -1013,6 +1127,7 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
         arena_bytes = int(meta["arena_bytes"])
         keys = {str(k): str(v) for k, v in meta.get("data", {}).items()}
         pooled = bool(meta.get("pool", True))
+        modules = [(key, list(symbols)) for key, symbols in meta.get("shared", [])]
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     detached = data.fetch(cache, keys)
@@ -1023,6 +1138,9 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
             load_pool()
         for v in variants:  # before the program's calls of them are resolved
             load_kernel(v, transposed=v in transposed)
+        used = _load_shared(modules, cache)
+        if used is None:
+            return None
         engine = object_engine(*objects)
         address = engine.get_function_address(SYMBOL_PREFIX + name)
         if not address:
@@ -1033,4 +1151,5 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
                     arena_bytes, scratch, kernels, variants, transposed, origin="disk cache",
                     data=detached, bound=bound)
     native.pooled = pooled  # (as `_compile` sets it: the entry says)
+    native.shared = used
     return native

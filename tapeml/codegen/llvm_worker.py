@@ -71,6 +71,17 @@ kernels' packing loops need it (without, they move an element per turn); forced 
 code is the same bytes as by default (x86's choice), as is the PTX of the GPU's kernels.
 LLVM's options cannot be unset, only set: each compile sets it, under a lock."""
 
+RUNTIME_UNROLLING = "-unroll-runtime"
+"""An LLVM option, set off by every CPU compile (`unrolling`). On (x86's choice for a program
+at a level) LLVM unrolls a loop whose trip count is known only at run time by 8, with a
+remainder loop and the checks to choose: a function of loop-bounds-as-arguments' (its
+outermost bound an argument) grew eightfold, the 2-layer GPT step's program 3,189 -> 5,706
+LLVM instructions. Off, a program whose bounds are all constants is the same machine code
+(W3's, W4's and the GPT step's assembly on one thread compared), as are the GEMM kernels
+(their modules' objects compared: off is their default); on two threads the thread pool's
+parts (a range of iterations, known at run time) are no longer unrolled so. The GPU's
+compile sets it on (the examples' MLP: the same PTX either way)."""
+
 _REQUEST = struct.Struct("<QQQ?")
 _ANSWER = struct.Struct("<?Q")
 _INITIALIZED = False
@@ -143,10 +154,13 @@ def run_passes(parsed: llvm_binding.ModuleRef, machine: llvm_binding.TargetMachi
 
 
 @contextlib.contextmanager
-def unrolling(partial: bool) -> Iterator[None]:
-    """Optimize in this block with LLVM's partial unrolling (PARTIAL_UNROLLING) or without."""
+def unrolling(partial: bool, runtime: bool = False) -> Iterator[None]:
+    """Optimize in this block with LLVM's partial unrolling (PARTIAL_UNROLLING) or without,
+    and its unrolling of loops of a trip count known at run time (RUNTIME_UNROLLING) or
+    without."""
     with _OPTIONS:
         llvm_binding.set_option("tapeml", f"{PARTIAL_UNROLLING}={str(partial).lower()}")
+        llvm_binding.set_option("tapeml", f"{RUNTIME_UNROLLING}={str(runtime).lower()}")
         yield
 
 

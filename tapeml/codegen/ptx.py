@@ -165,7 +165,7 @@ def compile_ptx(kernels: gpu.ModuleOp | Sequence[gpu.ModuleOp], arch: str = "sm_
                     variable.linkage = "internal"
         passes = llvm_binding.create_pass_builder(
             machine, llvm_binding.create_pipeline_tuning_options(speed_level=3))
-        with llvm_worker.unrolling(partial=True):
+        with llvm_worker.unrolling(partial=True, runtime=True):
             passes.getModulePassManager().run(parsed, passes)
         return PTXModule(llvm_worker.emit(machine, parsed, assembly=True), names, text)
 

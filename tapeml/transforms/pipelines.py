@@ -22,6 +22,7 @@ from xdsl.transforms.canonicalize import CanonicalizePass
 from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
 
 from tapeml.transforms.arena import PlanArenaPass
+from tapeml.transforms.bound_arguments import LoopBoundsAsArgumentsPass
 from tapeml.transforms.fuse import FusePass
 from tapeml.transforms.gemm_gpu import GEMM_TILE
 from tapeml.transforms.merge_nests import MergeLoopNestsPass
@@ -56,6 +57,7 @@ def cpu_pipeline(fuse: bool = True, libm: bool = False, threads: int = 1, tidy: 
         *([Step(OutlineParallelLoopsPass(any_batch=any_batch), "outlined loops")]
           if threads > 1 else []),
         Step(PlanArenaPass(), "arena"),
+        *([] if any_batch else [Step(LoopBoundsAsArgumentsPass())]),
         Step(MergeLoopNestsPass(every=any_batch)),
         Step(ConvertScfToCfPass()),
         *([Step(CanonicalizePass()), Step(CommonSubexpressionElimination())] if tidy else []),

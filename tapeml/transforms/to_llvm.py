@@ -56,6 +56,7 @@ from xdsl.rewriter import Rewriter
 from tapeml.dialects import kernel
 from tapeml.dialects.kernel import GemmSpec
 from tapeml.transforms.arena import element_bytes
+from tapeml.transforms.bound_arguments import SHARED_CODE_ATTR
 from tapeml.transforms.merge_nests import MAY_ALIAS_ATTR
 from tapeml.transforms.new_ops import new_op
 from tapeml.transforms.to_loops import LoweringError
@@ -408,8 +409,9 @@ def _func(prefix: str) -> dict[type[Operation], Converter]:
         converted = llvm.FuncOp(prefix + op.sym_name.data, llvm.LLVMFunctionType(inputs, None),
                                 linkage=llvm.LinkageAttr("external"),
                                 body=op.detach_region(op.body))
-        if MAY_ALIAS_ATTR in op.attributes:  # (merge-loop-nests' runs)
-            converted.attributes[MAY_ALIAS_ATTR] = op.attributes[MAY_ALIAS_ATTR]
+        for mark in (MAY_ALIAS_ATTR, SHARED_CODE_ATTR):  # (merge-loop-nests' runs; the
+            if mark in op.attributes:  # functions loop-bounds-as-arguments made sharable)
+                converted.attributes[mark] = op.attributes[mark]
         return one_op(converted)
 
     def return_(op: func.ReturnOp) -> Converted:

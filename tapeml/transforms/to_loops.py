@@ -46,6 +46,7 @@ from xdsl.dialects.builtin import (
     ShapedType,
     StringAttr,
     TensorType,
+    UnitAttr,
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
@@ -72,6 +73,7 @@ from tapeml.transforms.loops.elementwise import LOOPED
 from tapeml.transforms.loops.emitter import Emitter, LoweringError, alloc, buffer_type, dealloc
 from tapeml.transforms.loops.layout import alias
 from tapeml.transforms.loops.registry import LOWERINGS, Context
+from tapeml.transforms.bound_arguments import LOWERED_ONCE_ATTR
 from tapeml.transforms.merge_nests import attribute_key
 from tapeml.transforms.new_ops import call
 
@@ -432,8 +434,9 @@ def _lowered_once(f: func.FuncOp, op: Operation, buffers: list[SSAValue], number
         scratch.append(buffer.type)
         entry.erase_op(allocation)
     inner.insert(func.ReturnOp())
-    f.parent_block().insert_op_after(
-        func.FuncOp(name, ([a.type for a in entry.args], []), Region(entry)), f)
+    once = func.FuncOp(name, ([a.type for a in entry.args], []), Region(entry))
+    once.attributes[LOWERED_ONCE_ATTR] = UnitAttr()
+    f.parent_block().insert_op_after(once, f)
     return name, scratch
 
 

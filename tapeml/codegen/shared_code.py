@@ -1,0 +1,209 @@
+"""Code compiled once per process for every program that has it: the functions
+loop-bounds-as-arguments marked (SHARED_CODE_ATTR, a repeated op's loops with their outer
+bounds as arguments), keyed by their LLVM IR.
+
+A program's LLVM IR is split before LLVM sees it (`split`): each marked function whose text
+(with the functions it calls) is self-contained becomes a module of its own, named by a digest
+of that text (`tapeml.shared.<digest>`); the program declares it and calls it by that name.
+Those this process has not loaded yet are compiled together as one module, as the program is
+(LLVM at PROGRAM_LEVEL, no loop strength reduction), in llvm_worker's process where there is a
+second core, loaded in an engine of their own that lives as long as the process, and their
+symbols published for MCJIT to link the program against (as the GEMM kernels' are). A new
+batch size of a model lowers its layers' ops to the same functions but for their bounds: it
+compiles them no more (the GPT step at batch 8 after 16: the 27 op functions, two thirds of
+its LLVM time).
+
+The disk cache keeps each such module as an entry of its own (keyed by its text), and a
+program's entry names those it links against; a new process loads them with the program, or,
+where one is gone, compiles the program again.
+
+A function is left in its program where it reads a global of the program (its constants) or
+calls something other than LLVM's intrinsics, the C library and the thread pool: code that
+holds another program's addresses would not be the same for two programs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import llvmlite.binding as llvm_binding
+
+_NAME = r'@("(?:[^"\\]|\\.)*"|[-a-zA-Z$._][-a-zA-Z$._0-9]*)'
+_REFERENCE = re.compile(_NAME)
+_DEFINE = re.compile(r"^define [^@]*" + _NAME + r"\((.*?)\)", re.MULTILINE)
+_DECLARE = re.compile(r"^declare [^@]*" + _NAME + r"\(", re.MULTILINE)
+_GLOBAL = re.compile(r"^" + _NAME + r" = ", re.MULTILINE)
+PREFIX = "tapeml.shared."
+"""Every shared function's symbol starts so (no C symbol has a dot)."""
+POOL = "tapeml_parallel_for"
+
+_LOADED: dict[str, tuple[Any, str]] = {}  # symbol -> (its engine, its module's cache key)
+_LOCK = threading.Lock()
+
+
+def _bare(name: str) -> str:
+    """A name as written after @, unquoted (the texts here escape nothing in tapeml's names)."""
+    return name[1:-1] if name.startswith('"') else name
+
+
+def _quoted(name: str) -> str:
+    return f'@"{name}"'
+
+
+@dataclass
+class _Function:
+    name: str
+    text: str  # its definition, from `define` to `}`
+    params: str  # its parameters as the define line writes them
+    calls: list[str] = field(default_factory=list)  # the symbols it refers to, in order
+
+
+@dataclass
+class Module:
+    """A shared function (`symbol`) and its module's text (the functions it calls renamed
+    after it), by its digest."""
+
+    symbol: str
+    text: str
+    declarations: list[str]
+    definitions: list[str]
+
+
+@dataclass
+class Split:
+    """A program's LLVM IR with its shared functions declared (`program`); the modules they
+    are defined by, `modules` (by symbol); `new`, those this process has not loaded."""
+
+    program: str
+    modules: dict[str, Module]
+    new: list[str]
+    header: str = ""
+
+    def group(self) -> str | None:
+        """The module defining every function of `new` (their declarations merged), or None."""
+        if not self.new:
+            return None
+        declarations = sorted({d for s in self.new for d in self.modules[s].declarations})
+        definitions = [d for s in self.new for d in self.modules[s].definitions]
+        return (self.header + "\n".join(declarations) + "\n\n" + "\n\n".join(definitions)
+                + "\n")
+
+
+def _functions(text: str) -> dict[str, _Function]:
+    """The functions `text` defines, by name (unquoted)."""
+    found: dict[str, _Function] = {}
+    for match in _DEFINE.finditer(text):
+        end = text.index("\n}", match.end()) + 2
+        body = text[match.start():end]
+        name = _bare(match.group(1))
+        calls = [_bare(m.group(1)) for m in _REFERENCE.finditer(body, len(match.group(0)))]
+        found[name] = _Function(name, body, match.group(2), list(dict.fromkeys(calls)))
+    return found
+
+
+def split(text: str, names: set[str]) -> Split:
+    """`text` (a program's LLVM IR) with each of the functions `names` that can be shared
+    (see the module doc) replaced by a declaration of its shared symbol, which its calls now
+    name."""
+    header = text[:text.index("\n", text.index("target datalayout")) + 1]
+    functions = _functions(text)
+    declared = {_bare(m.group(1)): text[m.start():text.index("\n", m.start())]
+                for m in _DECLARE.finditer(text)}
+    variables = {_bare(m.group(1)) for m in _GLOBAL.finditer(text)}
+    modules: dict[str, Module] = {}
+    renamed: dict[str, str] = {}
+    for name in sorted(names & functions.keys()):
+        module = _module(name, functions, declared, variables, header)
+        if module is not None:
+            modules[module.symbol] = module
+            renamed[name] = module.symbol
+    if not renamed:
+        return Split(text, {}, [])
+    kept = _without(text, functions, renamed)
+    program = _REFERENCE.sub(
+        lambda m: _quoted(renamed[_bare(m.group(1))]) if _bare(m.group(1)) in renamed
+        else m.group(0), kept)
+    declarations = "".join(f"declare void {_quoted(symbol)}({functions[name].params})\n"
+                           for name, symbol in renamed.items())
+    with _LOCK:
+        new = [s for s in dict.fromkeys(renamed.values()) if s not in _LOADED]
+    return Split(program + "\n" + declarations, modules, new, header)
+
+
+def _module(name: str, functions: dict[str, _Function], declared: dict[str, str],
+            variables: set[str], header: str) -> Module | None:
+    """The module of `name` and the functions it calls, renamed after a digest of its text;
+    None if it reads a global or calls what another process would not have at that name."""
+    order = [name]
+    externals: list[str] = []
+    for current in order:  # (grows as it goes: the functions called, first call first)
+        for callee in functions[current].calls:
+            if callee in functions:
+                if callee not in order:
+                    order.append(callee)
+            elif callee in variables or callee not in declared or callee.startswith(
+                    "tapeml") and callee != POOL:
+                return None
+            elif callee not in externals:
+                externals.append(callee)
+    placeholder = {n: f"{PREFIX}@" + (f".{i}" if i else "") for i, n in enumerate(order)}
+
+    def rename(body: str, names: dict[str, str]) -> str:
+        return _REFERENCE.sub(lambda m: _quoted(names[_bare(m.group(1))])
+                              if _bare(m.group(1)) in names else m.group(0), body)
+
+    definitions = [rename(functions[n].text, placeholder) for n in order]
+    declarations = sorted(declared[e] for e in externals)
+    digest = hashlib.sha256("\n".join([header, *declarations, *definitions]).encode()
+                            ).hexdigest()[:24]
+    final = {p: p.replace("@", digest) for p in placeholder.values()}
+    definitions = [rename(d, final) for d in definitions]
+    symbol = final[placeholder[name]]
+    text = header + "\n".join(declarations) + "\n\n" + "\n\n".join(definitions) + "\n"
+    return Module(symbol, text, declarations, definitions)
+
+
+def _without(text: str, functions: dict[str, _Function], renamed: dict[str, str]) -> str:
+    """`text` without the definitions of the functions `renamed` and of those that only they
+    call (now compiled with them)."""
+    dropped = set(renamed)
+    while True:
+        called = {c for n, f in functions.items() if n not in dropped for c in f.calls}
+        more = {n for n in functions if n not in dropped and n not in called
+                and any(n in functions[d].calls for d in dropped)}
+        if not more:
+            break
+        dropped |= more
+    for name in dropped:
+        text = text.replace(functions[name].text, "", 1)
+    return text
+
+
+def loaded(symbol: str) -> bool:
+    with _LOCK:
+        return symbol in _LOADED
+
+
+def key_of(symbol: str) -> str:
+    """The disk cache key of the module that defined `symbol` in this process."""
+    with _LOCK:
+        return _LOADED[symbol][1]
+
+
+def publish(engine: Any, symbols: list[str], key: str) -> bool:
+    """Make `symbols`, defined by `engine`'s code, callable from every program MCJIT links from
+    now on (the engine kept for the process's life); False (nothing published) if one is not
+    defined there."""
+    addresses = [engine.get_function_address(s) for s in symbols]
+    if not all(addresses):
+        return False
+    with _LOCK:
+        for symbol, address in zip(symbols, addresses, strict=True):
+            if symbol not in _LOADED:
+                llvm_binding.add_symbol(symbol, address)
+                _LOADED[symbol] = (engine, key)
+    return True
