@@ -519,8 +519,9 @@ class SharedCode:
     is, by llvm_worker's process where there is a second core (while this one optimizes the
     program), else here when they are needed (`load`)."""
 
-    def __init__(self, split: shared_code.Split) -> None:
-        self.split, self.text = split, split.group()
+    def __init__(self, split: shared_code.Split, known: shared_code.Known) -> None:
+        self.split, self.text, self.known = split, split.group(), known
+        shared_code.learn(known, split)
         self.code: bytes | None = None
         self.origin, self.key = "loaded", ""
         self.thread: threading.Thread | None = None
@@ -565,12 +566,13 @@ class SharedCode:
                 cache.discard(self.key)
                 self.code = None
             stored((self.code, self.origin, self.key))
+        symbols = {*self.split.modules, *self.known.declared}
         if profiling():
             new = len(self.split.new)
-            record("shared code", len(self.split.modules), started,
-                   f"(functions shared among programs) {len(self.split.modules) - new} loaded "
-                   f"already" + (f", {new} {self.origin}" if new else ""))
-        return {symbol: shared_code.key_of(symbol) for symbol in self.split.modules}
+            record("shared code", len(symbols), started,
+                   f"(functions shared among programs) {len(symbols) - new} loaded already"
+                   + (f", {new} {self.origin}" if new else ""))
+        return {symbol: shared_code.key_of(symbol) for symbol in symbols}
 
 
 def _has_attribute(function: Any, attribute: bytes) -> bool:
@@ -965,11 +967,14 @@ class CPUBackend:
             disk_cache.sources_digest(), f"xdsl {disk_cache.xdsl_version()}", *machine_key())
 
     def passes(self, module: ModuleOp, name: str, threads: int, kept: Stages,
-               profile: bool = False, in_place: bool = False, any_batch: bool = False
+               profile: bool = False, in_place: bool = False, any_batch: bool = False,
+               known: shared_code.Known | None = None
                ) -> tuple[ModuleOp, int, list[Prefetch], list[str]]:
         """`module` through tapeml's passes to the llvm dialect (run_pipeline; `any_batch`,
         cpu_pipeline's); its arena's bytes, the kernels' Prefetch (started after
-        tape-to-loops) and, `profile`, what each mark counts."""
+        tape-to-loops) and, `profile`, what each mark counts. Given `known`, the shared
+        functions this process has are declared after loop-bounds-as-arguments
+        (shared_code.declare_known), and `known` says which."""
         if cores() > 1:  # ready by the time tape-to-loops has found the kernels (Prefetch)
             llvm_worker.start()
         prefetch: list[Prefetch] = []
@@ -980,6 +985,12 @@ class CPUBackend:
                 prefetch.append(Prefetch(lowered))
                 if profile:
                     labels.extend(_profile_labels(lowered, name))
+            elif step == "loop-bounds-as-arguments" and known is not None:
+                started = time.perf_counter()
+                found = shared_code.declare_known(lowered, threads)
+                known.declared, known.keys = found.declared, found.keys
+                record("shared code: declared", len(found.declared), started,
+                       "(functions compiled for programs before)")
 
         module, reports = run_pipeline(
             module, cpu_pipeline(self.fuse, self.libm, threads, profile=profile,
@@ -994,16 +1005,18 @@ class CPUBackend:
         """Compiled through the pipeline; with its object code (the program's, then the
         share a worker process compiled, if any: Share)."""
         keep = kept.keep
+        sharing = not (kept.wanted or profile)  # (the stages show the whole program)
+        known = shared_code.Known() if sharing else None
         module, arena_bytes, prefetch, labels = self.passes(module, name, threads, kept,
-                                                            profile, in_place)
+                                                            profile, in_place, known=known)
         detached = data.detach(module)
         with LLVM_LOCK:
             started = time.perf_counter()
             machine = target_machine()
             ir_text = llvm_ir_text(module, machine.triple, str(machine.target_data),
                                    list(detached))
-            shared = (SharedCode(shared_code.split(ir_text, shared_names(module)))
-                      if not (kept.wanted or profile) else None)
+            shared = (SharedCode(shared_code.split(ir_text, shared_names(module)), known)
+                      if known is not None else None)
             program_text = ir_text if shared is None else shared.split.program
             parsed = parsed_program(program_text, machine)
             idle = not (prefetch and prefetch[0].busy())

@@ -28,21 +28,99 @@ import hashlib
 import re
 import threading
 from dataclasses import dataclass, field
+from collections.abc import Hashable
 from typing import Any
 
 import llvmlite.binding as llvm_binding
+from xdsl.dialects import func
+from xdsl.dialects.builtin import MemRefType, ModuleOp, SymbolRefAttr
+
+from tapeml import checks
+from tapeml.transforms.bound_arguments import SHARED_CODE_ATTR
+from tapeml.transforms.merge_nests import structure
+from tapeml.transforms.to_llvm import SYMBOL_PREFIX
 
 _NAME = r'@("(?:[^"\\]|\\.)*"|[-a-zA-Z$._][-a-zA-Z$._0-9]*)'
 _REFERENCE = re.compile(_NAME)
 _DEFINE = re.compile(r"^define [^@]*" + _NAME + r"\((.*?)\)", re.MULTILINE)
 _DECLARE = re.compile(r"^declare [^@]*" + _NAME + r"\(", re.MULTILINE)
 _GLOBAL = re.compile(r"^" + _NAME + r" = ", re.MULTILINE)
-PREFIX = "tapeml.shared."
+PREFIX = SYMBOL_PREFIX + "shared."
 """Every shared function's symbol starts so (no C symbol has a dot)."""
 POOL = "tapeml_parallel_for"
 
 _LOADED: dict[str, tuple[Any, str]] = {}  # symbol -> (its engine, its module's cache key)
+_BY_LOOPS: dict[Hashable, str] = {}  # a shared function's loop form (`loops_key`) -> symbol
 _LOCK = threading.Lock()
+
+
+def loops_key(f: func.FuncOp, threads: int) -> Hashable | None:
+    """A key equal for two functions of loops exactly when they are the same but for their
+    names and the sizes of their buffer arguments (merge_nests.structure of their bodies),
+    with the threads their parallel loops are lowered for: such functions lower to the same
+    LLVM IR, where a buffer is a pointer. (With TAPEML_CHECKS every function is lowered and
+    `learn` checks that.)"""
+    key = structure([f], [])
+    return None if key is None else (threads, tuple(
+        ("buffer", t.element_type) if isinstance(t, MemRefType) else t
+        for t in f.function_type.inputs), key[1:])
+
+
+@dataclass
+class Known:
+    """What `declare_known` did to a program's loop form: the shared functions it declared
+    (by symbol), and the loop forms of the others (by their LLVM names), for `learn`."""
+
+    declared: set[str] = field(default_factory=set)
+    keys: dict[str, Hashable] = field(default_factory=dict)
+
+
+def declare_known(module: ModuleOp, threads: int) -> Known:
+    """Each function of `module` (after loop-bounds-as-arguments) marked SHARED_CODE_ATTR whose
+    loop form this process has compiled and loaded becomes a declaration of that shared
+    function, which its calls name: the passes after and LLVM see it no more (a new batch size
+    of a model converts and compiles none of its layers' ops again)."""
+    known = Known()
+    renamed: dict[str, str] = {}
+    for f in [op for op in module.ops if isinstance(op, func.FuncOp)
+              and SHARED_CODE_ATTR in op.attributes and not op.is_declaration]:
+        key = loops_key(f, threads)
+        if key is None:
+            continue
+        with _LOCK:
+            symbol = _BY_LOOPS.get(key)
+            symbol = symbol if symbol in _LOADED else None
+        if symbol is None or checks.enabled():
+            known.keys[SYMBOL_PREFIX + f.sym_name.data] = key
+            continue
+        name = symbol[len(SYMBOL_PREFIX):]
+        renamed[f.sym_name.data] = name
+        if symbol not in known.declared:
+            known.declared.add(symbol)
+            module.body.block.insert_op_before(
+                func.FuncOp.external(name, list(f.function_type.inputs), []), f)
+        f.detach()
+        f.erase()
+    if renamed:
+        for f in module.ops:  # (tape-to-loops calls them from its functions' blocks)
+            if isinstance(f, func.FuncOp) and not f.is_declaration:
+                for op in f.body.block.ops:
+                    if isinstance(op, func.CallOp) and \
+                            (callee := op.callee.root_reference.data) in renamed:
+                        op.properties["callee"] = SymbolRefAttr(renamed[callee])
+    return known
+
+
+def learn(known: Known, split: Split) -> None:
+    """Remember the symbol each function `known` keeps the loop form of was given by `split`,
+    so that a later program with the same loops declares it (`declare_known`)."""
+    with _LOCK:
+        for name, key in known.keys.items():
+            if name in split.renamed:
+                symbol = _BY_LOOPS.setdefault(key, split.renamed[name])
+                if symbol != split.renamed[name] and checks.enabled():
+                    raise AssertionError(f"tapeml: {name}'s loops are those of {symbol}, "
+                                         f"but its LLVM IR is {split.renamed[name]}'s")
 
 
 def _bare(name: str) -> str:
@@ -82,6 +160,7 @@ class Split:
     modules: dict[str, Module]
     new: list[str]
     header: str = ""
+    renamed: dict[str, str] = field(default_factory=dict)  # a function's name -> its symbol
 
     def group(self) -> str | None:
         """The module defining every function of `new` (their declarations merged), or None."""
@@ -131,7 +210,7 @@ def split(text: str, names: set[str]) -> Split:
                            for name, symbol in renamed.items())
     with _LOCK:
         new = [s for s in dict.fromkeys(renamed.values()) if s not in _LOADED]
-    return Split(program + "\n" + declarations, modules, new, header)
+    return Split(program + "\n" + declarations, modules, new, header, renamed)
 
 
 def _module(name: str, functions: dict[str, _Function], declared: dict[str, str],

@@ -400,12 +400,15 @@ def _entry(callee: str, buffers: int) -> llvm.FuncOp:
 
 
 def _func(prefix: str) -> dict[type[Operation], Converter]:
-    """func.func (defined) -> llvm.func returning void, named `prefix` + its name; func.return
-    -> llvm.return; func.call (of a function of buffers, merge-loop-nests') -> llvm.call."""
+    """func.func -> llvm.func returning void, named `prefix` + its name (a declaration: another
+    module's, the CPU backend's shared code); func.return -> llvm.return; func.call (of a
+    function of buffers, merge-loop-nests') -> llvm.call."""
     def function(op: func.FuncOp) -> Converted | None:
-        if op.is_declaration:
-            return None
         inputs = [_llvm_type(t) for t in op.function_type.inputs]
+        if op.is_declaration:
+            return one_op(llvm.FuncOp(prefix + op.sym_name.data,
+                                      llvm.LLVMFunctionType(inputs, None),
+                                      linkage=llvm.LinkageAttr("external")))
         converted = llvm.FuncOp(prefix + op.sym_name.data, llvm.LLVMFunctionType(inputs, None),
                                 linkage=llvm.LinkageAttr("external"),
                                 body=op.detach_region(op.body))
