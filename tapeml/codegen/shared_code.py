@@ -27,8 +27,8 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from dataclasses import dataclass, field
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 from typing import Any
 
 import llvmlite.binding as llvm_binding
@@ -206,8 +206,10 @@ def split(text: str, names: set[str]) -> Split:
     program = _REFERENCE.sub(
         lambda m: _quoted(renamed[_bare(m.group(1))]) if _bare(m.group(1)) in renamed
         else m.group(0), kept)
-    declarations = "".join(f"declare void {_quoted(symbol)}({functions[name].params})\n"
-                           for name, symbol in renamed.items())
+    params = {symbol: functions[name].params for name, symbol in renamed.items()
+              if symbol not in declared}  # (declare_known's, at the loops)
+    declarations = "".join(f"declare void {_quoted(symbol)}({p})\n"  # (two functions of a
+                           for symbol, p in params.items())  # program may be the same code)
     with _LOCK:
         new = [s for s in dict.fromkeys(renamed.values()) if s not in _LOADED]
     return Split(program + "\n" + declarations, modules, new, header, renamed)
