@@ -36,6 +36,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import MemRefType, ModuleOp, SymbolRefAttr
 
 from tapeml import checks
+from tapeml.dialects import kernel
 from tapeml.transforms.bound_arguments import SHARED_CODE_ATTR
 from tapeml.transforms.merge_nests import structure
 from tapeml.transforms.to_llvm import SYMBOL_PREFIX
@@ -59,7 +60,11 @@ def loops_key(f: func.FuncOp, threads: int) -> Hashable | None:
     names and the sizes of their buffer arguments (merge_nests.structure of their bodies),
     with the threads their parallel loops are lowered for: such functions lower to the same
     LLVM IR, where a buffer is a pointer. (With TAPEML_CHECKS every function is lowered and
-    `learn` checks that.)"""
+    `learn` checks that.) None for a function that names another (a thread-pool part, on more
+    than one thread): its key would have to hold the other's body, which the LLVM IR's
+    digest does (`split` shares it still)."""
+    if any(isinstance(op, func.CallOp | kernel.ParallelForOp) for op in f.walk()):
+        return None
     key = structure([f], [])
     return None if key is None else (threads, tuple(
         ("buffer", t.element_type) if isinstance(t, MemRefType) else t
