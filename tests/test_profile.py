@@ -27,9 +27,9 @@ def test_a_first_call_records_every_stage_in_order():
     names = [s.name for s in stages]
     outlined = ["outline-parallel-loops"] if host_threads() > 1 else []  # the pool's share
     assert names == ["trace loss", "tape-differentiate", "trace loss", "tape-fuse",
-                     "tape-to-loops", *outlined, "plan-arena", "merge-loop-nests",
-                     "convert-scf-to-cf",
-                     "convert-loops-to-llvm", "LLVM O2", "GEMM kernels",
+                     "tape-to-loops", *outlined, "plan-arena", "loop-bounds-as-arguments",
+                     "shared code: declared", "merge-loop-nests", "convert-scf-to-cf",
+                     "convert-loops-to-llvm", "LLVM O2", "GEMM kernels", "shared code",
                      "machine code (MCJIT)"]
     traced, differentiated = stages[0], stages[1]
     forward = len(tapeml.trace(loss, params, x, y).function.body.block.ops) - 1

@@ -519,7 +519,8 @@ class SharedCode:
     is, by llvm_worker's process where there is a second core (while this one optimizes the
     program), else here when they are needed (`load`)."""
 
-    def __init__(self, split: shared_code.Split, known: shared_code.Known) -> None:
+    def __init__(self, split: shared_code.Split, known: shared_code.Known,
+                 idle: bool = True) -> None:
         self.split, self.text, self.known = split, split.group(), known
         shared_code.learn(known, split)
         self.code: bytes | None = None
@@ -533,7 +534,7 @@ class SharedCode:
         self.code = cache.get(self.key) if cache is not None else None
         if self.code is not None:
             self.origin = "disk cache"
-        elif cores() > 1:
+        elif cores() > 1 and idle:  # (a worker compiling kernels: it would wait behind them)
             self.thread = threading.Thread(target=self._compile, daemon=True,
                                            name="tapeml-shared-code")
             self.thread.start()
@@ -1015,11 +1016,11 @@ class CPUBackend:
             machine = target_machine()
             ir_text = llvm_ir_text(module, machine.triple, str(machine.target_data),
                                    list(detached))
-            shared = (SharedCode(shared_code.split(ir_text, shared_names(module)), known)
-                      if known is not None else None)
+            idle = not (prefetch and prefetch[0].busy())
+            shared = (SharedCode(shared_code.split(ir_text, shared_names(module)), known,
+                                 idle) if known is not None else None)
             program_text = ir_text if shared is None else shared.split.program
             parsed = parsed_program(program_text, machine)
-            idle = not (prefetch and prefetch[0].busy())
             share = (Share.start(parsed, SYMBOL_PREFIX + name, program_text.count("\n"), idle)
                      if cores() > 1 and not (kept.wanted or profile) else None)
             optimize_program(parsed, machine)

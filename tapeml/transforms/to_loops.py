@@ -29,6 +29,7 @@ liveness plan). This module is the pass: the function's signature, buffers and o
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -117,16 +118,22 @@ def _lowering_key(op: Operation, views: dict[SSAValue, list[int]]) -> Hashable:
 
 
 def _shared(block: Block, views: dict[SSAValue, list[int]],
-            folded: dict[Operation, Any]) -> dict[Operation, Hashable]:
+            folded: dict[Operation, Any], repeated: bool = False) -> dict[Operation, Hashable]:
     """The ops of `block` that `share` lowers into functions (SHAREABLE ones, but a view and
     one `folded` into its product), each one's key: ops of one key call one function. Ops
     that occur once are functions too: with loop-bounds-as-arguments after, each is code that
     another batch size of the program shares (a new batch size of the 2-layer GPT step
     compiles 10 functions, not 34 and its ops inline: 0.53 -> 0.44 of its first call), and
     it runs at the same speed (W3, W4 and the GPT step, one and two threads, alternating in
-    one process: 0.976-1.006 of the time with only repeated ops lowered once)."""
-    return {op: _lowering_key(op, views) for op in block.ops
+    one process: 0.976-1.006 of the time with only repeated ops lowered once). `repeated`:
+    only ops whose key another op has too (any_batch's: batch_argnums compiles one program
+    for every batch size its own way)."""
+    keys = {op: _lowering_key(op, views) for op in block.ops
             if _shareable(op) and op.results[0] not in views and op not in folded}
+    if not repeated:
+        return keys
+    counts = Counter(keys.values())
+    return {op: key for op, key in keys.items() if counts[key] > 1}
 
 
 MAX_ELEMENTS = 2**63 - 1
@@ -240,7 +247,7 @@ def lower_function(f: func.FuncOp, module: ModuleOp, report: PlanReport,
         products.add(product)
         products.update(o.owner for o in op.operands if isinstance(o.owner, tape.ReshapeOp)
                         and o.owner.operands[0].owner is product)
-    shared = _shared(block, views, folded) if share else {}
+    shared = _shared(block, views, folded, repeated=any_batch) if share else {}
     placed = _placed_in_concats(block, views, direct, folded) if concat_in_place else {}
     concat_buffers: dict[Operation, SSAValue] = {}  # a concat -> its buffer, made early
     functions: dict[Hashable, tuple[str, list[MemRefType]]] = {}  # a key -> its function
