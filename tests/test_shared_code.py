@@ -237,3 +237,30 @@ def test_a_program_from_the_disk_cache_links_its_shared_functions(tmp_path):
     assert removed
     log, third = _child(tmp_path, 8)
     assert third == bits and "disk cache" not in log
+
+
+def test_shared_code_lives_as_long_as_a_program_that_calls_it(monkeypatch):
+    """The engine holding shared functions is the programs' to keep: with every program that
+    calls them gone, their code is freed, and the next program compiles them again (a
+    process compiling many programs does not keep them all)."""
+    import gc
+
+    monkeypatch.setenv("TAPEML_CHECKS", "0")
+    params = _params()
+
+    def second_call(keep_first):
+        first = tapeml.jit(tapeml.value_and_grad(_loss))
+        first(params, *_batch(24))
+        if not keep_first:
+            del first
+            gc.collect()
+        with tapeml.profile() as stages:
+            got = tapeml.jit(tapeml.value_and_grad(_loss))(params, *_batch(20))
+        shared = next(s for s in stages if s.name == "shared code")
+        return got, shared.detail
+
+    got, detail = second_call(keep_first=True)
+    assert " 0 loaded already" not in detail
+    again, detail = second_call(keep_first=False)
+    assert " 0 loaded already" in detail and "compiled" in detail
+    assert _bits(got) == _bits(again)

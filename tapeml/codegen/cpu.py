@@ -543,11 +543,12 @@ class SharedCode:
         self.code = llvm_worker.in_worker(self.text, PROGRAM_LEVEL, strength_reduction=False)
         self.origin = "compiled in a worker process"
 
-    def load(self) -> dict[str, str]:
+    def load(self) -> tuple[dict[str, str], list[Any]]:
         """The new functions loaded and published (compiled here if need be, stored in the
         disk cache); the disk cache key of the module of each shared function the program
-        calls, by symbol."""
+        calls, by symbol, and the engines that hold them (the program's to keep)."""
         started = time.perf_counter()
+        engines = [*self.known.declared.values(), *self.split.engines.values()]
         if self.text is not None:
             if self.thread is not None:
                 self.thread.join()
@@ -558,7 +559,9 @@ class SharedCode:
                     self.origin = "compiled"
                 if shared_code.POOL in self.text:
                     load_pool()
-                if shared_code.publish(object_engine(self.code), self.split.new, self.key):
+                engine = object_engine(self.code)
+                if shared_code.publish(engine, self.split.new, self.key):
+                    engines.append(engine)
                     break
                 cache = disk_cache.default()  # a whole entry without them: never trusted
                 if attempt or cache is None or self.origin != "disk cache":
@@ -573,7 +576,7 @@ class SharedCode:
             record("shared code", len(symbols), started,
                    f"(functions shared among programs) {len(symbols) - new} loaded already"
                    + (f", {new} {self.origin}" if new else ""))
-        return {symbol: shared_code.key_of(symbol) for symbol in symbols}
+        return {symbol: shared_code.key_of(symbol) for symbol in symbols}, engines
 
 
 def _has_attribute(function: Any, attribute: bytes) -> bool:
@@ -799,6 +802,8 @@ class Native:
         self.shared: dict[str, str] = {}
         """The shared functions it calls (tapeml/codegen/shared_code.py), each with the disk
         cache key of its module."""
+        self.shared_engines: list[Any] = []
+        """The engines holding their code: while it lives, so do they."""
         self.arena_bytes = arena_bytes
         self.stages = stages or {}
         self._arenas: list[int] = []  # the addresses of the arenas no call holds
@@ -1048,7 +1053,7 @@ class CPUBackend:
             pooled = any(f.name == POOL for f in parsed.functions)
             if pooled:  # its parallel loops or GEMM callers pass work to the thread pool (on
                 load_pool()  # more than one thread; after the kernels: a Prefetch loads both)
-            used = shared.load() if shared is not None else {}
+            used, engines = shared.load() if shared is not None else ({}, [])
             engine = object_engine(*objects)
             address = engine.get_function_address(SYMBOL_PREFIX + name)
             scratch = bind_scratch(engine, kernels)
@@ -1060,7 +1065,7 @@ class CPUBackend:
                         bound=bound)
         native.profile_labels = labels if profile else None
         native.pooled = pooled
-        native.shared = used
+        native.shared, native.shared_engines = used, engines
         return native, objects
 
 
@@ -1104,24 +1109,29 @@ def _by_module(shared: dict[str, str]) -> list[list[Any]]:
     return [[key, symbols] for key, symbols in modules.items()]
 
 
-def _load_shared(modules: Any, cache: Any) -> dict[str, str] | None:
+def _load_shared(modules: Any, cache: Any) -> tuple[dict[str, str], list[Any]] | None:
     """The shared functions a cache entry's program calls ([key, [symbols]] per module), each
-    module not loaded yet read from `cache` and published; their keys by symbol, or None if
-    one is not there (or not whole: then deleted)."""
+    module not loaded yet read from `cache` and published; their keys by symbol and the
+    engines that hold them, or None if one is not there (or not whole: then deleted)."""
     used: dict[str, str] = {}
+    engines: list[Any] = []
     for key, symbols in modules:
         key, symbols = str(key), [str(s) for s in symbols]
-        if not all(shared_code.loaded(s) for s in symbols):
+        held = [shared_code.engine(s) for s in symbols]
+        if any(engine is None for engine in held):
             code = cache.get(key)
             if code is None:
                 return None
             if shared_code.POOL.encode() in code:
                 load_pool()
-            if not shared_code.publish(object_engine(code), symbols, key):
+            engine = object_engine(code)
+            if not shared_code.publish(engine, symbols, key):
                 cache.discard(key)
                 return None
+            held = [engine]
+        engines.extend(held)
         used.update((s, shared_code.key_of(s)) for s in symbols)
-    return used
+    return used, engines
 
 
 def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argument],
@@ -1152,8 +1162,8 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
             load_pool()
         for v in variants:  # before the program's calls of them are resolved
             load_kernel(v, transposed=v in transposed)
-        used = _load_shared(modules, cache)
-        if used is None:
+        shared = _load_shared(modules, cache)
+        if shared is None:
             return None
         engine = object_engine(*objects)
         address = engine.get_function_address(SYMBOL_PREFIX + name)
@@ -1165,5 +1175,5 @@ def _load(payload: bytes, name: str, inputs: list[Argument], outputs: list[Argum
                     arena_bytes, scratch, kernels, variants, transposed, origin="disk cache",
                     data=detached, bound=bound)
     native.pooled = pooled  # (as `_compile` sets it: the entry says)
-    native.shared = used
+    native.shared, native.shared_engines = shared
     return native

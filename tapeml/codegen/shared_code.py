@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import weakref
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +51,7 @@ PREFIX = SYMBOL_PREFIX + "shared."
 """Every shared function's symbol starts so (no C symbol has a dot)."""
 POOL = "tapeml_parallel_for"
 
-_LOADED: dict[str, tuple[Any, str]] = {}  # symbol -> (its engine, its module's cache key)
+_LOADED: dict[str, tuple[weakref.ref, str]] = {}  # symbol -> (its engine, its module's key)
 _BY_LOOPS: dict[Hashable, str] = {}  # a shared function's loop form (`loops_key`) -> symbol
 _LOCK = threading.Lock()
 
@@ -76,7 +77,7 @@ class Known:
     """What `declare_known` did to a program's loop form: the shared functions it declared
     (by symbol), and the loop forms of the others (by their LLVM names), for `learn`."""
 
-    declared: set[str] = field(default_factory=set)
+    declared: dict[str, Any] = field(default_factory=dict)  # symbol -> its engine
     keys: dict[str, Hashable] = field(default_factory=dict)
 
 
@@ -94,14 +95,14 @@ def declare_known(module: ModuleOp, threads: int) -> Known:
             continue
         with _LOCK:
             symbol = _BY_LOOPS.get(key)
-            symbol = symbol if symbol in _LOADED else None
-        if symbol is None or checks.enabled():
+            engine = _engine(symbol) if symbol is not None else None
+        if engine is None or checks.enabled():
             known.keys[SYMBOL_PREFIX + f.sym_name.data] = key
             continue
         name = symbol[len(SYMBOL_PREFIX):]
         renamed[f.sym_name.data] = name
         if symbol not in known.declared:
-            known.declared.add(symbol)
+            known.declared[symbol] = engine  # (held: the program links against it)
             module.body.block.insert_op_before(
                 func.FuncOp.external(name, list(f.function_type.inputs), []), f)
         f.detach()
@@ -166,6 +167,7 @@ class Split:
     new: list[str]
     header: str = ""
     renamed: dict[str, str] = field(default_factory=dict)  # a function's name -> its symbol
+    engines: dict[str, Any] = field(default_factory=dict)  # the loaded ones' engines, held
 
     def group(self) -> str | None:
         """The module defining every function of `new` (their declarations merged), or None."""
@@ -215,9 +217,14 @@ def split(text: str, names: set[str]) -> Split:
               if symbol not in declared}  # (declare_known's, at the loops)
     declarations = "".join(f"declare void {_quoted(symbol)}({p})\n"  # (two functions of a
                            for symbol, p in params.items())  # program may be the same code)
+    new, engines = [], {}
     with _LOCK:
-        new = [s for s in dict.fromkeys(renamed.values()) if s not in _LOADED]
-    return Split(program + "\n" + declarations, modules, new, header, renamed)
+        for symbol in dict.fromkeys(renamed.values()):
+            if (engine := _engine(symbol)) is None:
+                new.append(symbol)
+            else:
+                engines[symbol] = engine  # (held: the program links against it)
+    return Split(program + "\n" + declarations, modules, new, header, renamed, engines)
 
 
 def _module(name: str, functions: dict[str, _Function], declared: dict[str, str],
@@ -269,9 +276,17 @@ def _without(text: str, functions: dict[str, _Function], renamed: dict[str, str]
     return text
 
 
-def loaded(symbol: str) -> bool:
+def _engine(symbol: str) -> Any | None:
+    """The engine holding `symbol`'s code, while a program that calls it lives (under _LOCK)."""
+    entry = _LOADED.get(symbol)
+    return None if entry is None else entry[0]()
+
+
+def engine(symbol: str) -> Any | None:
+    """The engine holding `symbol`'s code, if this process has it (a program linked against
+    it holds it: `publish`)."""
     with _LOCK:
-        return symbol in _LOADED
+        return _engine(symbol)
 
 
 def key_of(symbol: str) -> str:
@@ -282,14 +297,15 @@ def key_of(symbol: str) -> str:
 
 def publish(engine: Any, symbols: list[str], key: str) -> bool:
     """Make `symbols`, defined by `engine`'s code, callable from every program MCJIT links from
-    now on (the engine kept for the process's life); False (nothing published) if one is not
-    defined there."""
+    now on, for as long as a program that calls them holds `engine` (the Natives do: when
+    none is left the code is freed, and a later program compiles it again); False (nothing
+    published) if one is not defined there."""
     addresses = [engine.get_function_address(s) for s in symbols]
     if not all(addresses):
         return False
     with _LOCK:
         for symbol, address in zip(symbols, addresses, strict=True):
-            if symbol not in _LOADED:
+            if _engine(symbol) is None:
                 llvm_binding.add_symbol(symbol, address)
-                _LOADED[symbol] = (engine, key)
+                _LOADED[symbol] = (weakref.ref(engine), key)
     return True
