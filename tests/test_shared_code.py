@@ -264,3 +264,34 @@ def test_shared_code_lives_as_long_as_a_program_that_calls_it(monkeypatch):
     again, detail = second_call(keep_first=False)
     assert " 0 loaded already" in detail and "compiled" in detail
     assert _bits(got) == _bits(again)
+
+
+_OVERLAP = textwrap.dedent("""
+    import gc, sys
+    sys.path.insert(0, sys.argv[1])
+    import tapeml
+    from test_shared_code import _loss, _params, _batch, _bits
+    fn, params = tapeml.value_and_grad(_loss), _params()
+    a = tapeml.jit(fn)
+    want = _bits(a(params, *_batch(8)))  # stored with its shared module, then freed
+    del a
+    gc.collect()
+    b = tapeml.jit(fn)
+    b(params, *_batch(16))  # much of the same code, in an engine of b's
+    c = tapeml.jit(fn)
+    c(params, *_batch(8))  # from the disk cache: links some functions against b's engine
+    del b
+    gc.collect()
+    print(_bits(c(params, *_batch(8))) == want, c.explain().count("disk cache"))
+""")
+
+
+def test_a_program_from_the_disk_cache_holds_every_engine_it_links_against(tmp_path):
+    """A program loaded from the disk cache whose shared functions another program's engine
+    held already links against that engine, and must keep it (it did not: freed with the
+    other program, the next call jumped into freed code, a segmentation fault)."""
+    env = {**os.environ, "TAPEML_CACHE": "1", "TAPEML_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", _OVERLAP, str(Path(__file__).parent)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["True", "1"]

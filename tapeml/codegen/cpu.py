@@ -571,6 +571,7 @@ class SharedCode:
                 self.code = None
             stored((self.code, self.origin, self.key))
         symbols = {*self.split.modules, *self.known.declared}
+        engines.extend(shared_code.engine(s) for s in symbols)  # (each symbol's: above)
         if profiling():
             new = len(self.split.new)
             record("shared code", len(symbols), started,
@@ -1117,8 +1118,7 @@ def _load_shared(modules: Any, cache: Any) -> tuple[dict[str, str], list[Any]] |
     engines: list[Any] = []
     for key, symbols in modules:
         key, symbols = str(key), [str(s) for s in symbols]
-        held = [shared_code.engine(s) for s in symbols]
-        if any(engine is None for engine in held):
+        if any(shared_code.engine(s) is None for s in symbols):
             code = cache.get(key)
             if code is None:
                 return None
@@ -1128,8 +1128,9 @@ def _load_shared(modules: Any, cache: Any) -> tuple[dict[str, str], list[Any]] |
             if not shared_code.publish(engine, symbols, key):
                 cache.discard(key)
                 return None
-            held = [engine]
-        engines.extend(held)
+        # each symbol's engine: where another program's held some of them already, the
+        # program links against that one (the symbols published first stay), and holds it
+        engines.extend(shared_code.engine(s) for s in symbols)
         used.update((s, shared_code.key_of(s)) for s in symbols)
     return used, engines
 
