@@ -513,71 +513,107 @@ class Share:
         return Share(parsed, names, text) if names else None
 
 
+WORKER_SHARE = (0.5, 0.3)
+"""The fraction of a program's new shared functions (in lines) that llvm_worker's process
+compiles, where there is a second core: while it is idle, and while it compiles the
+program's kernels (which this process waits for)."""
+
+
 class SharedCode:
     """The shared functions a program calls (tapeml/codegen/shared_code.py): those this
-    process has not loaded read from the disk cache, or compiled as one module as the program
-    is, by llvm_worker's process where there is a second core (while this one optimizes the
-    program), else here when they are needed (`load`)."""
+    process has not loaded read from the disk cache, or compiled as the program is, where
+    there is a second core in two modules, one by llvm_worker's process (a share of
+    WORKER_SHARE) while this one optimizes the program and compiles the other (`make`),
+    before it waits for the kernels. (All in one module here, the 2-layer GPT step's first
+    call on two cores took 0.90-0.92 s against 0.65-0.71 s with the functions in the program,
+    half of them compiled by the worker, cpu.Share; in halves, this process waiting for the
+    kernels before it compiled its own, 0.92-0.93 s: the worker's half had gone before the
+    kernels.)"""
 
     def __init__(self, split: shared_code.Split, known: shared_code.Known,
-                 idle: bool = True) -> None:
-        self.split, self.text, self.known = split, split.group(), known
+                 idle: bool) -> None:
+        self.split, self.known = split, known
         shared_code.learn(known, split)
-        self.code: bytes | None = None
-        self.origin, self.key = "loaded", ""
-        self.thread: threading.Thread | None = None
-        if self.text is None:
-            return
         cache = disk_cache.default()
-        self.key = disk_cache.key("shared code", self.text, disk_cache.sources_digest(),
-                                  *machine_key())
-        self.code = cache.get(self.key) if cache is not None else None
-        if self.code is not None:
-            self.origin = "disk cache"
-        elif cores() > 1 and idle:  # (a worker compiling kernels: it would wait behind them)
-            self.thread = threading.Thread(target=self._compile, daemon=True,
-                                           name="tapeml-shared-code")
-            self.thread.start()
+        parts = (split.parts(WORKER_SHARE[0 if idle else 1]) if cores() > 1
+                 else (split.new, []))
+        self.parts = [_Part(split, symbols, cache) for symbols in parts if symbols]
+        if len(self.parts) > 1 and self.parts[1].code is None:
+            self.parts[1].start()
 
-    def _compile(self) -> None:
-        self.code = llvm_worker.in_worker(self.text, PROGRAM_LEVEL, strength_reduction=False)
-        self.origin = "compiled in a worker process"
+    def make(self) -> None:
+        """Compile this process's part (if its code is not there yet)."""
+        if self.parts and self.parts[0].thread is None:
+            self.parts[0].make()
 
     def load(self) -> tuple[dict[str, str], list[Any]]:
         """The new functions loaded and published (compiled here if need be, stored in the
         disk cache); the disk cache key of the module of each shared function the program
         calls, by symbol, and the engines that hold them (the program's to keep)."""
         started = time.perf_counter()
-        engines = [*self.known.declared.values(), *self.split.engines.values()]
-        if self.text is not None:
-            if self.thread is not None:
-                self.thread.join()
-            for attempt in range(2):
-                if self.code is None:
-                    self.code = llvm_worker.object_code(self.text, PROGRAM_LEVEL,
-                                                        strength_reduction=False)
-                    self.origin = "compiled"
-                if shared_code.POOL in self.text:
-                    load_pool()
-                engine = object_engine(self.code)
-                if shared_code.publish(engine, self.split.new, self.key):
-                    engines.append(engine)
-                    break
-                cache = disk_cache.default()  # a whole entry without them: never trusted
-                if attempt or cache is None or self.origin != "disk cache":
-                    raise RuntimeError("tapeml: the shared functions' object code does not "
-                                       "define them")  # (a bug of tapeml's)
-                cache.discard(self.key)
-                self.code = None
-            stored((self.code, self.origin, self.key))
+        for part in self.parts:
+            part.load()
         symbols = {*self.split.modules, *self.known.declared}
-        engines.extend(shared_code.engine(s) for s in symbols)  # (each symbol's: above)
+        engines = [shared_code.engine(s) for s in symbols]  # (where another program's engine
+        # held a function already, the program links against that one and holds it)
         if profiling():
             new = len(self.split.new)
             record("shared code", len(symbols), started,
                    f"(functions shared among programs) {len(symbols) - new} loaded already"
-                   + (f", {new} {self.origin}" if new else ""))
+                   + "".join(f", {len(p.symbols)} {p.origin}" for p in self.parts))
         return {symbol: shared_code.key_of(symbol) for symbol in symbols}, engines
+
+
+class _Part:
+    """Some of a program's new shared functions, as one module: its object code from the
+    disk cache, from llvm_worker's process (`start`), or compiled here (`load`)."""
+
+    def __init__(self, split: shared_code.Split, symbols: list[str], cache: Any) -> None:
+        self.symbols, self.text = symbols, split.group(symbols)
+        self.key = disk_cache.key("shared code", self.text, disk_cache.sources_digest(),
+                                  *machine_key())
+        self.code = cache.get(self.key) if cache is not None else None
+        self.origin = "disk cache" if self.code is not None else "compiled"
+        self.thread: threading.Thread | None = None
+        self.engine: Any = None
+
+    def start(self) -> None:
+        def compile_there() -> None:
+            self.code = llvm_worker.in_worker(self.text, PROGRAM_LEVEL,
+                                              strength_reduction=False)
+            if self.code is not None:
+                self.origin = "compiled in a worker process"
+
+        self.thread = threading.Thread(target=compile_there, daemon=True,
+                                       name="tapeml-shared-code")
+        self.thread.start()
+
+    def make(self) -> None:
+        """Its object code (the worker's, once it has it; else compiled here)."""
+        if self.thread is not None:
+            self.thread.join()
+        if self.code is None:
+            self.code = llvm_worker.object_code(self.text, PROGRAM_LEVEL,
+                                                strength_reduction=False)
+            self.origin = "compiled"
+
+    def load(self) -> None:
+        """Its functions published, from an engine of their own (compiled here if need be;
+        stored in the disk cache where made)."""
+        for attempt in range(2):
+            self.make()
+            if shared_code.POOL in self.text:
+                load_pool()
+            self.engine = object_engine(self.code)  # (held until the program holds it)
+            if shared_code.publish(self.engine, self.symbols, self.key):
+                break
+            cache = disk_cache.default()  # a whole entry without them: never trusted
+            if attempt or cache is None or self.origin != "disk cache":
+                raise RuntimeError("tapeml: the shared functions' object code does not "
+                                   "define them")  # (a bug of tapeml's)
+            cache.discard(self.key)
+            self.code = None
+        stored((self.code, self.origin, self.key))
 
 
 def _has_attribute(function: Any, attribute: bytes) -> bool:
@@ -1045,6 +1081,8 @@ class CPUBackend:
                 objects.append(share.join())
             if profile:
                 marks.load(target_machine())  # tapeml_profile_mark, what kernel.mark calls
+            if shared is not None:  # (before waiting for the kernels)
+                shared.make()
             made = time.perf_counter() - started
             # the kernels are needed only now, where the objects are linked: a Prefetch had
             # the program's machine code made as well to finish in

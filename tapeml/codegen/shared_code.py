@@ -169,14 +169,24 @@ class Split:
     renamed: dict[str, str] = field(default_factory=dict)  # a function's name -> its symbol
     engines: dict[str, Any] = field(default_factory=dict)  # the loaded ones' engines, held
 
-    def group(self) -> str | None:
-        """The module defining every function of `new` (their declarations merged), or None."""
-        if not self.new:
-            return None
-        declarations = sorted({d for s in self.new for d in self.modules[s].declarations})
-        definitions = [d for s in self.new for d in self.modules[s].definitions]
+    def group(self, symbols: list[str]) -> str:
+        """The module defining the shared functions `symbols` (their declarations merged)."""
+        declarations = sorted({d for s in symbols for d in self.modules[s].declarations})
+        definitions = [d for s in symbols for d in self.modules[s].definitions]
         return (self.header + "\n".join(declarations) + "\n\n" + "\n\n".join(definitions)
                 + "\n")
+
+    def parts(self, second: float) -> tuple[list[str], list[str]]:
+        """`new` in two parts for two processes to compile, the second about a fraction
+        `second` of the lines (the larger functions placed first)."""
+        sizes = {s: sum(d.count("\n") for d in self.modules[s].definitions) for s in self.new}
+        parts: tuple[list[str], list[str]] = ([], [])
+        lines = [0.0, 0.0]
+        for symbol in sorted(self.new, key=lambda s: -sizes[s]):
+            k = 0 if lines[0] * second <= lines[1] * (1 - second) else 1
+            parts[k].append(symbol)
+            lines[k] += sizes[symbol]
+        return parts
 
 
 def _functions(text: str) -> dict[str, _Function]:
