@@ -28,6 +28,7 @@ import hashlib
 import re
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,20 +57,61 @@ _BY_LOOPS: dict[Hashable, str] = {}  # a shared function's loop form (`loops_key
 _LOCK = threading.Lock()
 
 
-def loops_key(f: func.FuncOp, threads: int) -> Hashable | None:
+def loops_key(f: func.FuncOp, threads: int, functions: dict[str, func.FuncOp]
+              ) -> tuple[Hashable, list[str]] | None:
     """A key equal for two functions of loops exactly when they are the same but for their
-    names and the sizes of their buffer arguments (merge_nests.structure of their bodies),
-    with the threads their parallel loops are lowered for: such functions lower to the same
-    LLVM IR, where a buffer is a pointer. (With TAPEML_CHECKS every function is lowered and
-    `learn` checks that.) None for a function that names another (a thread-pool part, on more
-    than one thread): its key would have to hold the other's body, which the LLVM IR's
-    digest does (`split` shares it still)."""
-    if any(isinstance(op, func.CallOp | kernel.ParallelForOp) for op in f.walk()):
+    names and the sizes of their buffer arguments (merge_nests.structure of their bodies and
+    of the thread-pool parts they hand their loops to, each part named by its place), with
+    the threads their parallel loops are lowered for: such functions lower to the same LLVM
+    IR, where a buffer is a pointer. (With TAPEML_CHECKS every function is lowered and
+    `learn` checks that.) And the parts (of `functions`, the module's by name). None for a
+    function that calls another function, or a part that does."""
+    parts: list[str] = []
+    counted: list[bool] = []  # each parallel_for's, in order: its count an operand
+    for op in f.walk():
+        if isinstance(op, func.CallOp):
+            return None
+        if isinstance(op, kernel.ParallelForOp):
+            part = functions.get(op.callee.root_reference.data)
+            if part is None or part is f or any(
+                    isinstance(inner, func.CallOp | kernel.ParallelForOp)
+                    for inner in part.walk()):
+                return None
+            parts.append(part.sym_name.data)
+            counted.append(op.count is not None)
+    keys = [structure([g], []) for g in (f, *(functions[p] for p in parts))]
+    if any(key is None for key in keys):
         return None
-    key = structure([f], [])
-    return None if key is None else (threads, tuple(
-        ("buffer", t.element_type) if isinstance(t, MemRefType) else t
-        for t in f.function_type.inputs), key[1:])
+    places = {SymbolRefAttr(p): ("part", i) for i, p in enumerate(parts)}
+    counts = iter(counted)
+    body = tuple(_part_call(entry, places, next(counts))
+                 if entry[0] == kernel.ParallelForOp.name else entry for entry in keys[0][1:])
+    return (threads, _erased(f), body, tuple((_erased(functions[p]), key[1:])
+                                             for p, key in zip(parts, keys[1:], strict=True))
+            ), parts
+
+
+def _erased(f: func.FuncOp) -> tuple:
+    """`f`'s argument types, a buffer's size left out (a pointer in LLVM IR)."""
+    return tuple(("buffer", t.element_type) if isinstance(t, MemRefType) else t
+                 for t in f.function_type.inputs)
+
+
+def _part_call(entry: tuple, places: dict[SymbolRefAttr, Hashable], counted: bool) -> tuple:
+    """A kernel.parallel_for's entry of a structural key, its part named by its place and,
+    where its count is an operand, the `iterations` it was outlined for left out (the code
+    reads the count)."""
+    name, operands, results, properties, *rest = _named(entry, places)
+    if counted:
+        properties = tuple(p for p in properties if p[0] != "iterations")
+    return (name, operands, results, properties, *rest)
+
+
+def _named(key: Any, places: dict[SymbolRefAttr, Hashable]) -> Any:
+    """`key` (a structural key's entry) with the symbols of `places` replaced by theirs."""
+    if isinstance(key, tuple):
+        return tuple(_named(k, places) for k in key)
+    return places.get(key, key) if isinstance(key, SymbolRefAttr) else key
 
 
 @dataclass
@@ -88,11 +130,16 @@ def declare_known(module: ModuleOp, threads: int) -> Known:
     of a model converts and compiles none of its layers' ops again)."""
     known = Known()
     renamed: dict[str, str] = {}
-    for f in [op for op in module.ops if isinstance(op, func.FuncOp)
-              and SHARED_CODE_ATTR in op.attributes and not op.is_declaration]:
-        key = loops_key(f, threads)
-        if key is None:
+    functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
+    handed = Counter(op.callee.root_reference.data for f in functions.values()
+                     if not f.is_declaration for op in f.body.block.ops
+                     if isinstance(op, kernel.ParallelForOp))  # (parts are called at the top)
+    for f in [op for op in functions.values()
+              if SHARED_CODE_ATTR in op.attributes and not op.is_declaration]:
+        found = loops_key(f, threads, functions)
+        if found is None:
             continue
+        key, parts = found
         with _LOCK:
             symbol = _BY_LOOPS.get(key)
             engine = _engine(symbol) if symbol is not None else None
@@ -105,8 +152,9 @@ def declare_known(module: ModuleOp, threads: int) -> Known:
             known.declared[symbol] = engine  # (held: the program links against it)
             module.body.block.insert_op_before(
                 func.FuncOp.external(name, list(f.function_type.inputs), []), f)
-        f.detach()
-        f.erase()
+        for gone in [f, *(functions[p] for p in parts if handed[p] == 1)]:
+            gone.detach()
+            gone.erase()
     if renamed:
         for f in module.ops:  # (tape-to-loops calls them from its functions' blocks)
             if isinstance(f, func.FuncOp) and not f.is_declaration:

@@ -43,7 +43,11 @@ numpy. On the GPU, `convert-loops-to-gpu` launches a tiled kernel for it instead
 calls `@f_part0(%x, %y, %start, %end)` on contiguous ranges [start, end) that cover
 [0, iterations) exactly once, in any order or at once (the CPU backend's thread pool splits it;
 the interpreter makes one call over the whole range). `outline-parallel-loops` emits it for a
-parallel loop worth the threads.
+parallel loop worth the threads. With `count %n` (an index), the range is [0, %n) instead:
+loop-bounds-as-arguments makes an op function's count its argument (`iterations` stays the
+count it was outlined for).
+
+    kernel.parallel_for @f_part0(%x, %y) count %n {iterations = 64 : i64} : memref<64xf32>, ...
 
     kernel.mark {index = 3 : i64}
 
@@ -85,11 +89,13 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
+    AttrSizedOperandSegments,
     IRDLOperation,
     ParsePropInAttrDict,
     attr_def,
     irdl_op_definition,
     operand_def,
+    opt_operand_def,
     prop_def,
     result_def,
     var_operand_def,
@@ -345,14 +351,17 @@ class ParallelForOp(IRDLOperation):
     name = "kernel.parallel_for"
 
     buffers = var_operand_def(MemRefType)
+    count = opt_operand_def(IndexType)
     callee = prop_def(SymbolRefAttr)
     iterations = prop_def(IntegerAttr)
 
-    assembly_format = "$callee `(` $buffers `)` attr-dict `:` type($buffers)"
-    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = ("$callee `(` $buffers `)` (`count` $count^)? attr-dict `:` "
+                       "type($buffers)")
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
 
-    def __init__(self, callee: str, buffers: list[SSAValue], iterations: int) -> None:
-        super().__init__(operands=[buffers], properties={
+    def __init__(self, callee: str, buffers: list[SSAValue], iterations: int,
+                 count: SSAValue | None = None) -> None:
+        super().__init__(operands=[buffers, [] if count is None else [count]], properties={
             "callee": SymbolRefAttr(callee), "iterations": IntegerAttr(iterations, i64)})
 
     def verify_(self) -> None:

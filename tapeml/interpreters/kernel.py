@@ -27,9 +27,11 @@ class KernelFunctions(InterpreterFunctions):
     def run_parallel_for(self, interpreter: Interpreter, op: ParallelForOp,
                          args: PythonValues) -> PythonValues:
         callee = SymbolTable.lookup_symbol(op, op.callee)
-        bounds = [scalar_attr(v, IndexType(), interpreter.index_bitwidth)
-                  for v in (0, op.iterations.value.data)]
-        interpreter.call_op(callee, (*args, *bounds))
+        buffers = args[:len(op.buffers)]
+        end = args[-1] if op.count is not None else scalar_attr(
+            op.iterations.value.data, IndexType(), interpreter.index_bitwidth)
+        interpreter.call_op(callee, (*buffers, scalar_attr(0, IndexType(),
+                                                           interpreter.index_bitwidth), end))
         return ()
 
     @impl(MarkOp)

@@ -1,6 +1,9 @@
-"""`loop-bounds-as-arguments`: each function tape-to-loops lowered once for repeated ops (its
+"""`loop-bounds-as-arguments`: each function tape-to-loops lowered an op's loops into (its
 `share`: LOWERED_ONCE_ATTR) takes the upper bounds of its top-level loops as index arguments,
-which its calls pass as constants; it is then marked SHARED_CODE_ATTR.
+which its calls pass as constants; it is then marked SHARED_CODE_ATTR. A top-level
+kernel.parallel_for (outline-parallel-loops' part, on more than one thread) takes its count
+so (`count`): the part reads only the inner dimensions' counts, which the outer one's leaves
+alone.
 
     func.func @f_op3(%x, %y) {                      func.func @f_op3(%x, %y, %n: index) {
       %c1024 = arith.constant 1024 : index            scf.for %i = %c0 to %n step %c1 { ... }
@@ -33,6 +36,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
+from tapeml.dialects import kernel
 from tapeml.transforms.new_ops import call
 from tapeml.transforms.outlining import constant_index
 
@@ -90,6 +94,13 @@ def bounds_as_arguments(module: ModuleOp) -> int:
         block = f.body.block
         passed: list[int] = []  # each new argument's value at this program's size
         for op in list(block.ops):
+            if isinstance(op, kernel.ParallelForOp) and op.count is None:
+                argument = block.insert_arg(IndexType(), len(block.args))
+                Rewriter.replace_op(op, kernel.ParallelForOp(
+                    op.callee.root_reference.data, list(op.buffers), op.iterations.value.data,
+                    argument))
+                passed.append(op.iterations.value.data)
+                continue
             found = _bound(op)
             if found is None or (bound := constant_index(op.operands[found[0]])) is None:
                 continue
@@ -105,6 +116,9 @@ def bounds_as_arguments(module: ModuleOp) -> int:
             passed.append(bound // multiple)
             if not constant.results[0].uses:
                 Rewriter.erase_op(constant)
+        for op in list(block.ops):  # (outline-parallel-loops leaves its loops' constants)
+            if isinstance(op, arith.ConstantOp) and not op.result.uses:
+                Rewriter.erase_op(op)
         del f.attributes[LOWERED_ONCE_ATTR]
         f.attributes[SHARED_CODE_ATTR] = UnitAttr()
         if not passed:

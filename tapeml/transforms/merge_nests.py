@@ -366,7 +366,7 @@ def _merge_functions(module: ModuleOp, functions: list[func.FuncOp]) -> tuple[in
         target = same.get(op.callee.root_reference.data)
         if target is not None:
             Rewriter.replace_op(op, kernel.ParallelForOp(target, list(op.buffers),
-                                                         op.iterations.value.data))
+                                                         op.iterations.value.data, op.count))
     for name in same:
         parts[name].detach()
         parts[name].erase()

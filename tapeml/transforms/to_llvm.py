@@ -338,10 +338,11 @@ def _kernel(symbols: dict[Operation, str], views: dict[Operation, Attribute], th
             slot = llvm.GEPOp(context, [i], PTR)
             ops += [slot, llvm.StoreOp(buffer, slot)]
         entry = llvm.AddressOfOp(_entry_name(prefix + op.callee.root_reference.data), PTR)
-        total = _i64(op.iterations.value.data)
-        count_threads = _i64(threads)
-        call = llvm.CallOp("tapeml_parallel_for", entry, context, total, count_threads)
-        return [*ops, entry, total, count_threads, call], []
+        total = [] if op.count is not None else [_i64(op.iterations.value.data)]
+        iterations = op.count if op.count is not None else total[0].results[0]  # (the former:
+        count_threads = _i64(threads)  # loop-bounds-as-arguments', the function's argument)
+        call = llvm.CallOp("tapeml_parallel_for", entry, context, iterations, count_threads)
+        return [*ops, entry, *total, count_threads, call], []
 
     def mark(op: kernel.MarkOp) -> Converted:
         index = _i64(op.index.value.data)
