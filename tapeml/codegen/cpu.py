@@ -513,30 +513,30 @@ class Share:
         return Share(parsed, names, text) if names else None
 
 
-WORKER_SHARE = (0.5, 0.3)
+WORKER_SHARE = 0.3
 """The fraction of a program's new shared functions (in lines) that llvm_worker's process
-compiles, where there is a second core: while it is idle, and while it compiles the
-program's kernels (which this process waits for)."""
+compiles, where there is a second core; the worker may be compiling the program's kernels
+too, which this process waits for. A constant, not chosen by whether the worker is idle: the
+parts are disk cache entries, the same for a program however it was compiled (two processes
+compiling one program at once, one with the worker idle, stored two partitions)."""
 
 
 class SharedCode:
     """The shared functions a program calls (tapeml/codegen/shared_code.py): those this
     process has not loaded read from the disk cache, or compiled as the program is, where
-    there is a second core in two modules, one by llvm_worker's process (a share of
-    WORKER_SHARE) while this one optimizes the program and compiles the other (`make`),
+    there is a second core in two modules, one by llvm_worker's process (WORKER_SHARE of
+    them) while this one optimizes the program and compiles the other (`make`),
     before it waits for the kernels. (All in one module here, the 2-layer GPT step's first
     call on two cores took 0.90-0.92 s against 0.65-0.71 s with the functions in the program,
     half of them compiled by the worker, cpu.Share; in halves, this process waiting for the
     kernels before it compiled its own, 0.92-0.93 s: the worker's half had gone before the
     kernels.)"""
 
-    def __init__(self, split: shared_code.Split, known: shared_code.Known,
-                 idle: bool) -> None:
+    def __init__(self, split: shared_code.Split, known: shared_code.Known) -> None:
         self.split, self.known = split, known
         shared_code.learn(known, split)
         cache = disk_cache.default()
-        parts = (split.parts(WORKER_SHARE[0 if idle else 1]) if cores() > 1
-                 else (split.new, []))
+        parts = split.parts(WORKER_SHARE) if cores() > 1 else (split.new, [])
         self.parts = [_Part(split, symbols, cache) for symbols in parts if symbols]
         if len(self.parts) > 1 and self.parts[1].code is None:
             self.parts[1].start()
@@ -1058,11 +1058,11 @@ class CPUBackend:
             machine = target_machine()
             ir_text = llvm_ir_text(module, machine.triple, str(machine.target_data),
                                    list(detached))
-            idle = not (prefetch and prefetch[0].busy())
-            shared = (SharedCode(shared_code.split(ir_text, shared_names(module)), known,
-                                 idle) if known is not None else None)
+            shared = (SharedCode(shared_code.split(ir_text, shared_names(module)), known)
+                      if known is not None else None)
             program_text = ir_text if shared is None else shared.split.program
             parsed = parsed_program(program_text, machine)
+            idle = not (prefetch and prefetch[0].busy())
             share = (Share.start(parsed, SYMBOL_PREFIX + name, program_text.count("\n"), idle)
                      if cores() > 1 and not (kept.wanted or profile) else None)
             optimize_program(parsed, machine)

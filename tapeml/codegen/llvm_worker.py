@@ -77,9 +77,11 @@ at a level) LLVM unrolls a loop whose trip count is known only at run time by 8,
 remainder loop and the checks to choose: a function of loop-bounds-as-arguments' (its
 outermost bound an argument) grew eightfold, the 2-layer GPT step's program 3,189 -> 5,706
 LLVM instructions. Off, a program whose bounds are all constants is the same machine code
-(W3's, W4's and the GPT step's assembly on one thread compared), as are the GEMM kernels
-(their modules' objects compared: off is their default); on two threads the thread pool's
-parts (a range of iterations, known at run time) are no longer unrolled so. The GPU's
+(W3's, W4's and the GPT step's assembly on one thread compared), as are the GEMM kernels that
+W2, W3, W4 and the GPT step call on one and two threads (their modules' objects compared);
+a 7-row tile's packing of A is no longer unrolled by 8 (products of 49 x 1024 x 1024,
+7 x 4096 x 512 and 98 x 512 x 512 ran the same, in alternating processes), and on two threads
+neither are the thread pool's parts (a range of iterations, known at run time). The GPU's
 compile sets it on (the examples' MLP: the same PTX either way)."""
 
 _REQUEST = struct.Struct("<QQQ?")
