@@ -139,8 +139,8 @@ def declare_known(module: ModuleOp, threads: int) -> Known:
     renamed: dict[str, str] = {}
     functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
     handed = Counter(op.callee.root_reference.data for f in functions.values()
-                     if not f.is_declaration for op in f.body.block.ops
-                     if isinstance(op, kernel.ParallelForOp))  # (parts are called at the top)
+                     if not f.is_declaration for op in f.walk()
+                     if isinstance(op, kernel.ParallelForOp))  # (a part goes with its caller)
     for f in [op for op in functions.values()
               if SHARED_CODE_ATTR in op.attributes and not op.is_declaration]:
         found = loops_key(f, threads, functions)
