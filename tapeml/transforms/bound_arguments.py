@@ -147,9 +147,9 @@ class Bounded:
 
 @dataclass(frozen=True)
 class LoopBoundsAsArgumentsPass(ModulePass):
-    """The functions tape-to-loops lowered once take their top-level loops' upper bounds as
-    arguments, and are marked as code a backend may share among programs (see the module
-    doc)."""
+    """The functions tape-to-loops lowered ops' loops into take their top-level loops' upper
+    bounds (a thread-pool part's count) as arguments, and are marked as code a backend may
+    share among programs (see the module doc)."""
 
     name = "loop-bounds-as-arguments"
 

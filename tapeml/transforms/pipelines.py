@@ -86,8 +86,8 @@ class TapeToLLVMPass(ModulePass):
     """The whole way from tape to the llvm dialect: the CPU backend's pipeline (cpu_pipeline:
     tape-fuse, tape-to-loops{row_reductions, share, image_group, concat_in_place,
     gemm_epilogues, window_convs, pixel_rows},
-    outline-parallel-loops when threads > 1, plan-arena, merge-loop-nests, convert-scf-to-cf,
-    convert-loops-to-llvm).
+    outline-parallel-loops when threads > 1, plan-arena, loop-bounds-as-arguments,
+    merge-loop-nests, convert-scf-to-cf, convert-loops-to-llvm).
     `-t llvm` then prints LLVM IR."""
 
     name = "tape-to-llvm"
@@ -105,7 +105,8 @@ class TapeToLLVMPass(ModulePass):
     """tape-to-loops' (jit: the host's choice, Target.weight_runs)."""
     any_batch: bool = False
     """Loops for every batch size (jit's batch_argnums): tape-to-loops{any_batch},
-    outline-parallel-loops{any_batch}, merge-loop-nests{every}."""
+    outline-parallel-loops{any_batch}, merge-loop-nests{every}, and no
+    loop-bounds-as-arguments."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if not isinstance(self.threads, int) or self.threads < 1:
