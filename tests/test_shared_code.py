@@ -106,6 +106,15 @@ def test_outer_bounds_become_arguments_and_the_program_computes_the_same():
     assert _interpret(program, module, args) == before
 
 
+@pytest.fixture(autouse=True)
+def every_op_a_function(monkeypatch):
+    """Every op its own function, as in a model's step (to_loops.EVERY_OP_FUNCTIONS): the
+    programs here are small."""
+    from tapeml.transforms import to_loops
+
+    monkeypatch.setattr(to_loops, "EVERY_OP_FUNCTIONS", 1)
+
+
 def test_an_innermost_loop_passes_its_bound_as_a_number_of_vector_multiples():
     x = np.ones((4, 32), np.float32)  # 128 elements: a flat loop, 128 = 2 x 64
     program, module = _lowered(lambda x: ops.tanh(x) * 2.0, (x,))

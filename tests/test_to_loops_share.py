@@ -1,8 +1,8 @@
-"""tape-to-loops' `share` (the CPU pipeline's): each op's loops are a function of its buffers,
-and ops whose loops are the same (a model's repeated layers) call one, lowered once; ops that
-differ in anything their loops depend on (an op, a shape, a parameter, which operands are the
-same value, a fused group's body) call functions of their own; the loops compute the same bits
-shared or not, interpreted and compiled."""
+"""tape-to-loops' `share` (the CPU pipeline's): ops whose loops are the same (a model's repeated
+layers) call one function holding them, lowered once (and from EVERY_OP_FUNCTIONS such ops on,
+every op is a function); ops that differ in anything their loops depend on (an op, a shape, a
+parameter, which operands are the same value, a fused group's body) are lowered apart; the loops
+compute the same bits shared or not, interpreted and compiled."""
 
 from __future__ import annotations
 
@@ -115,7 +115,25 @@ def test_fused_groups_with_other_bodies_are_lowered_apart():
     for fn in (same, other):
         _, module = _loops(fn, (x, x + 1), share=True)
         counts.append(len(set(_calls(module))))
-    assert counts == [1, 2]
+    assert counts == [1, 0]  # (few ops: only repeated ones are functions)
+
+
+def test_a_function_of_many_ops_lowers_each_into_a_function(monkeypatch):
+    """From EVERY_OP_FUNCTIONS shareable ops on (a model's step), an op that occurs once is a
+    function too (code another batch size shares); below, it stays inline."""
+    from tapeml.transforms import to_loops
+
+    fn, args = _layers(3)
+    _, few = _loops(fn, args, share=True)
+    shareable = len(_calls(few)) + sum(1 for op in few.walk() if op.name == "scf.parallel")
+    monkeypatch.setattr(to_loops, "EVERY_OP_FUNCTIONS", 1)
+    program, every = _loops(fn, args, share=True)
+    calls = _calls(every)
+    assert len(calls) > len(_calls(few)) and any(calls.count(name) == 1 for name in calls)
+    assert shareable and _interpret(program, every, args) == _interpret(program, few, args)
+    monkeypatch.setattr(to_loops, "EVERY_OP_FUNCTIONS", 10**6)
+    _, repeated = _loops(fn, args, share=True)
+    assert all(_calls(repeated).count(name) > 1 for name in _calls(repeated))
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])

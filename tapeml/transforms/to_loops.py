@@ -117,20 +117,30 @@ def _lowering_key(op: Operation, views: dict[SSAValue, list[int]]) -> Hashable:
             tuple(tuple(views[o]) if o in views else None for o in op.operands), tuple(inner))
 
 
+EVERY_OP_FUNCTIONS = 64
+"""A function of at least this many ops `share` can lower into functions lowers each into
+one, ops that occur once too; of fewer, only the ops whose loops another op has too. With
+loop-bounds-as-arguments after, each such function is code that another batch size of the
+program shares: the 2-layer GPT step (120 such ops) at batch 8 after 16 compiles 10 of its
+50 functions, 0.42 of its first call, against 0.53 with only repeated ops as functions. But
+each function costs LLVM about a millisecond on the first call, which a small program feels:
+W3's step (20 such ops) took 0.374 s against 0.352 s with every op a function (medians of
+five alternating processes, one core), 1.06x jax.jit's first call; its new batch size is
+mostly its GEMM callers. Either way the program runs at the same speed (W3, W4 and the GPT
+step, one and two threads, both jitted in one process, alternating: 0.976-1.006 of the
+time)."""
+
+
 def _shared(block: Block, views: dict[SSAValue, list[int]],
             folded: dict[Operation, Any], repeated: bool = False) -> dict[Operation, Hashable]:
     """The ops of `block` that `share` lowers into functions (SHAREABLE ones, but a view and
-    one `folded` into its product), each one's key: ops of one key call one function. Ops
-    that occur once are functions too: with loop-bounds-as-arguments after, each is code that
-    another batch size of the program shares (a new batch size of the 2-layer GPT step
-    compiles 10 functions, not 34 and its ops inline: 0.53 -> 0.44 of its first call), and
-    it runs at the same speed (W3, W4 and the GPT step, one and two threads, alternating in
-    one process: 0.976-1.006 of the time with only repeated ops lowered once). `repeated`:
-    only ops whose key another op has too (any_batch's: batch_argnums compiles one program
-    for every batch size its own way)."""
+    one `folded` into its product), each one's key: ops of one key call one function. Every
+    one where there are EVERY_OP_FUNCTIONS of them or more, unless `repeated` (any_batch's:
+    batch_argnums compiles one program for every batch size its own way); else only those
+    whose key another op has too."""
     keys = {op: _lowering_key(op, views) for op in block.ops
             if _shareable(op) and op.results[0] not in views and op not in folded}
-    if not repeated:
+    if not repeated and len(keys) >= EVERY_OP_FUNCTIONS:
         return keys
     counts = Counter(keys.values())
     return {op: key for op, key in keys.items() if counts[key] > 1}
@@ -511,10 +521,11 @@ def lower_module(module: ModuleOp, libm: bool = False, row_reductions: bool = Fa
     transcendentals.py). `row_reductions`: reductions that keep the input's last axes fold a row
     of accumulators at a time, and a max pool whose windows overlap along a row takes the max
     down each column first (the CPU's choice, see `lower_reduction`, `lower_pool`; a GPU wants
-    one thread per output). `share`: each op of SHAREABLE (its loops) is a function of its
-    buffers, and ops whose loops are the same (a model's repeated layers') call one, lowered
-    once (the CPU's choice: later passes see each distinct op once, and loop-bounds-as-arguments
-    makes each code a new batch size shares). `profile`: a kernel.mark before each op's loops,
+    one thread per output). `share`: ops of SHAREABLE whose loops are the same (a model's repeated
+    layers') call one function of their buffers holding them, lowered once, and from
+    EVERY_OP_FUNCTIONS such ops on every one is a function (the CPU's choice: later passes see
+    each distinct op once, and loop-bounds-as-arguments makes each code a new batch size
+    shares). `profile`: a kernel.mark before each op's loops,
     and the function's PROFILE_ATTR naming them (Jitted.profile's rows). `weight_runs`: a wide
     convolution weight gradient as products over runs of images (lower_conv2d_gemm; a machine's
     choice, which the CPU backend makes from its Target). `image_group`: a large convolution's
@@ -555,8 +566,8 @@ class ToLoopsPass(ModulePass):
     """Reductions that keep the last axes fold a row of accumulators at a time, and overlapping
     max pools take the max down each column first (the CPU's)."""
     share: bool = False
-    """Each op's loops a function of its buffers; ops whose loops are the same call one (the
-    CPU's)."""
+    """Ops whose loops are the same call one function holding them; from EVERY_OP_FUNCTIONS
+    such ops on, every op's loops are a function (the CPU's)."""
     profile: bool = False
     """A kernel.mark before each op's loops: a profiled run times each op."""
     weight_runs: bool = True
