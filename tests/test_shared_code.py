@@ -108,11 +108,23 @@ def test_outer_bounds_become_arguments_and_the_program_computes_the_same():
 
 @pytest.fixture(autouse=True)
 def every_op_a_function(monkeypatch):
-    """Every op its own function, as in a model's step (to_loops.EVERY_OP_FUNCTIONS): the
-    programs here are small."""
+    """Every op its own function, and shared however few its lines, as in a model's step
+    (to_loops.EVERY_OP_FUNCTIONS, shared_code.LEAST_LINES): the programs here are small."""
     from tapeml.transforms import to_loops
 
     monkeypatch.setattr(to_loops, "EVERY_OP_FUNCTIONS", 1)
+    monkeypatch.setattr(shared_code, "LEAST_LINES", 0)
+
+
+def test_a_program_with_few_lines_to_share_keeps_them():
+    """Below LEAST_LINES of new functions, a program keeps them (a module of their own costs
+    more than compiling them again would); with some already loaded it shares."""
+    text = (_HEADER + _function("p.a", '  %".4" = load float, ptr %".1"\n')
+            + _function("p", '  call void @"p.a"(ptr %".1", i64 4)\n'))
+    assert shared_code.split(text, {"p.a"}).program != text
+    shared_code.LEAST_LINES = 400  # (the fixture puts it back)
+    kept = shared_code.split(text, {"p.a"})
+    assert kept.program == text and not kept.modules
 
 
 def test_an_innermost_loop_passes_its_bound_as_a_number_of_vector_multiples():

@@ -256,10 +256,18 @@ def _functions(text: str) -> dict[str, _Function]:
     return found
 
 
+LEAST_LINES = 400
+"""A program whose shareable functions this process lacks hold fewer lines of LLVM IR than
+this (and that calls none it has) keeps them: a module of their own costs a few
+milliseconds, more than compiling so little again at another batch size saves (W3's step, two
+functions of 200 lines: its cold first call 0.347 s against 0.336 s before functions were
+shared, medians of six alternating processes, one core)."""
+
+
 def split(text: str, names: set[str]) -> Split:
     """`text` (a program's LLVM IR) with each of the functions `names` that can be shared
     (see the module doc) replaced by a declaration of its shared symbol, which its calls now
-    name."""
+    name; `text` as it is where they are few (LEAST_LINES)."""
     header = text[:text.index("\n", text.index("target datalayout")) + 1]
     functions = _functions(text)
     declared = {_bare(m.group(1)): text[m.start():text.index("\n", m.start())]
@@ -273,6 +281,11 @@ def split(text: str, names: set[str]) -> Split:
             modules[module.symbol] = module
             renamed[name] = module.symbol
     if not renamed:
+        return Split(text, {}, [])
+    with _LOCK:
+        fresh = all(_engine(symbol) is None for symbol in modules)
+    if fresh and sum(f.text.count("\n") for n, f in functions.items() if n in renamed
+                     ) < LEAST_LINES:
         return Split(text, {}, [])
     kept = _without(text, functions, renamed)
     program = _REFERENCE.sub(
