@@ -35,7 +35,8 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     `.edge`. The packed tiles (`.tile`, `.tile.half`) also fetch into L2 the line at
     %pf + k * %pfs at each k: the driver's share of the next panel's block of B
     (driver._prefetched; %pfs 0 where there is nothing to fetch). Every tile of a short block
-    of k fetches its rows of C (and of the residual) before its loop (`_fetch_tile_of_c`)."""
+    of k fetches its rows of C (and of the residual) before its loop (`_fetch_tile_of_c`), and
+    every tile of a longer one (but `.tile.half`'s) near its loop's end (`_fetch_c_late`)."""
     w = Writer()
     vectors = nr // lanes
     row_length = panel or nr  # of B's packed rows, and of the spilled sums
@@ -58,13 +59,16 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
         last = w("sub i64 %mr, 1")
         rows = [w.gep(t, "%a", w(f"mul i64 {w.min(str(i), last)}, %lda")) for i in range(mr)]
     _fetch_tile_of_c(w, t, mr, nr)
+    late = not panel  # (`_fetch_c_late`: the loop's last block is then %latch)
+    latch = "%latch" if late else "%body"
     before = w.block
     w.do("br label %head")
     w.label("%head")
-    w.do(f"%k = phi i64 [ 0, {before} ], [ %k.next, %body ]")
+    w.do(f"%k = phi i64 [ 0, {before} ], [ %k.next, {latch} ]")
     for i in range(mr):
         for v in range(vectors):
-            w.do(f"{acc[i][v]} = phi {vec} [ zeroinitializer, {before} ], [ {new[i][v]}, %body ]")
+            w.do(f"{acc[i][v]} = phi {vec} [ zeroinitializer, {before} ], "
+                 f"[ {new[i][v]}, {latch} ]")
     w.do("%more = icmp slt i64 %k, %kc")
     w.do("br i1 %more, label %body, label %store")
     w.label("%body")
@@ -97,6 +101,10 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
             w.do(f"{new[i][v]} = call {vec} @llvm.fma.v{lanes}{dtype}({vec} {splat}, "
                  f"{vec} {bs[v]}, {vec} {acc[i][v]})")
     w.do("%k.next = add i64 %k, 1")
+    if late:
+        _fetch_c_late(w, t, mr, nr)
+        w.do("br label %latch")
+        w.label("%latch")
     paired = not (direct or panel)  # (the others' products are small: the GPT step, W4 and
     # squeezenet ran the same with theirs paired too, and compiled slower; and not unrolled
     # at all, which LLVM's partial unrolling did by two: W3's tiles compiled 187 -> 179 ms
@@ -166,6 +174,37 @@ def _fetch_tile_of_c(w: Writer, t: str, mr: int, width: int) -> None:
         w.when("%epilogue", lambda: fetch("%res", "%ldr", 0))
 
     w.when(w(f"and i1 {short}, {w('xor i1 %transposed, true')}"), rows)
+
+
+LATE_C = 64
+"""A tile whose block of k is longer than SHORT_K fetches its rows of C into L1, for writing,
+over the iterations from this many before its loop's end (`_fetch_c_late`): its stores (and,
+in a second block of k, its loads of C) then find them there. W2 n = 1024 (C 4 MB, from L3 at
+each of its two blocks of k): one core 109.8 -> 111.2 GFLOP/s (the best of nine in each of
+four alternating process pairs), two threads 213.5 -> 216.0; W3's step 0.8% faster, W4's the
+same. (Fetched before the loop instead, C's lines stood in L1 through all of it: W2 n = 1024
+1% slower. From 128 iterations before the end: the same as 64.)"""
+
+
+def _fetch_c_late(w: Writer, t: str, mr: int, nr: int) -> None:
+    """At iteration %k of the tile's loop, where the block of k is longer than SHORT_K and C is
+    stored as it lies: iterations LATE_C to LATE_C - 2 * MR before the end fetch the lines of
+    row (j / 2) of the tile of C, its first element's where j is even, its last's where odd
+    (j: the iteration's place in that window; both are one line where the row is aligned).
+    One prefetch an iteration at most, beside the loop's MR FMAs: the loop stays bound by
+    them."""
+    j = w(f"sub i64 %k, {w(f'sub i64 %kc, {LATE_C}')}")
+    long_k = w(f"icmp sgt i64 %kc, {SHORT_K}")
+    plain = w("xor i1 %transposed, true")
+    window = w(f"icmp ult i64 {j}, {2 * mr}")  # (below the window, j wraps: not in it)
+
+    def fetch() -> None:
+        row = w(f"mul i64 {w(f'lshr i64 {j}, 1')}, %ldc")
+        end = w(f"mul i64 {w(f'and i64 {j}, 1')}, {nr - 1}")
+        line = w.gep(t, "%c", w(f"add i64 {row}, {end}"))
+        w.do(f"call void @llvm.prefetch.p0(ptr {line}, i32 1, i32 3, i32 1)")  # write, L1
+
+    w.when(w(f"and i1 {window}, {w(f'and i1 {long_k}, {plain}')}"), fetch)
 
 
 EDGE_ARGS = "ptr noalias align 64 %tile, ptr noalias %c, i64 %ldc, i64 %mr, i64 %nr, i1 %load"
