@@ -169,11 +169,9 @@ def _tiles(v: Variant) -> str:
     assert v.mr <= MOST_ROWS, v  # (the kernel's `.edge` serves at most that many rows)
     out = _header(v, f"{name}: the {v.mr}x{v.nr} register tiles of {v.symbol}")
     if v.windows:  # (A read in place through the caller's table of columns)
-        out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True,
-                            windows=True)
-    else:
+        out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, windows=True)
+    else:  # (A packed, or read in place)
         out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype)
-        out += micro_kernel(name, t, vec, v.lanes, v.mr, v.nr, v.dtype, direct=True)
         if v.nr > v.lanes:  # (the narrow tile of a ragged last panel)
             out += micro_kernel(name, t, vec, v.lanes, v.mr, v.lanes, v.dtype, panel=v.nr)
     out += pack_a(name, t, v)
@@ -184,7 +182,7 @@ def _tiles(v: Variant) -> str:
 def tiles_of(v: Variant) -> tuple[str, ...]:
     """The functions of `v.tiles` a call passes the kernel, in TILES' order ("" where the
     variant has none)."""
-    present = {"tile.direct"} if v.windows else {"tile", "tile.direct"} | (
+    present = {"tile.direct"} if v.windows else {"tile"} | (
         {"tile.half"} if v.nr > v.lanes else set())
     return tuple(f"{v.tiles}.{f}" if f in present or f == "pack_a" else "" for f in TILES)
 

@@ -327,7 +327,7 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
 
     def panel(jr: str) -> None:
         width = w.min(str(nr), w(f"sub i64 {j1}, {jr}"))
-        narrow = w(f"icmp sle i64 {width}, {v.lanes}")  # (`.tile.half`)
+        narrow_panel = w(f"icmp sle i64 {width}, {v.lanes}")  # (`.tile.half`)
         b_panel = w.gep(t, bp, w(f"mul i64 {w(f'sub i64 {jr}, {j0}')}, {b_step}"))
         b_here, ldb = b_panel, str(nr)
         ahead = w(f"select i1 {prefetch}, ptr {w.gep(t, b_panel, w(f'mul i64 {nr}, {b_step}'))}, "
@@ -350,34 +350,31 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
                       f"ptr {w.gep(t, res, at)}, i64 {w(f'mul i64 {ldc}, {rf}')}, i1 {last}, "
                       f"i1 {transposed}, ptr {store}")
 
-            def packed() -> None:
-                a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {a_step}"))
-                fetch = w(f"getelementptr i8, ptr {ahead}, i64 {w(f'mul i64 {ir}, {row_bytes}')}")
-                rest = (f"ptr {c_tile}, i64 {ldc}, i64 {tall}, i64 {width}, i1 {load}, "
-                        f"ptr {fetch}, i64 {step}, {finish})")
-                # `.tile` reads B where `b_here` says (its panel, or B itself: plan.direct_b,
-                # whole panels only, so never through `.tile.half`)
-                whole = f"(i64 {depth}, ptr {a_panel}, ptr {b_here}, i64 {ldb}, {rest}"
-                if nr == v.lanes:
-                    w.do(f"call void {tiles['tile']}{whole}")
-                    return
-                half = f"(i64 {depth}, ptr {a_panel}, ptr {b_panel}, {rest}"
-                w.choose(narrow, lambda: w.do(f"call void {tiles['tile.half']}{half}"),
-                         lambda: w.do(f"call void {tiles['tile']}{whole}"))
-
-            if direct is None:
-                packed()
+            a_panel = w.gep(t, ap, w(f"mul i64 {ir}, {a_step}"))
+            fetch = w(f"getelementptr i8, ptr {ahead}, i64 {w(f'mul i64 {ir}, {row_bytes}')}")
+            rest = (f"ptr {c_tile}, i64 {ldc}, i64 {tall}, i64 {width}, i1 {load}")
+            if windows is not None:  # (`.tile.direct`, the windows variant's only tile)
+                lda = direct[1] if direct is not None else "0"
+                w.do(f"call void {tiles['tile.direct']}(i64 {depth}, "
+                     f"ptr {w.gep(t, ap, w(f'mul i64 {ir}, {lda}'))}, ptr {b_here}, "
+                     f"i64 {ldb}, {rest}, ptr {windows}, {finish})")
                 return
-            flag, lda = direct
-
-            def in_place() -> None:
-                a_rows = w.gep(t, ap, w(f"mul i64 {ir}, {lda}"))
-                w.do(f"call void {tiles['tile.direct']}(i64 {depth}, ptr {a_rows}, "
-                     f"ptr {b_here}, i64 {ldb}, ptr {c_tile}, i64 {ldc}, i64 {tall}, "
-                     f"i64 {width}, i1 {load}, "
-                     f"{f'ptr {windows}' if windows else f'i64 {lda}'}, {finish})")
-
-            w.choose(flag, in_place, packed)
+            in_place, lda = direct if direct is not None else ("false", "0")
+            # `.tile` reads B where `b_here` says (its panel, or B itself: plan.direct_b,
+            # whole panels only, so never through `.tile.half`), A packed or, where
+            # `in_place`, where it lies
+            a = w(f"select i1 {in_place}, ptr {w.gep(t, ap, w(f'mul i64 {ir}, {lda}'))}, "
+                  f"ptr {a_panel}")
+            whole = (f"(i64 {depth}, ptr {a}, ptr {b_here}, i64 {ldb}, {rest}, "
+                     f"i1 {in_place}, i64 {lda}, ptr {fetch}, i64 {step}, {finish})")
+            if nr == v.lanes:
+                w.do(f"call void {tiles['tile']}{whole}")
+                return
+            half = (f"(i64 {depth}, ptr {a_panel}, ptr {b_panel}, {rest}, ptr {fetch}, "
+                    f"i64 {step}, {finish})")
+            narrow = w(f"and i1 {narrow_panel}, {w(f'xor i1 {in_place}, true')}")
+            w.choose(narrow, lambda: w.do(f"call void {tiles['tile.half']}{half}"),
+                     lambda: w.do(f"call void {tiles['tile']}{whole}"))
 
         w.loop("0", height, mr, tile, "ir")
 

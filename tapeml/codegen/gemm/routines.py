@@ -8,22 +8,26 @@ and B's are the walks). The driver (driver.py) calls them.
 
 from __future__ import annotations
 
+import functools
+
 from tapeml.codegen.gemm.plan import Variant
 from tapeml.codegen.gemm.writer import COLD, PAIRED_LOOP, SCALAR_LOOP, WIDE, Writer
 
 
 def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
-                 dtype: str, direct: bool = False, windows: bool = False,
-                 panel: int = 0) -> list[str]:
+                 dtype: str, windows: bool = False, panel: int = 0) -> list[str]:
     """C[mr x nr tile] (+)= Ap[kc][MR]^T Bp[kc][NR], accumulated in registers; where %epilogue
     holds (the tile's last block of k), kernel.gemm's epilogue on the registers before they
     are stored (TILE_EPILOGUE). B's rows are %ldb apart (NR: its packed panel, or B itself
-    read in place: plan.direct_b). `direct` (`.tile.direct`): A read in place instead, row i of
-    the tile at %a + i * %lda (rows past %mr read the last one: they are not stored), k along
-    each row. `windows` (with `direct`: kernel.gemm's a_taps): A read in place through
-    a table, column k of the tile at %a + %rows[k], row i at + i, a whole tile's rows at
-    constant offsets (the dialect's A_TAPS_SLACK: an edge tile's rows past %mr are there to
-    read; as 14 clamped offsets they were spilled, and the loop ran 2x slower). Against B's
+    read in place: plan.direct_b). Where %direct holds, `.tile` reads A in place instead, row
+    i of the tile at %a + i * %lda (rows past %mr read the last one: they are not stored), k
+    along each row: a loop of its own, before the one store both loops share (as functions
+    of their own, the two compiled their stores twice: W3's tiles' module 71 -> 49 ms).
+    `windows` (`.tile.direct`, kernel.gemm's a_taps, the only tile of such a variant): A
+    read in place through a table, column k of the tile at %a + %rows[k], row i at + i, a
+    whole tile's rows at constant offsets (the dialect's A_TAPS_SLACK: an edge tile's rows
+    past %mr are there to read; as 14 clamped offsets they were spilled, and the loop ran 2x
+    slower). Against B's
     rows as the windows (read unaligned, a tile of 8 rows for 64 channels) a convolution's
     product ran 5-15% faster this way. (`.tile`'s B stride was a constant NR, once 3-4%
     faster on W2 n=512; a run-time %ldb now, which lets B be read in place: W2 at n = 1024,
@@ -40,78 +44,33 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     w = Writer()
     vectors = nr // lanes
     row_length = panel or nr  # of B's packed rows, and of the spilled sums
-    acc = [[f"%c{i}.{v}" for v in range(vectors)] for i in range(mr)]
-    new = [[f"%c{i}.{v}.n" for v in range(vectors)] for i in range(mr)]
-    a_align = "" if direct else " align 64"
+    both = not (windows or panel)  # (`.tile`: A packed or, where %direct, read in place)
     strided_b = not panel  # (`.tile`'s and `.tile.direct`'s B: rows %ldb apart)
     b_param = "ptr noalias %b, i64 %ldb" if strided_b else "ptr noalias align 64 %b"
-    suffix = ".direct" if direct else ".half" if panel else ""
-    prefetch = not direct
-    w.lines.append(f"define void @{name}.tile{suffix}(i64 %kc, "
-                   f"ptr noalias{a_align} %a, {b_param}, ptr noalias %c, "
-                   f"i64 %ldc, i64 %mr, i64 %nr, i1 %load"
-                   f"{(', ptr %rows' if windows else ', i64 %lda') if direct else ''}, "
-                   f"{'ptr %pf, i64 %pfs, ' if prefetch else ''}"
+    suffix = ".direct" if windows else ".half" if panel else ""
+    a_param = "ptr noalias align 64 %a" if panel else "ptr noalias %a"
+    extra = ", ptr %rows" if windows else ", ptr %pf, i64 %pfs" if panel else \
+        ", i1 %direct, i64 %lda, ptr %pf, i64 %pfs"
+    w.lines.append(f"define void @{name}.tile{suffix}(i64 %kc, {a_param}, {b_param}, "
+                   f"ptr noalias %c, i64 %ldc, i64 %mr, i64 %nr, i1 %load{extra}, "
                    f"{TILE_EPILOGUE}, ptr %edge) noinline {WIDE} {{")
     w.label("%entry")
     w.do(f"%spill = alloca [{mr * row_length} x {t}], align 64")  # (an edge tile's sums)
-    if direct and not windows:
-        last = w("sub i64 %mr, 1")
-        rows = [w.gep(t, "%a", w(f"mul i64 {w.min(str(i), last)}, %lda")) for i in range(mr)]
     _fetch_tile_of_c(w, t, mr, nr)
-    late = not panel  # (`_fetch_c_late`: the loop's last block is then %latch)
-    latch = "%latch" if late else "%body"
-    before = w.block
-    w.do("br label %head")
-    w.label("%head")
-    w.do(f"%k = phi i64 [ 0, {before} ], [ %k.next, {latch} ]")
-    for i in range(mr):
-        for v in range(vectors):
-            w.do(f"{acc[i][v]} = phi {vec} [ zeroinitializer, {before} ], "
-                 f"[ {new[i][v]}, {latch} ]")
-    w.do("%more = icmp slt i64 %k, %kc")
-    w.do("br i1 %more, label %body, label %store")
-    w.label("%body")
-    bp = w.gep(t, "%b", w(f"mul i64 %k, {'%ldb' if strided_b else row_length}"))
-    bs = []
-    b_align = (4 if t == "float" else 8) if strided_b else 64
-    for v in range(vectors):
-        p = bp if v == 0 else w.gep(t, bp, str(v * lanes))
-        bs.append(w(f"load {vec}, ptr {p}, align {b_align}", "b"))
-    ap = None if direct else w.gep(t, "%a", w(f"mul i64 %k, {mr}"))
-    if windows:  # column k of A
-        ap = w.gep(t, "%a", w(f"load i64, ptr {w.gep('i64', '%rows', '%k')}, align 8"))
-    if prefetch:
-        ahead = w(f"getelementptr i8, ptr %pf, i64 {w('mul i64 %k, %pfs')}")  # (may pass the end)
-        w.do(f"call void @llvm.prefetch.p0(ptr {ahead}, i32 0, i32 2, i32 1)")  # read, L2
-
-    def a_at(i: int) -> str:  # A[i, k]: in place along row i, or packed: MR per k
-        if windows:
-            return ap if i == 0 else w.gep(t, ap, str(i))
-        if direct:
-            return w.gep(t, rows[i], "%k")
-        return ap if i == 0 else w.gep(t, ap, str(i))
-
-    for i in range(mr):
-        p = a_at(i)
-        x = w(f"load {t}, ptr {p}, align {4 if t == 'float' else 8}", "a")
-        one = w(f"insertelement {vec} poison, {t} {x}, i64 0")
-        splat = w(f"shufflevector {vec} {one}, {vec} poison, <{lanes} x i32> zeroinitializer")
-        for v in range(vectors):
-            w.do(f"{new[i][v]} = call {vec} @llvm.fma.v{lanes}{dtype}({vec} {splat}, "
-                 f"{vec} {bs[v]}, {vec} {acc[i][v]})")
-    w.do("%k.next = add i64 %k, 1")
-    if late:
-        _fetch_c_late(w, t, mr, nr)
-        w.do("br label %latch")
-        w.label("%latch")
-    paired = not (direct or panel)  # (the others' products are small: the GPT step, W4 and
-    # squeezenet ran the same with theirs paired too, and compiled slower; and not unrolled
-    # at all, which LLVM's partial unrolling did by two: W3's tiles compiled 187 -> 179 ms
-    # with the kernel, and W3, W4, the GPT step, ResNet-50 and a 1024 x 512 x 64 product ran
-    # the same, to the same bits)
-    w.do(f"br label %head, !llvm.loop {PAIRED_LOOP if paired else SCALAR_LOOP}")
-    w.label("%store")
+    loop = functools.partial(_k_loop, w, t, vec, lanes, mr, vectors, dtype, row_length,
+                             strided_b, late=not panel)
+    if not both:
+        acc = loop("", "direct" if windows else "packed", windows=windows)
+        w.label("%store")
+    else:  # one loop or the other, then one store: a tile's store paths compiled once
+        w.do("br i1 %direct, label %in_place, label %packed")
+        w.label("%packed")
+        packed = loop("p.", "packed")
+        w.label("%in_place")
+        in_place = loop("d.", "direct")
+        w.label("%store")
+        acc = [[w(f"phi {vec} [ {x}, %p.head ], [ {y}, %d.head ]", "c")
+                for x, y in zip(p, d, strict=True)] for p, d in zip(packed, in_place, strict=True)]
     align = 4 if t == "float" else 8
 
     def whole(epilogue: bool) -> None:  # straight into C (rows of C need not be aligned)
@@ -137,6 +96,71 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     w.choose(full, lambda: w.choose("%epilogue", lambda: whole(True), lambda: whole(False)),
              edge)
     return w.end()
+
+
+def _k_loop(w: Writer, t: str, vec: str, lanes: int, mr: int, vectors: int, dtype: str,
+            row_length: int, strided_b: bool, tag: str, a: str, windows: bool = False,
+            late: bool = True) -> list[list[str]]:
+    """The micro-kernel's loop over k, from the current block (its labels and values prefixed
+    `tag`), leaving for %store from `%<tag>head`; the MR x NR sums it leaves there. `a`:
+    "packed" (A's panel, MR per k; the next panel's block of B fetched at %pf + k * %pfs,
+    the loop paired) or "direct" (A in place: row i at %a + i * %lda, or, `windows`, column k
+    at %a + %rows[k]; not unrolled). `late`: C fetched near the loop's end (`_fetch_c_late`)."""
+    acc = [[f"%{tag}c{i}.{v}" for v in range(vectors)] for i in range(mr)]
+    new = [[f"%{tag}c{i}.{v}.n" for v in range(vectors)] for i in range(mr)]
+    direct = a == "direct"
+    k, head, body, latch = f"%{tag}k", f"%{tag}head", f"%{tag}body", f"%{tag}latch"
+    if direct and not windows:
+        last = w("sub i64 %mr, 1")
+        rows = [w.gep(t, "%a", w(f"mul i64 {w.min(str(i), last)}, %lda")) for i in range(mr)]
+    before = w.block
+    exit_from = latch if late else body
+    w.do(f"br label {head}")
+    w.label(head)
+    w.do(f"{k} = phi i64 [ 0, {before} ], [ {k}.next, {exit_from} ]")
+    for i in range(mr):
+        for v in range(vectors):
+            w.do(f"{acc[i][v]} = phi {vec} [ zeroinitializer, {before} ], "
+                 f"[ {new[i][v]}, {exit_from} ]")
+    w.do(f"br i1 {w(f'icmp slt i64 {k}, %kc')}, label {body}, label %store")
+    w.label(body)
+    bp = w.gep(t, "%b", w(f"mul i64 {k}, {'%ldb' if strided_b else row_length}"))
+    bs = []
+    b_align = (4 if t == "float" else 8) if strided_b else 64
+    for v in range(vectors):
+        p = bp if v == 0 else w.gep(t, bp, str(v * lanes))
+        bs.append(w(f"load {vec}, ptr {p}, align {b_align}", "b"))
+    ap = None if direct else w.gep(t, "%a", w(f"mul i64 {k}, {mr}"))
+    if windows:  # column k of A
+        ap = w.gep(t, "%a", w(f"load i64, ptr {w.gep('i64', '%rows', k)}, align 8"))
+    if not direct:
+        ahead = w(f"getelementptr i8, ptr %pf, i64 {w(f'mul i64 {k}, %pfs')}")  # (may pass
+        w.do(f"call void @llvm.prefetch.p0(ptr {ahead}, i32 0, i32 2, i32 1)")  # the end)
+
+    def a_at(i: int) -> str:  # A[i, k]: in place along row i, or packed: MR per k
+        if direct and not windows:
+            return w.gep(t, rows[i], k)
+        return ap if i == 0 else w.gep(t, ap, str(i))
+
+    for i in range(mr):
+        x = w(f"load {t}, ptr {a_at(i)}, align {4 if t == 'float' else 8}", "a")
+        one = w(f"insertelement {vec} poison, {t} {x}, i64 0")
+        splat = w(f"shufflevector {vec} {one}, {vec} poison, <{lanes} x i32> zeroinitializer")
+        for v in range(vectors):
+            w.do(f"{new[i][v]} = call {vec} @llvm.fma.v{lanes}{dtype}({vec} {splat}, "
+                 f"{vec} {bs[v]}, {vec} {acc[i][v]})")
+    w.do(f"{k}.next = add i64 {k}, 1")
+    if late:
+        _fetch_c_late(w, t, mr, lanes * vectors, k)
+        w.do(f"br label {latch}")
+        w.label(latch)
+    paired = not direct and strided_b  # (the others' products are small: the GPT step, W4
+    # and squeezenet ran the same with theirs paired too, and compiled slower; and not
+    # unrolled at all, which LLVM's partial unrolling did by two: W3's tiles compiled 187 ->
+    # 179 ms with the kernel, and W3, W4, the GPT step, ResNet-50 and a 1024 x 512 x 64
+    # product ran the same, to the same bits)
+    w.do(f"br label {head}, !llvm.loop {PAIRED_LOOP if paired else SCALAR_LOOP}")
+    return acc
 
 
 SHORT_K = 192
@@ -186,14 +210,14 @@ same. (Fetched before the loop instead, C's lines stood in L1 through all of it:
 1% slower. From 128 iterations before the end: the same as 64.)"""
 
 
-def _fetch_c_late(w: Writer, t: str, mr: int, nr: int) -> None:
-    """At iteration %k of the tile's loop, where the block of k is longer than SHORT_K and C is
+def _fetch_c_late(w: Writer, t: str, mr: int, nr: int, k: str) -> None:
+    """At iteration `k` of the tile's loop, where the block of k is longer than SHORT_K and C is
     stored as it lies: iterations LATE_C to LATE_C - 2 * MR before the end fetch the lines of
     row (j / 2) of the tile of C, its first element's where j is even, its last's where odd
     (j: the iteration's place in that window; both are one line where the row is aligned).
     One prefetch an iteration at most, beside the loop's MR FMAs: the loop stays bound by
     them."""
-    j = w(f"sub i64 %k, {w(f'sub i64 %kc, {LATE_C}')}")
+    j = w(f"sub i64 {k}, {w(f'sub i64 %kc, {LATE_C}')}")
     long_k = w(f"icmp sgt i64 %kc, {SHORT_K}")
     plain = w("xor i1 %transposed, true")
     window = w(f"icmp ult i64 {j}, {2 * mr}")  # (below the window, j wraps: not in it)
