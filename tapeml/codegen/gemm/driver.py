@@ -304,7 +304,7 @@ def _macro_kernel(w: Writer, v: Variant, tiles: dict[str, str], mr: str,
     through the kernel's `.edge` and every tile of a C stored transposed through
     `tiles["transposed"]`. `direct` = (flag, lda):
     where the flag holds, `ap` is A itself at row ic (and the
-    block's first k), read in place by `.tile.direct` with rows lda apart. `direct_b` =
+    block's first k), read in place by `.tile` (%direct) with rows lda apart. `direct_b` =
     (flag, B at the block's first k, ldb): where the flag holds, B is read in place. `steps`:
     elements from one panel of A's block to the next, and of B's (the block's depth, or all
     of k where the caller packed the operand whole: plan.packed_a). `epilogue`: each tile applies

@@ -167,14 +167,14 @@ it cost about what the product did (attention's batched 64 x 64 x 32 products)."
 def direct_b(spec: GemmSpec, v: Variant, shared: bool) -> bool:
     """The micro-kernel reads B where it is (its row k at B + k * b1), unpacked, where B's rows
     run along n with stride 1 and its columns are whole NR-wide panels (no edge panel to
-    pad), and either A is read in place too and B is small (DIRECT_B_BYTES: `.tile.direct`),
-    or A is packed (`.tile`), each part packs its own B (not `shared`), B is no constant its
-    caller packs once (`packed_b`), and B's rows are not a multiple of ALIASED_ROWS bytes
-    apart. Each panel's rows then come into L2 as its first tile reads them and stay there
-    for the others, with no pass over B to pack it first: W3's step 2.5-3.5% faster (one
-    thread; 3.8% on two), the GPT step 1.3%, W2 at n = 512 2%, timed in one process against
-    the packed plan. B's rows 4 KB apart (n = 1024 in f32) would share a sixty-fourth of
-    L2's sets, and that product ran 3-5% slower so: packed."""
+    pad), and either A is read in place too and B is small (DIRECT_B_BYTES: `.tile` where
+    %direct), or A is packed (`.tile`), each part packs its own B (not `shared`), B is no
+    constant its caller packs once (`packed_b`), and B's rows are not a multiple of
+    ALIASED_ROWS bytes apart. Each panel's rows then come into L2 as its first tile reads
+    them and stay there for the others, with no pass over B to pack it first: W3's step
+    2.5-3.5% faster (one thread; 3.8% on two), the GPT step 1.3%, W2 at n = 512 2%, timed in
+    one process against the packed plan. B's rows 4 KB apart (n = 1024 in f32) would share
+    a sixty-fourth of L2's sets, and that product ran 3-5% slower so: packed."""
     if not (spec.n % v.nr == 0 and v.b_unit and along_rows(spec.b[1], spec.b[2])):
         return False
     if direct_a(spec, v, shared):

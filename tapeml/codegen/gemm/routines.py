@@ -48,7 +48,7 @@ def micro_kernel(name: str, t: str, vec: str, lanes: int, mr: int, nr: int,
     strided_b = not panel  # (`.tile`'s and `.tile.direct`'s B: rows %ldb apart)
     b_param = "ptr noalias %b, i64 %ldb" if strided_b else "ptr noalias align 64 %b"
     suffix = ".direct" if windows else ".half" if panel else ""
-    a_param = "ptr noalias align 64 %a" if panel else "ptr noalias %a"
+    a_param = "ptr noalias %a"  # (a panel of a block of k starts anywhere: MR per k)
     extra = ", ptr %rows" if windows else ", ptr %pf, i64 %pfs" if panel else \
         ", i1 %direct, i64 %lda, ptr %pf, i64 %pfs"
     w.lines.append(f"define void @{name}.tile{suffix}(i64 %kc, {a_param}, {b_param}, "
@@ -225,8 +225,9 @@ def _fetch_c_late(w: Writer, t: str, mr: int, nr: int, k: str) -> None:
     def fetch() -> None:
         row = w(f"mul i64 {w(f'lshr i64 {j}, 1')}, %ldc")
         end = w(f"mul i64 {w(f'and i64 {j}, 1')}, {nr - 1}")
-        line = w.gep(t, "%c", w(f"add i64 {row}, {end}"))
-        w.do(f"call void @llvm.prefetch.p0(ptr {line}, i32 1, i32 3, i32 1)")  # write, L1
+        line = w(f"getelementptr {t}, ptr %c, i64 {w(f'add i64 {row}, {end}')}")  # (not
+        w.do(f"call void @llvm.prefetch.p0(ptr {line}, i32 1, i32 3, i32 1)")  # inbounds: an
+        # edge tile's rows may pass C's end; a prefetch never faults) write, into L1
 
     w.when(w(f"and i1 {window}, {w(f'and i1 {long_k}, {plain}')}"), fetch)
 
